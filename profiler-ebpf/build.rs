@@ -1,0 +1,74 @@
+//! Compiles `src/bpf/*.bpf.c` with clang `-target bpf` into one object that
+//! `lib.rs` embeds. The compiler is `$CLANG`, else `clang-19`, else `clang`.
+
+use std::{env, path::PathBuf, process::Command};
+
+const SOURCE: &str = "src/bpf/sampler.bpf.c";
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("sampler.bpf.o");
+    let abi_include = manifest.join("../profiler-common/include");
+    for watched in [
+        SOURCE,
+        "src/bpf/vmlinux.h",
+        "../profiler-common/include/stoke_abi.h",
+    ] {
+        println!("cargo:rerun-if-changed={watched}");
+    }
+    println!("cargo:rerun-if-env-changed=CLANG");
+
+    let clang = find_tool("CLANG", &["clang-19", "clang"]).unwrap_or_else(|| {
+        fail("no clang found: install clang-19 (apt-get install clang-19 llvm-19 libbpf-dev) or set CLANG")
+    });
+    let status = Command::new(&clang)
+        .args([
+            "-target",
+            "bpf",
+            "-D__TARGET_ARCH_x86",
+            "-g",
+            "-O2",
+            "-Wall",
+            "-Werror",
+        ])
+        .arg("-I")
+        .arg(&abi_include)
+        .arg("-c")
+        .arg(manifest.join(SOURCE))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|error| fail(&format!("running {clang}: {error}")));
+    if !status.success() {
+        fail(&format!(
+            "{clang} failed to compile {SOURCE}; <bpf/bpf_helpers.h> comes from libbpf-dev"
+        ));
+    }
+    // DWARF is only for humans; BTF (which CO-RE needs) survives `-g`.
+    if let Some(strip) = find_tool("LLVM_STRIP", &["llvm-strip-19", "llvm-strip"]) {
+        let stripped = Command::new(strip).arg("-g").arg(&out).status();
+        if !stripped.is_ok_and(|status| status.success()) {
+            fail("llvm-strip failed on the BPF object");
+        }
+    }
+}
+
+fn find_tool(variable: &str, candidates: &[&str]) -> Option<String> {
+    if let Some(chosen) = env::var_os(variable) {
+        return Some(chosen.to_string_lossy().into_owned());
+    }
+    candidates
+        .iter()
+        .find(|name| {
+            Command::new(name)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(|name| name.to_string())
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("error: {message}");
+    std::process::exit(1);
+}

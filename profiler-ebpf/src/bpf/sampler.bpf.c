@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Stoke's CPU sampler: a perf_event program on the software cpu-clock event of
+ * every online CPU, plus exec/exit tracepoints that tell userspace when a
+ * process's address space stops being the one it has snapshotted.
+ *
+ * How samples reach userspace: one BPF ring buffer shared by all CPUs, one
+ * variable-length record per sample (header + kernel frames + user frames).
+ * The later JVM merge needs every sample's tid and timestamp, which in-kernel
+ * aggregation (stack-id maps and counts) would throw away, and stack-id maps
+ * also lose stacks to hash collisions. A record costs header + 8 bytes per
+ * frame, ~0.3-0.6 KB for typical stacks: 256 CPUs at 99 Hz make ~15 MB/s,
+ * which one consumer drains easily. Records are committed without waking the
+ * consumer (it polls a few times a second and is woken only when the ring is
+ * filling up, or when a process it has not seen yet needs its memory maps
+ * read while it lives), so wakeups do not grow with the sample rate.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "stoke_abi.h"
+
+#define PF_KTHREAD 0x00200000
+#define FRAME_BYTES (STOKE_MAX_FRAMES * sizeof(__u64))
+
+/* Settings, fixed by userspace at load time. */
+const volatile __u8 filter_tgids = 0;     /* sample only tgids in target_tgids */
+const volatile __u8 include_idle = 0;     /* keep samples of the idle task */
+const volatile __u64 wakeup_bytes = 0;     /* wake the consumer past this fill */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20); /* resized by userspace for the CPU count */
+} samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STOKE_COUNTER_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* With filter_tgids: the processes to sample (-p). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* resized by userspace */
+	__type(key, __u32);
+	__type(value, __u8);
+} target_tgids SEC(".maps");
+
+/* Processes whose samples userspace has been told of: the first sample of a
+ * tgid not in here wakes the consumer, and only these get exec/exit records. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} announced_tgids SEC(".maps");
+
+struct sample_record {
+	struct stoke_record_header header;
+	__u64 frames[2 * STOKE_MAX_FRAMES];
+};
+
+/* A record is too large for the 512-byte BPF stack: it is built here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_record);
+} scratch SEC(".maps");
+
+static __always_inline void count(__u32 counter)
+{
+	__u64 *value = bpf_map_lookup_elem(&counters, &counter);
+
+	if (value)
+		*value += 1;
+}
+
+static __always_inline __u64 ring_flags(bool force)
+{
+	if (force || bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline bool announce(__u32 tgid)
+{
+	__u8 yes = 1;
+
+	if (bpf_map_lookup_elem(&announced_tgids, &tgid))
+		return false;
+	bpf_map_update_elem(&announced_tgids, &tgid, &yes, BPF_ANY);
+	return true;
+}
+
+SEC("perf_event")
+int sample_cpu(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 zero = 0;
+	struct sample_record *record;
+	struct task_struct *task;
+	bool in_kernel;
+	long kernel_bytes = 0, user_bytes = 0;
+
+	if (tgid == 0 && !include_idle) {
+		count(STOKE_COUNTER_IDLE_SKIPPED);
+		return 0;
+	}
+	if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))
+		return 0;
+
+	record = bpf_map_lookup_elem(&scratch, &zero);
+	if (!record)
+		return 0;
+
+	/* The context only allows full-width loads of registers. */
+	in_kernel = (*(volatile __u64 *)&ctx->regs.cs & 3) == 0;
+	record->header.kind = STOKE_RECORD_SAMPLE;
+	record->header.cpu = bpf_get_smp_processor_id();
+	record->header.tgid = tgid;
+	record->header.tid = (__u32)pid_tgid;
+	record->header.time_ns = bpf_ktime_get_ns();
+	record->header.flags = in_kernel ? STOKE_SAMPLE_IN_KERNEL : 0;
+	bpf_get_current_comm(record->header.comm, sizeof(record->header.comm));
+
+	/* A user-mode sample has no kernel stack: asking would only fail. */
+	if (in_kernel) {
+		kernel_bytes = bpf_get_stack(ctx, record->frames, FRAME_BYTES, 0);
+		if (kernel_bytes < 0) {
+			count(STOKE_COUNTER_KERNEL_STACK_FAILED);
+			kernel_bytes = 0;
+		}
+	}
+	if (kernel_bytes > FRAME_BYTES)
+		kernel_bytes = FRAME_BYTES;
+	/* Keep the verifier sure of the bound it needs for the offset below. */
+	kernel_bytes &= 0x3ff8;
+	if (kernel_bytes > FRAME_BYTES)
+		return 0;
+
+	task = bpf_get_current_task_btf();
+	if (!(task->flags & PF_KTHREAD)) {
+		user_bytes = bpf_get_stack(ctx, (void *)record->frames + kernel_bytes,
+					   FRAME_BYTES, BPF_F_USER_STACK);
+		if (user_bytes < 0) {
+			count(STOKE_COUNTER_USER_STACK_FAILED);
+			user_bytes = 0;
+		}
+	}
+	if (user_bytes > FRAME_BYTES)
+		user_bytes = FRAME_BYTES;
+	user_bytes &= 0x3ff8;
+	if (user_bytes > FRAME_BYTES)
+		return 0;
+
+	record->header.kernel_frames = kernel_bytes / sizeof(__u64);
+	record->header.user_frames = user_bytes / sizeof(__u64);
+	if (bpf_ringbuf_output(&samples, record,
+			       sizeof(record->header) + kernel_bytes + user_bytes,
+			       ring_flags(announce(tgid))) == 0)
+		count(STOKE_COUNTER_SENT);
+	else
+		count(STOKE_COUNTER_LOST_RING_FULL);
+	return 0;
+}
+
+/* Tell userspace that an announced process's address space is gone, so that
+ * its later samples are matched against a fresh snapshot of its maps. */
+static __always_inline void end_address_space(__u32 kind)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct stoke_record_header header = {};
+
+	if (bpf_map_delete_elem(&announced_tgids, &tgid) != 0)
+		return;
+	header.kind = kind;
+	header.cpu = bpf_get_smp_processor_id();
+	header.tgid = tgid;
+	header.tid = (__u32)pid_tgid;
+	header.time_ns = bpf_ktime_get_ns();
+	bpf_get_current_comm(header.comm, sizeof(header.comm));
+	if (bpf_ringbuf_output(&samples, &header, sizeof(header), ring_flags(false)) != 0)
+		count(STOKE_COUNTER_LOST_LIFECYCLE);
+}
+
+SEC("tracepoint/sched/sched_process_exec")
+int process_exec(void *ctx)
+{
+	end_address_space(STOKE_RECORD_EXEC);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int process_exit(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	/* Only the thread group leader's exit ends the process. */
+	if ((__u32)pid_tgid == pid_tgid >> 32)
+		end_address_space(STOKE_RECORD_EXIT);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

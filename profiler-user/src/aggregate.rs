@@ -1,0 +1,267 @@
+//! Stage 4, aggregation: counts samples by their raw stacks while recording,
+//! then names each distinct address once and folds the named stacks into a
+//! [`Profile`].
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use crate::{
+    profile::{FoldedStack, Profile, RecordingSummary},
+    sample::record::Sample,
+    symbolize::{
+        maps::{ImageId, MappedFile, MappingTarget, ProcessImage, ProcessTable},
+        Frames, Symbolizer,
+    },
+};
+
+/// What aggregation keeps apart.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AggregateOptions {
+    /// Keep threads apart, under a frame of their own.
+    pub threads: bool,
+}
+
+/// A sample's stack before symbolization, with what names its context.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RawStack {
+    image: ImageId,
+    /// The thread, with `-t`; 0 otherwise.
+    tid: u32,
+    /// Return addresses, innermost first.
+    kernel: Box<[u64]>,
+    user: Box<[u64]>,
+}
+
+/// Counts samples during a recording.
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    options: AggregateOptions,
+    processes: ProcessTable,
+    stacks: HashMap<RawStack, u64>,
+    thread_names: HashMap<(ImageId, u32), String>,
+    samples: u64,
+}
+
+impl Aggregator {
+    /// An empty aggregation.
+    pub fn new(options: AggregateOptions) -> Self {
+        Self {
+            options,
+            ..Self::default()
+        }
+    }
+
+    /// Counts one sample, snapshotting its process on first sight.
+    pub fn add(&mut self, sample: Sample) {
+        let image = self.processes.image_for(sample.tgid, &sample.comm);
+        let tid = if self.options.threads { sample.tid } else { 0 };
+        if self.options.threads {
+            self.thread_names.entry((image, tid)).or_insert(sample.comm);
+        }
+        let stack = RawStack {
+            image,
+            tid,
+            kernel: sample.kernel.into(),
+            user: sample.user.into(),
+        };
+        *self.stacks.entry(stack).or_default() += 1;
+        self.samples += 1;
+    }
+
+    /// Process `pid` exec'd or exited: later samples belong to a new image.
+    pub fn process_ended(&mut self, pid: u32) {
+        self.processes.forget(pid);
+    }
+
+    /// Samples counted so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Process images seen so far.
+    pub fn processes(&self) -> usize {
+        self.processes.len()
+    }
+
+    /// Names every frame and folds the stacks into a profile.
+    pub fn finish(self, symbolizer: &Symbolizer, mut summary: RecordingSummary) -> Profile {
+        let names = Names::resolve(&self, symbolizer);
+        let mut folded: HashMap<Vec<Arc<str>>, u64> = HashMap::new();
+        for (stack, samples) in &self.stacks {
+            let image = self.processes.image(stack.image);
+            let mut frames: Vec<Arc<str>> = vec![format!("{} [{}]", image.name, image.pid).into()];
+            if self.options.threads {
+                let thread = self
+                    .thread_names
+                    .get(&(stack.image, stack.tid))
+                    .map_or("?", String::as_str);
+                frames.push(format!("{thread} [tid {}]", stack.tid).into());
+            }
+            for (index, &address) in stack.user.iter().enumerate().rev() {
+                frames.extend(names.user(image, call_site(index, address)).iter().cloned());
+            }
+            for (index, &address) in stack.kernel.iter().enumerate().rev() {
+                frames.extend(names.kernel[&call_site(index, address)].iter().cloned());
+            }
+            *folded.entry(frames).or_default() += samples;
+        }
+        summary.samples = self.samples;
+        Profile {
+            stacks: folded
+                .into_iter()
+                .map(|(frames, samples)| FoldedStack { frames, samples })
+                .collect(),
+            context_frames: 1 + usize::from(self.options.threads),
+            summary,
+        }
+    }
+}
+
+/// A return address points after its call instruction, which may already be
+/// the next function; one byte back is inside the call. The innermost frame
+/// is the interrupted instruction itself.
+fn call_site(index: usize, address: u64) -> u64 {
+    if index == 0 {
+        address
+    } else {
+        address.saturating_sub(1)
+    }
+}
+
+/// Every distinct address of the recording, named.
+struct Names {
+    kernel: HashMap<u64, Frames>,
+    /// By mapped file (its address as identity) and file offset.
+    files: HashMap<(*const MappedFile, u64), Frames>,
+}
+
+impl Names {
+    fn resolve(aggregator: &Aggregator, symbolizer: &Symbolizer) -> Self {
+        let mut kernel_addresses = HashSet::new();
+        let mut file_offsets: HashMap<*const MappedFile, (Arc<MappedFile>, HashSet<u64>)> =
+            HashMap::new();
+        for stack in aggregator.stacks.keys() {
+            kernel_addresses.extend(
+                stack
+                    .kernel
+                    .iter()
+                    .enumerate()
+                    .map(|(index, &a)| call_site(index, a)),
+            );
+            let image = aggregator.processes.image(stack.image);
+            for (index, &address) in stack.user.iter().enumerate() {
+                if let Some((mapping, offset)) = image.locate(call_site(index, address)) {
+                    if let MappingTarget::File(file) = &mapping.target {
+                        file_offsets
+                            .entry(Arc::as_ptr(file))
+                            .or_insert_with(|| (file.clone(), HashSet::new()))
+                            .1
+                            .insert(offset);
+                    }
+                }
+            }
+        }
+        let kernel_addresses: Vec<u64> = kernel_addresses.into_iter().collect();
+        let kernel = kernel_addresses
+            .iter()
+            .copied()
+            .zip(symbolizer.kernel(&kernel_addresses))
+            .collect();
+        let mut files = HashMap::new();
+        for (key, (file, offsets)) in file_offsets {
+            let offsets: Vec<u64> = offsets.into_iter().collect();
+            for (offset, frames) in offsets.iter().zip(symbolizer.file(&file, &offsets)) {
+                files.insert((key, *offset), frames);
+            }
+        }
+        Self { kernel, files }
+    }
+
+    fn user(&self, image: &ProcessImage, address: u64) -> Frames {
+        match image.locate(address) {
+            Some((mapping, offset)) => match &mapping.target {
+                MappingTarget::File(file) => self.files[&(Arc::as_ptr(file), offset)].clone(),
+                MappingTarget::Named(name) => {
+                    Frames::from([Arc::from(format!("{name}+{offset:#x}"))])
+                }
+            },
+            None => Frames::from([Arc::from("[unknown]")]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(tgid: u32, tid: u32, user: Vec<u64>) -> Sample {
+        Sample {
+            tgid,
+            tid,
+            cpu: 0,
+            time_ns: 0,
+            comm: format!("t{tid}"),
+            kernel: vec![],
+            user,
+        }
+    }
+
+    #[test]
+    fn samples_fold_by_process_and_optionally_thread() {
+        let gone = u32::MAX - 3;
+        for (threads, expected) in [
+            (false, vec![(vec!["t1 [4294967292]", "[unknown]"], 3)]),
+            (
+                true,
+                vec![
+                    (vec!["t1 [4294967292]", "t1 [tid 1]", "[unknown]"], 2),
+                    (vec!["t1 [4294967292]", "t2 [tid 2]", "[unknown]"], 1),
+                ],
+            ),
+        ] {
+            let mut aggregator = Aggregator::new(AggregateOptions { threads });
+            aggregator.add(sample(gone, 1, vec![0x10]));
+            aggregator.add(sample(gone, 1, vec![0x10]));
+            aggregator.add(sample(gone, 2, vec![0x20]));
+            let profile = aggregator.finish(&Symbolizer::new(false), RecordingSummary::default());
+            let mut stacks: Vec<(Vec<String>, u64)> = profile
+                .stacks
+                .iter()
+                .map(|stack| {
+                    (
+                        stack.frames.iter().map(|f| f.to_string()).collect(),
+                        stack.samples,
+                    )
+                })
+                .collect();
+            stacks.sort();
+            let expected: Vec<(Vec<String>, u64)> = expected
+                .into_iter()
+                .map(|(frames, n)| (frames.into_iter().map(String::from).collect(), n))
+                .collect();
+            assert_eq!(stacks, expected);
+            assert_eq!(profile.summary.samples, 3);
+            assert_eq!(profile.context_frames, 1 + usize::from(threads));
+        }
+    }
+
+    #[test]
+    fn an_ended_process_with_a_reused_pid_is_a_new_image() {
+        let mut aggregator = Aggregator::new(AggregateOptions::default());
+        let pid = u32::MAX - 4;
+        aggregator.add(sample(pid, 1, vec![]));
+        aggregator.process_ended(pid);
+        aggregator.add(sample(pid, 2, vec![]));
+        assert_eq!(aggregator.processes(), 2);
+        assert_eq!(aggregator.samples(), 2);
+    }
+
+    #[test]
+    fn only_return_addresses_step_back_into_the_call() {
+        assert_eq!(call_site(0, 0x100), 0x100);
+        assert_eq!(call_site(1, 0x100), 0xff);
+        assert_eq!(call_site(3, 0), 0);
+    }
+}

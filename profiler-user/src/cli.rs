@@ -1,0 +1,104 @@
+//! Command-line interface.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::write::Format;
+
+/// Stoke: a system-wide CPU profiler. Samples every CPU with eBPF and shows
+/// kernel and native frames merged into one stack, for every process.
+#[derive(Debug, Parser)]
+#[command(name = "stoke", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Stoke's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sample CPUs and write a profile.
+    Record(RecordArgs),
+}
+
+/// Arguments of `stoke record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Profile the whole host (the default).
+    #[arg(short = 'a', long = "all", conflicts_with = "pids")]
+    pub all: bool,
+
+    /// Profile only these processes (comma-separated pids).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Samples per second on each CPU.
+    #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = 99)]
+    pub frequency: u64,
+
+    /// Stop after this many seconds (fractions allowed); without it, record
+    /// until Ctrl-C or SIGTERM.
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Where to write the profile; its extension picks the format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "stoke.svg"
+    )]
+    pub output: PathBuf,
+
+    /// Output format, overriding the extension of -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+
+    /// Add a frame for the thread under each process frame.
+    #[arg(short = 't', long = "threads")]
+    pub threads: bool,
+
+    /// Add source file and line to native frames that have debug info.
+    #[arg(long)]
+    pub lines: bool,
+
+    /// Keep samples of idle CPUs (the kernel's idle task, pid 0).
+    #[arg(long)]
+    pub idle: bool,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds"))?;
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 366.0 * 86400.0) {
+        return Err(format!(
+            "'{text}' is not a duration between 0 and a year of seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_fractions_and_refuse_nonsense() {
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        for bad in ["0", "-1", "abc", "inf", "NaN", "1e12"] {
+            assert!(parse_duration(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn pids_split_on_commas_and_exclude_all() {
+        let cli = Cli::try_parse_from(["stoke", "record", "-p", "1,22,333"]).unwrap();
+        let Command::Record(args) = cli.command;
+        assert_eq!(args.pids, [1, 22, 333]);
+        assert!(Cli::try_parse_from(["stoke", "record", "-a", "-p", "1"]).is_err());
+    }
+}

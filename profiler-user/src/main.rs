@@ -1,0 +1,39 @@
+//! `stoke`, a system-wide CPU profiler. The modules follow the data flow:
+//! [`sample`] → [`symbolize`] → [`aggregate`] → [`write`].
+
+mod aggregate;
+mod cli;
+mod preflight;
+mod profile;
+mod progress;
+mod record;
+mod sample;
+mod symbolize;
+mod write;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    // A bug must still end in one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| eprintln!("stoke: internal error: {info}")));
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Record(args) => record::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("stoke: error: {}", one_line(&format!("{error:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors from the kernel (a verifier log) can span lines: keep one.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}

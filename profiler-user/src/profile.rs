@@ -1,0 +1,56 @@
+//! The finished profile: what aggregation produces and the writers consume.
+
+use std::{sync::Arc, time::Duration};
+
+/// One distinct symbolized stack and the samples that hit it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoldedStack {
+    /// Frame names, root first: the process frame, the thread frame with
+    /// `-t`, then code from the outermost caller to the sampled function.
+    /// Names never contain `;` or a line break; kernel frames end in `_[k]`.
+    pub frames: Vec<Arc<str>>,
+    /// Samples with exactly this stack.
+    pub samples: u64,
+}
+
+/// A recording, symbolized and counted.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// Every distinct stack once, in no particular order.
+    pub stacks: Vec<FoldedStack>,
+    /// How many leading frames of every stack name the process (and thread)
+    /// rather than code: 1, or 2 with `-t`.
+    pub context_frames: usize,
+    /// How the recording went.
+    pub summary: RecordingSummary,
+}
+
+/// Counts and settings of a recording, for the reader of its output.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordingSummary {
+    /// How long samples were taken.
+    pub duration: Duration,
+    /// The sampling frequency asked for, per CPU.
+    pub frequency_hz: u64,
+    /// CPUs sampled.
+    pub cpus: usize,
+    /// Samples in the profile.
+    pub samples: u64,
+    /// Samples dropped because the ring buffer to userspace was full.
+    pub lost_ring_full: u64,
+    /// Samples whose kernel stack could not be read (kept, without it).
+    pub partial_kernel_stacks: u64,
+    /// Samples whose user stack could not be read (kept, without it).
+    pub partial_user_stacks: u64,
+    /// Exec/exit notices dropped; samples after one may be misattributed.
+    pub lost_lifecycle_records: u64,
+    /// Samples of idle CPUs, left out unless `--idle` was given.
+    pub idle_skipped: u64,
+}
+
+impl RecordingSummary {
+    /// Samples taken but missing from the profile.
+    pub fn lost(&self) -> u64 {
+        self.lost_ring_full
+    }
+}

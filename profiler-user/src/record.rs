@@ -1,0 +1,133 @@
+//! `stoke record`: runs the stages in order. Sampling and aggregation of raw
+//! stacks go on while recording; symbolization and writing follow it.
+
+use std::{
+    fs::File,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use profiler_common::Counter;
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::{
+    aggregate::{AggregateOptions, Aggregator},
+    cli::RecordArgs,
+    preflight,
+    profile::RecordingSummary,
+    progress::Progress,
+    sample::{
+        record::Record,
+        sampler::{Sampler, SamplerConfig},
+    },
+    symbolize::Symbolizer,
+    write::{write_profile, Format},
+};
+
+/// Longest wait between two drains of the ring buffer when nothing wakes
+/// the reader: it bounds the memory the ring needs and the progress lag.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Records as `args` says and writes the profile.
+pub fn run(args: &RecordArgs) -> Result<()> {
+    let format = Format::for_output(&args.output, args.format)?;
+    preflight::check_frequency(args.frequency)?;
+    preflight::check_privileges()?;
+    preflight::check_btf()?;
+    preflight::check_pids(&args.pids)?;
+    // Opened now, so that a bad path fails before the recording, not after.
+    let mut output = File::create(&args.output)
+        .with_context(|| format!("cannot write the profile to {}", args.output.display()))?;
+    raise_open_file_limit();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        // A second Ctrl-C ends stoke at once, without output.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+
+    let mut sampler = Sampler::start(&SamplerConfig {
+        frequency_hz: args.frequency,
+        pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
+        include_idle: args.idle,
+    })?;
+    let started = Instant::now();
+    let progress = Progress::start(args.duration);
+    let mut aggregator = Aggregator::new(AggregateOptions {
+        threads: args.threads,
+    });
+    let mut malformed = 0u64;
+    loop {
+        sampler.drain(|bytes| match Record::parse(bytes) {
+            Ok(Record::Sample(sample)) => aggregator.add(sample),
+            Ok(Record::Exec { tgid } | Record::Exit { tgid }) => aggregator.process_ended(tgid),
+            Err(_) => malformed += 1,
+        });
+        let elapsed = started.elapsed();
+        let remaining = args
+            .duration
+            .map(|duration| duration.saturating_sub(elapsed));
+        if stop.load(Ordering::Relaxed) || remaining.is_some_and(|left| left.is_zero()) {
+            break;
+        }
+        let counters = sampler.counters()?;
+        progress.update(
+            elapsed,
+            aggregator.samples(),
+            aggregator.processes(),
+            counters[Counter::LostRingFull as usize],
+        );
+        sampler.wait(remaining.map_or(DRAIN_INTERVAL, |left| left.min(DRAIN_INTERVAL)));
+    }
+    let duration = started.elapsed();
+    let cpus = sampler.cpus().len();
+    let counters = sampler.counters()?;
+    drop(sampler);
+    progress.finish();
+
+    let summary = RecordingSummary {
+        duration,
+        frequency_hz: args.frequency,
+        cpus,
+        samples: 0,
+        lost_ring_full: counters[Counter::LostRingFull as usize] + malformed,
+        partial_kernel_stacks: counters[Counter::KernelStackFailed as usize],
+        partial_user_stacks: counters[Counter::UserStackFailed as usize],
+        lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
+        idle_skipped: counters[Counter::IdleSkipped as usize],
+    };
+    let processes = aggregator.processes();
+    let profile = aggregator.finish(&Symbolizer::new(args.lines), summary);
+    write_profile(&profile, format, &mut output)
+        .with_context(|| format!("writing the profile to {}", args.output.display()))?;
+    eprintln!(
+        "stoke: {} samples from {processes} processes in {:.1} s ({} lost), written to {}",
+        profile.summary.samples,
+        duration.as_secs_f64(),
+        profile.summary.lost(),
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// Every mapped file of every sampled process is held open until the end:
+/// a busy host needs more descriptors than the usual soft limit.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}

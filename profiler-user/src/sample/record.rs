@@ -1,0 +1,170 @@
+//! Parses the sampler's ring-buffer records (`profiler_common`'s ABI),
+//! checking every length against the bytes actually received.
+
+use profiler_common::{RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE};
+
+/// One record from the sampler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A CPU sample.
+    Sample(Sample),
+    /// Process `tgid` called execve: its earlier memory maps no longer apply.
+    Exec {
+        /// The process.
+        tgid: u32,
+    },
+    /// Process `tgid` ended.
+    Exit {
+        /// The process.
+        tgid: u32,
+    },
+}
+
+/// A CPU sample with its stacks, innermost frame first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Process id.
+    pub tgid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU the sample was taken on.
+    pub cpu: u32,
+    /// `CLOCK_MONOTONIC` nanoseconds.
+    pub time_ns: u64,
+    /// The thread's name.
+    pub comm: String,
+    /// Kernel return addresses, innermost first.
+    pub kernel: Vec<u64>,
+    /// User return addresses, innermost first.
+    pub user: Vec<u64>,
+}
+
+/// Why a record could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RecordError {
+    /// Shorter than its header says.
+    #[error("record of {0} bytes is truncated")]
+    Truncated(usize),
+    /// A kind this version does not know.
+    #[error("record of unknown kind {0}")]
+    UnknownKind(u32),
+}
+
+impl Record {
+    /// Reads one record from the ring buffer's bytes.
+    pub fn parse(bytes: &[u8]) -> Result<Self, RecordError> {
+        let header_bytes = bytes
+            .get(..RECORD_HEADER_SIZE)
+            .ok_or(RecordError::Truncated(bytes.len()))?;
+        // SAFETY: RecordHeader is repr(C) plain data, every bit pattern is
+        // valid, and read_unaligned needs no alignment.
+        let header: RecordHeader =
+            unsafe { std::ptr::read_unaligned(header_bytes.as_ptr().cast()) };
+        match RecordKind::from_raw(header.kind) {
+            Some(RecordKind::Exec) => Ok(Self::Exec { tgid: header.tgid }),
+            Some(RecordKind::Exit) => Ok(Self::Exit { tgid: header.tgid }),
+            Some(RecordKind::Sample) => {
+                let kernel_frames = usize::from(header.kernel_frames).min(MAX_FRAMES);
+                let user_frames = usize::from(header.user_frames).min(MAX_FRAMES);
+                let frame_bytes = &bytes[RECORD_HEADER_SIZE..];
+                if frame_bytes.len() < (kernel_frames + user_frames) * 8 {
+                    return Err(RecordError::Truncated(bytes.len()));
+                }
+                let mut frames = frame_bytes
+                    .chunks_exact(8)
+                    .map(|chunk| u64::from_ne_bytes(chunk.try_into().expect("8-byte chunk")));
+                let kernel = frames.by_ref().take(kernel_frames).collect();
+                let user = frames.take(user_frames).collect();
+                Ok(Self::Sample(Sample {
+                    tgid: header.tgid,
+                    tid: header.tid,
+                    cpu: header.cpu,
+                    time_ns: header.time_ns,
+                    comm: comm_to_string(&header.comm),
+                    kernel,
+                    user,
+                }))
+            }
+            None => Err(RecordError::UnknownKind(header.kind)),
+        }
+    }
+}
+
+/// A NUL-padded kernel `comm` as text.
+pub fn comm_to_string(comm: &[u8; COMM_LEN]) -> String {
+    let end = comm.iter().position(|&byte| byte == 0).unwrap_or(COMM_LEN);
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(kind: RecordKind, kernel: &[u64], user: &[u64]) -> Vec<u8> {
+        let mut comm = [0u8; COMM_LEN];
+        comm[..4].copy_from_slice(b"work");
+        let header = RecordHeader {
+            kind: kind as u32,
+            cpu: 1,
+            tgid: 42,
+            tid: 43,
+            time_ns: 7,
+            comm,
+            kernel_frames: kernel.len() as u16,
+            user_frames: user.len() as u16,
+            flags: 0,
+        };
+        // SAFETY: reading a repr(C) value's bytes.
+        let mut bytes = unsafe {
+            std::slice::from_raw_parts(
+                (&header as *const RecordHeader).cast::<u8>(),
+                RECORD_HEADER_SIZE,
+            )
+        }
+        .to_vec();
+        for frame in kernel.iter().chain(user) {
+            bytes.extend_from_slice(&frame.to_ne_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn sample_splits_kernel_and_user_frames() {
+        let record = Record::parse(&raw(RecordKind::Sample, &[1, 2], &[3, 4, 5])).unwrap();
+        let Record::Sample(sample) = record else {
+            panic!("not a sample")
+        };
+        assert_eq!(
+            (sample.tgid, sample.tid, sample.cpu, sample.time_ns),
+            (42, 43, 1, 7)
+        );
+        assert_eq!(sample.comm, "work");
+        assert_eq!(sample.kernel, [1, 2]);
+        assert_eq!(sample.user, [3, 4, 5]);
+    }
+
+    #[test]
+    fn lifecycle_records_name_the_process() {
+        assert_eq!(
+            Record::parse(&raw(RecordKind::Exec, &[], &[])),
+            Ok(Record::Exec { tgid: 42 })
+        );
+        assert_eq!(
+            Record::parse(&raw(RecordKind::Exit, &[], &[])),
+            Ok(Record::Exit { tgid: 42 })
+        );
+    }
+
+    #[test]
+    fn short_and_unknown_records_are_refused() {
+        let full = raw(RecordKind::Sample, &[1, 2], &[3]);
+        assert_eq!(
+            Record::parse(&full[..full.len() - 1]),
+            Err(RecordError::Truncated(full.len() - 1))
+        );
+        assert_eq!(Record::parse(&full[..10]), Err(RecordError::Truncated(10)));
+        let mut unknown = full.clone();
+        unknown[0] = 99;
+        assert_eq!(Record::parse(&unknown), Err(RecordError::UnknownKind(99)));
+    }
+}

@@ -1,0 +1,208 @@
+//! Loads the BPF sampler, attaches it to a cpu-clock perf event on every
+//! online CPU, and hands out its ring buffer and counters.
+
+use std::{io, os::fd::AsRawFd, time::Duration};
+
+use anyhow::{anyhow, Context, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        PerfEvent, ProgramError, TracePoint,
+    },
+    Ebpf, EbpfError, EbpfLoader,
+};
+use profiler_common::{Counter, COUNTER_COUNT};
+
+/// What to sample.
+#[derive(Clone, Debug)]
+pub struct SamplerConfig {
+    /// Samples per second on each CPU.
+    pub frequency_hz: u64,
+    /// Only these processes; `None` samples every process.
+    pub pids: Option<Vec<u32>>,
+    /// Keep samples of the idle task.
+    pub include_idle: bool,
+}
+
+/// The running BPF sampler. Sampling stops when it is dropped.
+pub struct Sampler {
+    /// Owns the programs and their perf-event links: dropping it detaches.
+    ebpf: Ebpf,
+    ring: RingBuf<MapData>,
+    cpus: Vec<u32>,
+}
+
+/// Totals of the sampler's per-CPU counters.
+pub type CounterTotals = [u64; COUNTER_COUNT as usize];
+
+impl Sampler {
+    /// Loads the sampler and starts sampling every online CPU.
+    pub fn start(config: &SamplerConfig) -> Result<Self> {
+        let cpus =
+            aya::util::online_cpus().map_err(|(path, error)| anyhow!("reading {path}: {error}"))?;
+        let ring_bytes = ring_size(cpus.len(), config.frequency_hz);
+        // Wake the reader early enough that a quarter of the ring is always
+        // free for the samples taken while it drains.
+        let wakeup_bytes = u64::from(ring_bytes / 4 * 3);
+        let filter_tgids = u8::from(config.pids.is_some());
+        let include_idle = u8::from(config.include_idle);
+        let target_count = config.pids.as_ref().map_or(1, |pids| pids.len().max(1));
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global("filter_tgids", &filter_tgids, true)
+            .override_global("include_idle", &include_idle, true)
+            .override_global("wakeup_bytes", &wakeup_bytes, true)
+            .map_max_entries("samples", ring_bytes)
+            .map_max_entries("target_tgids", u32::try_from(target_count)?)
+            .load(profiler_ebpf::sampler_object())
+            .map_err(explain_load_error)?;
+
+        if let Some(pids) = &config.pids {
+            let mut targets: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
+                ebpf.map_mut("target_tgids")
+                    .context("no target_tgids map")?,
+            )?;
+            for pid in pids {
+                targets
+                    .insert(pid, 1, 0)
+                    .context("filling the pid filter")?;
+            }
+        }
+
+        // Lifecycle tracepoints go first, so no exec between the first sample
+        // and their attachment goes unnoticed.
+        for (program, event) in [
+            ("process_exec", "sched_process_exec"),
+            ("process_exit", "sched_process_exit"),
+        ] {
+            let tracepoint: &mut TracePoint = ebpf
+                .program_mut(program)
+                .with_context(|| format!("no {program} program in the BPF object"))?
+                .try_into()?;
+            tracepoint.load().map_err(explain_program_error)?;
+            tracepoint
+                .attach("sched", event)
+                .map_err(explain_program_error)
+                .with_context(|| format!("attaching to the sched:{event} tracepoint"))?;
+        }
+
+        let sampler: &mut PerfEvent = ebpf
+            .program_mut("sample_cpu")
+            .context("no sample_cpu program in the BPF object")?
+            .try_into()?;
+        sampler.load().map_err(explain_program_error)?;
+        for &cpu in &cpus {
+            sampler
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(config.frequency_hz),
+                    false,
+                )
+                .map_err(explain_program_error)?;
+        }
+
+        let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
+        Ok(Self { ebpf, ring, cpus })
+    }
+
+    /// The CPUs being sampled.
+    pub fn cpus(&self) -> &[u32] {
+        &self.cpus
+    }
+
+    /// Waits until the sampler wakes the reader or `timeout` passes.
+    pub fn wait(&self, timeout: Duration) {
+        let mut poll_fd = libc::pollfd {
+            fd: self.ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one valid pollfd for the duration of the call. EINTR (a
+        // signal asking us to stop) only ends the wait early, as wanted.
+        unsafe { libc::poll(&mut poll_fd, 1, millis) };
+    }
+
+    /// Hands every record waiting in the ring buffer to `take`, in order.
+    pub fn drain(&mut self, mut take: impl FnMut(&[u8])) {
+        while let Some(item) = self.ring.next() {
+            take(&item);
+        }
+    }
+
+    /// Sums the sampler's counters over all CPUs.
+    pub fn counters(&self) -> Result<CounterTotals> {
+        let counters: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map("counters").context("no counters map")?)?;
+        let mut totals = [0; COUNTER_COUNT as usize];
+        for counter in Counter::ALL {
+            let per_cpu = counters.get(&(counter as u32), 0)?;
+            totals[counter as usize] = per_cpu.iter().sum();
+        }
+        Ok(totals)
+    }
+}
+
+/// Ring buffer bytes for a host: half a second of samples with full stacks
+/// (2 KiB) on every CPU, a power of two between 1 MiB and 256 MiB.
+fn ring_size(cpus: usize, frequency_hz: u64) -> u32 {
+    let wanted = (cpus as u64)
+        .saturating_mul(frequency_hz)
+        .saturating_mul(1024);
+    wanted.clamp(1 << 20, 1 << 28).next_power_of_two() as u32
+}
+
+fn is_permission_denied(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+}
+
+fn explain_load_error(error: EbpfError) -> anyhow::Error {
+    let denied = match &error {
+        EbpfError::MapError(aya::maps::MapError::CreateError { io_error, .. }) => is_permission_denied(io_error),
+        EbpfError::BtfError(_) => {
+            return anyhow!(
+                "reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y"
+            )
+        }
+        _ => false,
+    };
+    if denied {
+        anyhow!("the kernel refused to create BPF maps ({error}): run stoke as root, or with CAP_BPF and CAP_PERFMON, outside a restricted container")
+    } else {
+        anyhow!("loading the BPF sampler failed: {error}")
+    }
+}
+
+fn explain_program_error(error: ProgramError) -> anyhow::Error {
+    match &error {
+        ProgramError::SyscallError(syscall) if syscall.call == "perf_event_open" => {
+            let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                .map(|text| text.trim().to_owned())
+                .unwrap_or_else(|_| "unknown".into());
+            anyhow!(
+                "perf_event_open refused to open the cpu-clock event ({}): run as root or with CAP_PERFMON, lower kernel.perf_event_paranoid (now {paranoid}), and in a container allow perf_event_open in its seccomp profile",
+                syscall.io_error
+            )
+        }
+        // EACCES here is the verifier's refusal, a bug of ours, not a privilege.
+        ProgramError::LoadError { io_error, .. } if io_error.raw_os_error() == Some(libc::EPERM) => anyhow!(
+            "the kernel refused to load the BPF sampler ({io_error}): run stoke as root, or with CAP_BPF and CAP_PERFMON"
+        ),
+        _ => anyhow!("starting the BPF sampler failed: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_is_a_power_of_two_within_bounds() {
+        assert_eq!(ring_size(2, 99), 1 << 20);
+        assert_eq!(ring_size(256, 999), 1 << 28);
+        let mid = ring_size(64, 999);
+        assert!(mid.is_power_of_two() && mid >= 64 * 999 * 1024);
+    }
+}

@@ -1,0 +1,254 @@
+//! Snapshots of processes' executable mappings, taken when a process is
+//! first sampled, so that its frames can be named after it has exited.
+//!
+//! Every mapped file is opened through `/proc/PID/map_files/`, which reaches
+//! the very file the process mapped: one deleted since, or one inside a
+//! container's mount namespace, where the path means nothing on the host.
+//! The descriptor is kept until the recording ends, and each file (by
+//! device and inode) is opened once per host.
+
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::fd::AsRawFd,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use procfs::process::{MMPermissions, MMapPath, Process};
+
+/// A file some process mapped executable, held open.
+#[derive(Debug)]
+pub struct MappedFile {
+    file: File,
+    /// The file's name as the process saw it, for frames that have no symbol.
+    pub name: Arc<str>,
+}
+
+impl MappedFile {
+    /// A path that opens this very file for as long as the recording runs.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+/// What an executable mapping maps.
+#[derive(Clone, Debug)]
+pub enum MappingTarget {
+    /// A file, open.
+    File(Arc<MappedFile>),
+    /// Something without a file to read symbols from: `[vdso]`, anonymous
+    /// memory (JIT code), or a file that could not be opened.
+    Named(Arc<str>),
+}
+
+/// One executable mapping of a process.
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    start: u64,
+    end: u64,
+    file_offset: u64,
+    /// What is mapped there.
+    pub target: MappingTarget,
+}
+
+/// A process's address space as it was when first sampled.
+#[derive(Debug, Default)]
+pub struct ProcessImage {
+    /// Process id.
+    pub pid: u32,
+    /// Process name (its main thread's `comm`).
+    pub name: String,
+    /// Executable mappings, sorted by address.
+    mappings: Vec<Mapping>,
+}
+
+impl ProcessImage {
+    /// The mapping holding `address`, and the file offset it corresponds to.
+    pub fn locate(&self, address: u64) -> Option<(&Mapping, u64)> {
+        let index = self
+            .mappings
+            .partition_point(|mapping| mapping.start <= address)
+            .checked_sub(1)?;
+        let mapping = &self.mappings[index];
+        (address < mapping.end).then(|| (mapping, address - mapping.start + mapping.file_offset))
+    }
+}
+
+/// Index of a [`ProcessImage`] in its [`ProcessTable`].
+pub type ImageId = usize;
+
+/// Every process image seen during a recording.
+#[derive(Debug, Default)]
+pub struct ProcessTable {
+    images: Vec<ProcessImage>,
+    live: HashMap<u32, ImageId>,
+    files: HashMap<(u64, u64), Arc<MappedFile>>,
+}
+
+impl ProcessTable {
+    /// The current image of process `pid`, snapshotting it on first sight.
+    /// `thread_name` names the process if it is already gone.
+    pub fn image_for(&mut self, pid: u32, thread_name: &str) -> ImageId {
+        if let Some(&id) = self.live.get(&pid) {
+            return id;
+        }
+        let image = self.snapshot(pid, thread_name);
+        self.images.push(image);
+        let id = self.images.len() - 1;
+        self.live.insert(pid, id);
+        id
+    }
+
+    /// Process `pid` exec'd or exited: its next sample needs a new snapshot.
+    pub fn forget(&mut self, pid: u32) {
+        self.live.remove(&pid);
+    }
+
+    /// The image behind an id [`Self::image_for`] returned.
+    pub fn image(&self, id: ImageId) -> &ProcessImage {
+        &self.images[id]
+    }
+
+    /// How many process images were seen.
+    pub fn len(&self) -> usize {
+        self.images.len()
+    }
+
+    fn snapshot(&mut self, pid: u32, thread_name: &str) -> ProcessImage {
+        let mut image = ProcessImage {
+            pid,
+            name: thread_name.to_owned(),
+            mappings: Vec::new(),
+        };
+        let Ok(process) = Process::new(pid as i32) else {
+            return image;
+        };
+        if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+            image.name = name.trim_end_matches('\n').to_owned();
+        }
+        let Ok(maps) = process.maps() else {
+            return image;
+        };
+        for map in maps {
+            if !map.perms.contains(MMPermissions::EXECUTE) {
+                continue;
+            }
+            let (start, end) = map.address;
+            let target = match &map.pathname {
+                MMapPath::Path(path) => {
+                    let key = (device_number(map.dev), map.inode);
+                    match self.open_mapped(pid, start, end, path, key) {
+                        Some(file) => MappingTarget::File(file),
+                        None => MappingTarget::Named(base_name(path).into()),
+                    }
+                }
+                MMapPath::Vdso => MappingTarget::Named("[vdso]".into()),
+                MMapPath::Vsyscall => MappingTarget::Named("[vsyscall]".into()),
+                MMapPath::Other(name) => MappingTarget::Named(name.as_str().into()),
+                _ => MappingTarget::Named("[anon]".into()),
+            };
+            image.mappings.push(Mapping {
+                start,
+                end,
+                file_offset: map.offset,
+                target,
+            });
+        }
+        image.mappings.sort_by_key(|mapping| mapping.start);
+        image
+    }
+
+    fn open_mapped(
+        &mut self,
+        pid: u32,
+        start: u64,
+        end: u64,
+        path: &Path,
+        key: (u64, u64),
+    ) -> Option<Arc<MappedFile>> {
+        if let Some(file) = self.files.get(&key) {
+            return Some(file.clone());
+        }
+        let file = File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}")).ok()?;
+        let mapped = Arc::new(MappedFile {
+            file,
+            name: base_name(path).into(),
+        });
+        self.files.insert(key, mapped.clone());
+        Some(mapped)
+    }
+}
+
+fn device_number((major, minor): (i32, i32)) -> u64 {
+    (u64::from(major as u32) << 32) | u64::from(minor as u32)
+}
+
+fn base_name(path: &Path) -> &str {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or("[unknown]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(start: u64, end: u64, file_offset: u64) -> Mapping {
+        Mapping {
+            start,
+            end,
+            file_offset,
+            target: MappingTarget::Named("x".into()),
+        }
+    }
+
+    #[test]
+    fn locate_finds_the_mapping_and_its_file_offset() {
+        let image = ProcessImage {
+            pid: 1,
+            name: "p".into(),
+            mappings: vec![named(0x1000, 0x2000, 0), named(0x5000, 0x6000, 0x3000)],
+        };
+        assert_eq!(image.locate(0x1000).map(|(_, offset)| offset), Some(0));
+        assert_eq!(image.locate(0x1fff).map(|(_, offset)| offset), Some(0xfff));
+        assert_eq!(image.locate(0x5010).map(|(_, offset)| offset), Some(0x3010));
+        for outside in [0xfff, 0x2000, 0x4fff, 0x6000] {
+            assert!(image.locate(outside).is_none(), "{outside:#x}");
+        }
+    }
+
+    #[test]
+    fn snapshot_of_this_process_opens_its_executable() {
+        let mut table = ProcessTable::default();
+        let id = table.image_for(std::process::id(), "fallback");
+        let image = table.image(id);
+        let here = snapshot_of_this_process_opens_its_executable as *const () as u64;
+        let (mapping, _) = image.locate(here).expect("own code is mapped");
+        let MappingTarget::File(file) = &mapping.target else {
+            panic!("own code not opened")
+        };
+        let own_name = std::env::current_exe().unwrap();
+        assert_eq!(&*file.name, base_name(&own_name));
+        assert!(std::fs::metadata(file.path()).is_ok());
+        assert_eq!(
+            table.image_for(std::process::id(), "other"),
+            id,
+            "live image reused"
+        );
+        table.forget(std::process::id());
+        assert_ne!(
+            table.image_for(std::process::id(), "other"),
+            id,
+            "forgotten image replaced"
+        );
+    }
+
+    #[test]
+    fn a_vanished_process_keeps_its_thread_name() {
+        let mut table = ProcessTable::default();
+        let id = table.image_for(u32::MAX - 1, "gone");
+        assert_eq!(table.image(id).name, "gone");
+        assert!(table.image(id).locate(0x1000).is_none());
+    }
+}

@@ -1,0 +1,177 @@
+//! Stage 3, symbolization: names kernel frames from kallsyms and native
+//! frames from the ELF files (and their DWARF) that processes mapped.
+//!
+//! Symbolization happens once, after recording, over each distinct address:
+//! a file's addresses go to blazesym in one batch. Only what blazesym cannot
+//! learn later is captured while processes live (see [`maps`]).
+
+pub mod maps;
+
+use std::{path::Path, sync::Arc};
+
+use blazesym::symbolize::{
+    source::{Elf, Kernel, Source},
+    CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
+};
+
+use self::maps::MappedFile;
+
+/// The frames one address stands for, outermost first: the function, then
+/// the functions inlined into it at that address (with `--lines`).
+pub type Frames = Arc<[Arc<str>]>;
+
+/// Names addresses.
+pub struct Symbolizer {
+    blazesym: BlazeSymbolizer,
+    lines: bool,
+}
+
+impl Symbolizer {
+    /// A symbolizer; `lines` adds source locations and inlined functions.
+    pub fn new(lines: bool) -> Self {
+        let blazesym = BlazeSymbolizer::builder()
+            .enable_code_info(lines)
+            .enable_inlined_fns(lines)
+            .enable_demangling(true)
+            .build();
+        Self { blazesym, lines }
+    }
+
+    /// Names kernel addresses; every name ends in `_[k]`.
+    pub fn kernel(&self, addresses: &[u64]) -> Vec<Frames> {
+        let kernel = Kernel {
+            vmlinux: blazesym::MaybeDefault::None,
+            debug_syms: false,
+            ..Kernel::default()
+        };
+        self.batch(
+            &Source::Kernel(kernel),
+            Input::AbsAddr(addresses),
+            |address| format!("{address:#x}"),
+        )
+        .into_iter()
+        .map(|frames| {
+            frames
+                .iter()
+                .map(|name| Arc::from(format!("{name}_[k]")))
+                .collect()
+        })
+        .collect()
+    }
+
+    /// Names addresses given as offsets into a mapped file; a frame without
+    /// a symbol is named `file+0xOFFSET`.
+    pub fn file(&self, file: &MappedFile, offsets: &[u64]) -> Vec<Frames> {
+        let source = Source::Elf(Elf::new(file.path()));
+        self.batch(&source, Input::FileOffset(offsets), |offset| {
+            format!("{}+{offset:#x}", file.name)
+        })
+    }
+
+    fn batch(
+        &self,
+        source: &Source,
+        input: Input<&[u64]>,
+        unnamed: impl Fn(u64) -> String,
+    ) -> Vec<Frames> {
+        let addresses = *input.as_inner_ref();
+        match self.blazesym.symbolize(source, input) {
+            Ok(results) => results
+                .iter()
+                .zip(addresses)
+                .map(|(result, &address)| match result {
+                    Symbolized::Sym(sym) => self.frames_of(sym),
+                    Symbolized::Unknown(_) => Frames::from([Arc::from(unnamed(address))]),
+                })
+                .collect(),
+            Err(_) => addresses
+                .iter()
+                .map(|&address| Frames::from([Arc::from(unnamed(address))]))
+                .collect(),
+        }
+    }
+
+    fn frames_of(&self, sym: &Sym) -> Frames {
+        if !self.lines {
+            return Frames::from([frame_name(&sym.name, None)]);
+        }
+        // An inlined function's code_info is where it was called from, so
+        // each frame's location is that of the next frame's call.
+        let names =
+            std::iter::once(&sym.name).chain(sym.inlined.iter().map(|inlined| &inlined.name));
+        let locations = sym
+            .inlined
+            .iter()
+            .map(|inlined| inlined.code_info.as_ref())
+            .chain(std::iter::once(sym.code_info.as_deref()));
+        names
+            .zip(locations)
+            .map(|(name, location)| frame_name(name, location))
+            .collect()
+    }
+}
+
+/// A frame's name as the writers need it: never empty, never a `;` (the
+/// folded format's separator) or a line break.
+fn frame_name(name: &str, location: Option<&CodeInfo>) -> Arc<str> {
+    let mut text: String = if name.is_empty() {
+        "[unnamed]".to_owned()
+    } else {
+        name.to_string()
+    };
+    if let Some(location) = location {
+        let file = Path::new(&location.file).display();
+        match location.line {
+            Some(line) => text.push_str(&format!(" ({file}:{line})")),
+            None => text.push_str(&format!(" ({file})")),
+        }
+    }
+    text.replace(';', ":").replace(['\n', '\r'], " ").into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_names_are_never_empty_and_never_break_folding() {
+        assert_eq!(&*frame_name("", None), "[unnamed]");
+        assert_eq!(&*frame_name("a;b\nc", None), "a:b c");
+    }
+
+    #[test]
+    fn kernel_frames_are_named_from_kallsyms() {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+        let address = kallsyms
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let name = fields.nth(1)?;
+                (name == "vfs_read" && address != 0).then_some(address)
+            })
+            .expect("vfs_read in kallsyms (run as root)");
+        let names = Symbolizer::new(false).kernel(&[address + 4, 1]);
+        assert_eq!(&*names[0][0], "vfs_read_[k]");
+        assert!(names[1][0].ends_with("_[k]") && !names[1][0].is_empty());
+    }
+
+    #[test]
+    fn native_frames_are_named_or_fall_back_to_file_and_offset() {
+        let mut table = maps::ProcessTable::default();
+        let id = table.image_for(std::process::id(), "self");
+        let image = table.image(id);
+        let here = native_frames_are_named_or_fall_back_to_file_and_offset as *const () as u64;
+        let (mapping, offset) = image.locate(here).unwrap();
+        let maps::MappingTarget::File(file) = &mapping.target else {
+            panic!("not a file")
+        };
+        let names = Symbolizer::new(false).file(file, &[offset, u64::MAX / 2]);
+        assert!(
+            names[0][0].contains("native_frames_are_named"),
+            "{}",
+            names[0][0]
+        );
+        assert_eq!(&*names[1][0], format!("{}+{:#x}", file.name, u64::MAX / 2));
+    }
+}

@@ -1,0 +1,91 @@
+//! Interactive SVG flame graphs, drawn by inferno.
+
+use std::io::{self, Write};
+
+use inferno::flamegraph::{from_lines, Options};
+
+use super::folded;
+use crate::profile::{Profile, RecordingSummary};
+
+const TITLE: &str = "Stoke CPU profile";
+
+/// Writes `profile` as a flame graph, or as a small SVG saying there is
+/// nothing to show when it holds no samples.
+pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
+    let subtitle = subtitle(&profile.summary);
+    // inferno refuses to draw zero samples, but a quiet machine is a
+    // legitimate recording, not a failure.
+    if profile.stacks.iter().all(|stack| stack.samples == 0) {
+        return write_empty(&subtitle, out);
+    }
+    let mut options = Options::default();
+    options.title = TITLE.into();
+    options.subtitle = Some(subtitle);
+    options.count_name = "samples".into();
+    // Colors from name hashes rather than at random, so a function keeps
+    // its color from one graph to the next and output is reproducible.
+    options.hash = true;
+    let lines = folded::lines(profile);
+    from_lines(&mut options, lines.iter().map(String::as_str), out)
+}
+
+/// One line about how the recording went, shown under the title.
+fn subtitle(summary: &RecordingSummary) -> String {
+    format!(
+        "{} samples in {:.1} s at {} Hz on {} CPUs, {} lost",
+        summary.samples,
+        summary.duration.as_secs_f64(),
+        summary.frequency_hz,
+        summary.cpus,
+        summary.lost(),
+    )
+}
+
+fn write_empty(subtitle: &str, out: &mut dyn Write) -> io::Result<()> {
+    write!(
+        out,
+        r#"<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="1200" height="110" viewBox="0 0 1200 110" xmlns="http://www.w3.org/2000/svg">
+<g font-family="Verdana" text-anchor="middle">
+<text x="600" y="24" font-size="17">{TITLE}</text>
+<text x="600" y="50" font-size="12">{subtitle}</text>
+<text x="600" y="85" font-size="14">No samples were recorded.</text>
+</g>
+</svg>
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::write::tests::profile;
+
+    fn svg(profile: &Profile) -> String {
+        let mut out = Vec::new();
+        write(profile, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn draws_functions_and_recording_details() {
+        let mut profile = profile(&[("app;main;compute", 5), ("app;main", 1)]);
+        profile.summary.duration = Duration::from_millis(2500);
+        profile.summary.frequency_hz = 99;
+        profile.summary.cpus = 4;
+        let svg = svg(&profile);
+        assert!(svg.contains("<svg"));
+        assert!(svg.contains("compute"));
+        assert!(svg.contains(TITLE));
+        assert!(svg.contains("6 samples in 2.5 s at 99 Hz on 4 CPUs, 0 lost"));
+    }
+
+    #[test]
+    fn empty_profile_is_a_valid_svg() {
+        let svg = svg(&profile(&[]));
+        assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("No samples"));
+    }
+}

@@ -1,0 +1,147 @@
+//! Writers that turn a finished [`Profile`] into the file the user asked for.
+
+mod flamegraph;
+mod folded;
+mod summary;
+
+use std::{
+    io::{BufWriter, Write},
+    path::{Path, PathBuf},
+};
+
+use crate::profile::Profile;
+
+/// What kind of file to write a profile as.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Collapsed stacks, one line per stack, for other flame graph tools.
+    Folded,
+    /// An interactive flame graph.
+    Svg,
+    /// A text report of the hottest functions.
+    Txt,
+}
+
+/// The output path's extension names no format and `--format` was not given.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot tell the output format of {}: name it .svg, .folded or .txt, or pass --format",
+    .path.display()
+)]
+pub struct UnknownExtension {
+    path: PathBuf,
+}
+
+impl Format {
+    /// Picks the format for the output at `path`: `flag` (`--format`) if
+    /// given, otherwise the one its extension names.
+    pub fn for_output(path: &Path, flag: Option<Format>) -> Result<Format, UnknownExtension> {
+        if let Some(format) = flag {
+            return Ok(format);
+        }
+        let extension = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match extension.as_deref() {
+            Some("folded" | "collapsed") => Ok(Format::Folded),
+            Some("svg") => Ok(Format::Svg),
+            Some("txt") => Ok(Format::Txt),
+            _ => Err(UnknownExtension {
+                path: path.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Writes `profile` to `out` as `format`.
+pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> anyhow::Result<()> {
+    // The writers emit many small pieces; callers hand in unbuffered files.
+    let mut out = BufWriter::new(out);
+    match format {
+        Format::Folded => folded::write(profile, &mut out)?,
+        Format::Svg => flamegraph::write(profile, &mut out)?,
+        Format::Txt => summary::write(profile, &mut out)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::profile::{FoldedStack, RecordingSummary};
+
+    /// A profile of `stacks` given as `"proc;a;b"` and a count, with one
+    /// context frame.
+    pub(super) fn profile(stacks: &[(&str, u64)]) -> Profile {
+        Profile {
+            stacks: stacks
+                .iter()
+                .map(|&(frames, samples)| FoldedStack {
+                    frames: frames.split(';').map(Arc::from).collect(),
+                    samples,
+                })
+                .collect(),
+            context_frames: 1,
+            summary: RecordingSummary {
+                samples: stacks.iter().map(|&(_, n)| n).sum(),
+                ..RecordingSummary::default()
+            },
+        }
+    }
+
+    #[test]
+    fn flag_wins_over_extension() {
+        let format = Format::for_output(Path::new("out.svg"), Some(Format::Txt));
+        assert_eq!(format.unwrap(), Format::Txt);
+        let format = Format::for_output(Path::new("out"), Some(Format::Folded));
+        assert_eq!(format.unwrap(), Format::Folded);
+    }
+
+    #[test]
+    fn extension_names_format() {
+        for (path, format) in [
+            ("a.folded", Format::Folded),
+            ("dir/a.collapsed", Format::Folded),
+            ("a.svg", Format::Svg),
+            ("A.SVG", Format::Svg),
+            ("a.txt", Format::Txt),
+        ] {
+            assert_eq!(
+                Format::for_output(Path::new(path), None).unwrap(),
+                format,
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_or_missing_extension_is_an_error() {
+        for path in ["profile", "profile.html", "dir.svg/profile"] {
+            let error = Format::for_output(Path::new(path), None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(path) && error.contains("--format"),
+                "{error}"
+            );
+            assert!(!error.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn write_profile_writes_each_format() {
+        let profile = profile(&[("app;main", 2)]);
+        for format in [Format::Folded, Format::Svg, Format::Txt] {
+            let mut out = Vec::new();
+            write_profile(&profile, format, &mut out).unwrap();
+            assert!(
+                String::from_utf8(out).unwrap().contains("main"),
+                "{format:?}"
+            );
+        }
+    }
+}

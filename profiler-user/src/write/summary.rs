@@ -1,0 +1,174 @@
+//! A flat text report: how the recording went and where the time went.
+
+use std::{
+    cmp::Reverse,
+    collections::{HashMap, HashSet},
+    io::{self, Write},
+};
+
+use crate::profile::Profile;
+
+/// More rows bury the few functions that matter.
+const MAX_ROWS: usize = 40;
+
+/// Writes the recording's counts, then the top functions by self and by
+/// total samples.
+pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
+    let summary = &profile.summary;
+    writeln!(out, "Stoke CPU profile")?;
+    writeln!(out)?;
+    for (label, value) in [
+        ("Total samples", summary.samples.to_string()),
+        (
+            "Lost samples (ring buffer full)",
+            summary.lost_ring_full.to_string(),
+        ),
+        (
+            "Partial kernel stacks",
+            summary.partial_kernel_stacks.to_string(),
+        ),
+        (
+            "Partial user stacks",
+            summary.partial_user_stacks.to_string(),
+        ),
+        (
+            "Lost exec/exit notices",
+            summary.lost_lifecycle_records.to_string(),
+        ),
+        ("Idle samples left out", summary.idle_skipped.to_string()),
+        (
+            "Duration",
+            format!("{:.1} s", summary.duration.as_secs_f64()),
+        ),
+        ("Frequency", format!("{} Hz per CPU", summary.frequency_hz)),
+        ("CPUs", summary.cpus.to_string()),
+    ] {
+        writeln!(out, "{:<33} {value}", format!("{label}:"))?;
+    }
+
+    // Percentages are of the samples being counted, so they add up even if
+    // the summary's total disagrees.
+    let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
+    let (self_samples, total_samples) = count_functions(profile);
+    write_table(out, "Top functions by self samples", self_samples, total)?;
+    write_table(out, "Top functions by total samples", total_samples, total)
+}
+
+/// Samples per function as the leaf, and per function anywhere on the
+/// stack; the context frames naming process and thread are not functions.
+fn count_functions(profile: &Profile) -> (HashMap<&str, u64>, HashMap<&str, u64>) {
+    let mut self_samples = HashMap::new();
+    let mut total_samples = HashMap::new();
+    let mut on_stack = HashSet::new();
+    for stack in &profile.stacks {
+        let code = stack
+            .frames
+            .get(profile.context_frames..)
+            .unwrap_or_default();
+        if let Some(leaf) = code.last() {
+            *self_samples.entry(&**leaf).or_default() += stack.samples;
+        }
+        // A recursive function is on the CPU once, however deep it recurses.
+        on_stack.clear();
+        for frame in code {
+            if on_stack.insert(&**frame) {
+                *total_samples.entry(&**frame).or_default() += stack.samples;
+            }
+        }
+    }
+    (self_samples, total_samples)
+}
+
+fn write_table(
+    out: &mut dyn Write,
+    title: &str,
+    counts: HashMap<&str, u64>,
+    total: u64,
+) -> io::Result<()> {
+    let mut rows: Vec<_> = counts.into_iter().collect();
+    rows.sort_unstable_by_key(|&(name, samples)| (Reverse(samples), name));
+    writeln!(out)?;
+    writeln!(out, "{title}")?;
+    writeln!(out, "{:>10}  {:>8}  function", "samples", "percent")?;
+    for (name, samples) in rows.into_iter().take(MAX_ROWS) {
+        let percent = if total == 0 {
+            0.0
+        } else {
+            samples as f64 * 100.0 / total as f64
+        };
+        writeln!(out, "{samples:>10}  {percent:>7.2}%  {name}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::write::tests::profile;
+
+    fn report(profile: &Profile) -> String {
+        let mut out = Vec::new();
+        write(profile, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The rows of the table under `title`, as written.
+    fn table<'a>(report: &'a str, title: &str) -> Vec<&'a str> {
+        let mut lines = report.lines().skip_while(|line| *line != title).skip(2);
+        lines.by_ref().take_while(|line| !line.is_empty()).collect()
+    }
+
+    #[test]
+    fn counts_self_and_total_samples() {
+        let mut profile = profile(&[
+            ("app;main;fib;fib;fib", 6),
+            ("app;main;fib;write_[k]", 3),
+            ("app;main", 1),
+            ("worker;fib", 1),
+            ("app", 4),
+        ]);
+        profile.summary.lost_ring_full = 2;
+        profile.summary.duration = Duration::from_millis(1240);
+        let report = report(&profile);
+        assert!(report.contains("Total samples:                    15\n"));
+        assert!(report.contains("Lost samples (ring buffer full):  2\n"));
+        assert!(report.contains("Duration:                         1.2 s\n"));
+        assert_eq!(
+            table(&report, "Top functions by self samples"),
+            [
+                "         7    46.67%  fib",
+                "         3    20.00%  write_[k]",
+                "         1     6.67%  main",
+            ]
+        );
+        // `app` and `worker` are context frames, not functions.
+        assert_eq!(
+            table(&report, "Top functions by total samples"),
+            [
+                "        10    66.67%  fib",
+                "        10    66.67%  main",
+                "         3    20.00%  write_[k]",
+            ]
+        );
+    }
+
+    #[test]
+    fn tables_stop_at_max_rows() {
+        let names: Vec<String> = (0..MAX_ROWS + 5).map(|i| format!("app;f{i:02}")).collect();
+        let stacks: Vec<(&str, u64)> = names.iter().map(|name| (name.as_str(), 1)).collect();
+        let report = report(&profile(&stacks));
+        let rows = table(&report, "Top functions by self samples");
+        assert_eq!(rows.len(), MAX_ROWS);
+        assert!(rows[0].ends_with("f00"));
+    }
+
+    #[test]
+    fn zero_samples_gives_empty_tables() {
+        let report = report(&profile(&[]));
+        assert!(report.contains("Total samples:                    0\n"));
+        assert!(table(&report, "Top functions by total samples").is_empty());
+        assert!(!report.contains("NaN"));
+    }
+}
