@@ -3,6 +3,7 @@
 
 use std::{
     fs::File,
+    path::Path,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -72,7 +73,10 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         let remaining = args
             .duration
             .map(|duration| duration.saturating_sub(elapsed));
-        if stop.load(Ordering::Relaxed) || remaining.is_some_and(|left| left.is_zero()) {
+        if stop.load(Ordering::Relaxed)
+            || remaining.is_some_and(|left| left.is_zero())
+            || all_exited(&args.pids)
+        {
             break;
         }
         let counters = sampler.counters()?;
@@ -113,6 +117,14 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// With `-p`, once every target has exited there is nothing left to sample.
+fn all_exited(pids: &[u32]) -> bool {
+    !pids.is_empty()
+        && pids
+            .iter()
+            .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }
 
 /// Every mapped file of every sampled process is held open until the end:

@@ -177,12 +177,14 @@ fn explain_load_error(error: EbpfError) -> anyhow::Error {
 
 fn explain_program_error(error: ProgramError) -> anyhow::Error {
     match &error {
-        ProgramError::SyscallError(syscall) if syscall.call == "perf_event_open" => {
+        // Tracepoints attach through perf_event_open too (aya names that
+        // call perf_event_open_trace_point).
+        ProgramError::SyscallError(syscall) if syscall.call.starts_with("perf_event_open") => {
             let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
                 .map(|text| text.trim().to_owned())
                 .unwrap_or_else(|_| "unknown".into());
             anyhow!(
-                "perf_event_open refused to open the cpu-clock event ({}): run as root or with CAP_PERFMON, lower kernel.perf_event_paranoid (now {paranoid}), and in a container allow perf_event_open in its seccomp profile",
+                "perf_event_open was refused ({}): run as root or with CAP_PERFMON, lower kernel.perf_event_paranoid (now {paranoid}), and in a container allow perf_event_open in its seccomp profile",
                 syscall.io_error
             )
         }

@@ -22,19 +22,13 @@ pub type Frames = Arc<[Arc<str>]>;
 
 /// Names addresses.
 pub struct Symbolizer {
-    blazesym: BlazeSymbolizer,
     lines: bool,
 }
 
 impl Symbolizer {
     /// A symbolizer; `lines` adds source locations and inlined functions.
     pub fn new(lines: bool) -> Self {
-        let blazesym = BlazeSymbolizer::builder()
-            .enable_code_info(lines)
-            .enable_inlined_fns(lines)
-            .enable_demangling(true)
-            .build();
-        Self { blazesym, lines }
+        Self { lines }
     }
 
     /// Names kernel addresses; every name ends in `_[k]`.
@@ -75,7 +69,14 @@ impl Symbolizer {
         unnamed: impl Fn(u64) -> String,
     ) -> Vec<Frames> {
         let addresses = *input.as_inner_ref();
-        match self.blazesym.symbolize(source, input) {
+        // blazesym keeps every file it parsed mapped and indexed: a fresh one
+        // per batch bounds stoke's memory by the largest file, not their sum.
+        let blazesym = BlazeSymbolizer::builder()
+            .enable_code_info(self.lines)
+            .enable_inlined_fns(self.lines)
+            .enable_demangling(true)
+            .build();
+        match blazesym.symbolize(source, input) {
             Ok(results) => results
                 .iter()
                 .zip(addresses)

@@ -1,0 +1,315 @@
+//! Errors a user can cause: one line on stderr starting with
+//! `stoke: error: `, exit status 1 (2 for argument-parsing errors), no panic
+//! or backtrace, and well before the `-d 30` the command asked for.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use stoke_tests::{
+    args, pid_max, require_root, run_stoke, stoke_bin, Stoke, StokeOutput, TempDir, Workload,
+};
+
+/// How long stoke may take to refuse a command that asks for 30 s.
+const FAST: Duration = Duration::from_secs(10);
+/// When to give up on it altogether.
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn assert_fast(output: &StokeOutput) {
+    assert!(
+        output.elapsed < FAST,
+        "stoke took {:?} to refuse the command (it should fail before recording)",
+        output.elapsed
+    );
+}
+
+/// Runs stoke with `args` and returns its output, asserting it was quick.
+fn run(args: &[String]) -> StokeOutput {
+    let output = run_stoke(args, TIMEOUT);
+    println!("exit {:?}, stderr: {}", output.code(), output.stderr);
+    assert_fast(&output);
+    output
+}
+
+/// Runs a prepared command (stoke under a wrapper), asserting it was quick.
+fn run_command(command: Command) -> StokeOutput {
+    let output = Stoke::spawn_command(command).wait(TIMEOUT);
+    println!("exit {:?}, stderr: {}", output.code(), output.stderr);
+    assert_fast(&output);
+    output
+}
+
+/// A copy of the stoke binary, with its directory, that any user can run
+/// (the workspace may not be traversable for `nobody`).
+fn world_executable_copy(dir: &TempDir) -> std::path::PathBuf {
+    let bin_dir = dir.join("bin");
+    fs::create_dir(&bin_dir).unwrap();
+    fs::set_permissions(&bin_dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = bin_dir.join("stoke");
+    fs::copy(stoke_bin(), &copy).expect("copying the stoke binary");
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+#[test]
+fn non_root_user_is_refused() {
+    require_root();
+    let dir = TempDir::new("nonroot");
+    let stoke = world_executable_copy(&dir);
+    let out_dir = dir.join("out");
+    fs::create_dir(&out_dir).unwrap();
+    fs::set_permissions(&out_dir, fs::Permissions::from_mode(0o777)).unwrap();
+
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&stoke)
+        .args(args![
+            "record",
+            "-a",
+            "-d",
+            30,
+            "-o",
+            out_dir.join("x.folded").display()
+        ])
+        .current_dir(&out_dir);
+    let output = run_command(command);
+    output.assert_user_error(&["root", "CAP_BPF"]);
+}
+
+#[test]
+fn root_without_capabilities_is_refused() {
+    require_root();
+    let dir = TempDir::new("nocaps");
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(stoke_bin())
+        .args(args![
+            "record",
+            "-a",
+            "-d",
+            30,
+            "-o",
+            dir.join("x.folded").display()
+        ]);
+    let output = run_command(command);
+    output.assert_user_error(&["root", "CAP_BPF"]);
+}
+
+#[test]
+fn missing_btf_is_reported() {
+    require_root();
+    assert!(
+        Path::new("/sys/kernel/btf/vmlinux").exists(),
+        "this host has no /sys/kernel/btf/vmlinux to hide"
+    );
+    let dir = TempDir::new("nobtf");
+    // In a private mount namespace, hide /sys/kernel/btf under an empty
+    // tmpfs, check that it is hidden, then exec stoke.
+    let script = "mount -t tmpfs none /sys/kernel/btf || exit 97; \
+                  if [ -e /sys/kernel/btf/vmlinux ]; then echo 'BTF still visible' >&2; exit 98; fi; \
+                  exec \"$0\" \"$@\"";
+    let mut command = Command::new("unshare");
+    command
+        .args(["-m", "sh", "-c", script])
+        .arg(stoke_bin())
+        .args(args![
+            "record",
+            "-a",
+            "-d",
+            30,
+            "-o",
+            dir.join("x.folded").display()
+        ]);
+    let output = run_command(command);
+    assert!(
+        !matches!(output.code(), Some(97 | 98)),
+        "could not hide /sys/kernel/btf/vmlinux for the test: {}",
+        output.stderr
+    );
+    output.assert_user_error(&["BTF"]);
+    assert!(
+        Path::new("/sys/kernel/btf/vmlinux").exists(),
+        "the host's BTF must still be there"
+    );
+}
+
+#[test]
+fn refused_perf_event_open_is_reported() {
+    require_root();
+    let dir = TempDir::new("noperf");
+    let deny = Workload::build_with("deny_perf", dir.path(), &["-O2"]);
+    let mut command = Command::new(deny.exe());
+    command.arg(stoke_bin()).args(args![
+        "record",
+        "-a",
+        "-d",
+        30,
+        "-o",
+        dir.join("x.folded").display()
+    ]);
+    let output = run_command(command);
+    assert_ne!(
+        output.code(),
+        Some(97),
+        "deny_perf could not install its seccomp filter: {}",
+        output.stderr
+    );
+    output.assert_user_error(&["perf_event_open"]);
+}
+
+#[test]
+fn pid_above_pid_max_is_reported() {
+    require_root();
+    let dir = TempDir::new("nopid");
+    let pid = pid_max() + 1;
+    let output = run(&args![
+        "record",
+        "-p",
+        pid,
+        "-d",
+        30,
+        "-o",
+        dir.join("x.folded").display()
+    ]);
+    output.assert_user_error(&["no process", &pid.to_string()]);
+}
+
+#[test]
+fn pid_of_exited_process_is_reported() {
+    require_root();
+    let dir = TempDir::new("deadpid");
+    let mut child = Command::new("true").spawn().expect("running true");
+    let dead = child.id();
+    child.wait().unwrap();
+    let output = run(&args![
+        "record",
+        "-p",
+        dead,
+        "-d",
+        30,
+        "-o",
+        dir.join("x.folded").display()
+    ]);
+    output.assert_user_error(&["no process", &dead.to_string()]);
+
+    // One dead pid in a list with a live one (this test process).
+    let alive = std::process::id();
+    let output = run(&args![
+        "record",
+        "-p",
+        format!("{alive},{dead}"),
+        "-d",
+        30,
+        "-o",
+        dir.join("y.folded").display()
+    ]);
+    output.assert_user_error(&["no process", &dead.to_string()]);
+}
+
+#[test]
+fn unwritable_output_is_reported() {
+    require_root();
+    assert!(!Path::new("/nonexistent-dir").exists());
+    let output = run(&args![
+        "record",
+        "-a",
+        "-d",
+        30,
+        "-o",
+        "/nonexistent-dir/x.svg"
+    ]);
+    output.assert_user_error(&["/nonexistent-dir/x.svg"]);
+}
+
+#[test]
+fn zero_frequency_is_refused() {
+    require_root();
+    let dir = TempDir::new("f0");
+    let output = run(&args![
+        "record",
+        "-a",
+        "-F",
+        0,
+        "-d",
+        30,
+        "-o",
+        dir.join("x.folded").display()
+    ]);
+    output.assert_rejected(&["frequency"]);
+}
+
+#[test]
+fn absurd_frequency_is_refused() {
+    require_root();
+    let dir = TempDir::new("fhuge");
+    let output = run(&args![
+        "record",
+        "-a",
+        "-F",
+        10_000_000,
+        "-d",
+        30,
+        "-o",
+        dir.join("x.folded").display()
+    ]);
+    output.assert_rejected(&["frequency"]);
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    require_root();
+    let output = run(&args!["record", "-a", "-d", 30, "--no-such-flag"]);
+    output.assert_usage_error(&["--no-such-flag"]);
+}
+
+#[test]
+fn non_numeric_frequency_is_refused() {
+    require_root();
+    let dir = TempDir::new("fabc");
+    let output = run(&args![
+        "record",
+        "-a",
+        "-F",
+        "abc",
+        "-d",
+        30,
+        "-o",
+        dir.join("x.folded").display()
+    ]);
+    output.assert_rejected(&[]);
+}
+
+#[test]
+fn output_without_known_extension_needs_a_format() {
+    require_root();
+    let dir = TempDir::new("noext");
+    let target = dir.join("out.bin");
+    let output = run(&args!["record", "-a", "-d", 30, "-o", target.display()]);
+    output.assert_rejected(&[]);
+    assert!(!target.exists(), "stoke wrote {} anyway", target.display());
+}
+
+#[test]
+fn all_cpus_and_pids_together_are_refused() {
+    require_root();
+    let dir = TempDir::new("aandp");
+    let output = run(&args![
+        "record",
+        "-a",
+        "-p",
+        std::process::id(),
+        "-d",
+        30,
+        "-o",
+        dir.join("x.folded").display()
+    ]);
+    output.assert_rejected(&[]);
+}
