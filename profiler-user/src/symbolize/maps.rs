@@ -8,9 +8,11 @@
 //! device and inode) is opened once per host.
 
 use std::{
+    cell::OnceCell,
     collections::HashMap,
     fs::File,
-    os::fd::AsRawFd,
+    io::{self, Read, Seek, SeekFrom, Write},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -84,6 +86,8 @@ pub struct ProcessTable {
     images: Vec<ProcessImage>,
     live: HashMap<u32, ImageId>,
     files: HashMap<(u64, u64), Arc<MappedFile>>,
+    /// A copy of the vdso, which every process of this kernel maps alike.
+    vdso: OnceCell<Option<Arc<MappedFile>>>,
 }
 
 impl ProcessTable {
@@ -143,7 +147,12 @@ impl ProcessTable {
                         None => MappingTarget::Named(base_name(path).into()),
                     }
                 }
-                MMapPath::Vdso => MappingTarget::Named("[vdso]".into()),
+                MMapPath::Vdso => {
+                    match self.vdso.get_or_init(|| copy_own_vdso().ok().map(Arc::new)) {
+                        Some(vdso) => MappingTarget::File(vdso.clone()),
+                        None => MappingTarget::Named("[vdso]".into()),
+                    }
+                }
                 MMapPath::Vsyscall => MappingTarget::Named("[vsyscall]".into()),
                 MMapPath::Other(name) => MappingTarget::Named(name.as_str().into()),
                 _ => MappingTarget::Named("[anon]".into()),
@@ -178,6 +187,36 @@ impl ProcessTable {
         self.files.insert(key, mapped.clone());
         Some(mapped)
     }
+}
+
+/// The vdso has no file: copy this process's own into a memfd, so that
+/// blazesym reads it like any ELF file.
+fn copy_own_vdso() -> io::Result<MappedFile> {
+    let maps = Process::myself()
+        .and_then(|me| me.maps())
+        .map_err(io::Error::other)?;
+    let vdso = maps
+        .into_iter()
+        .find(|map| map.pathname == MMapPath::Vdso)
+        .ok_or_else(|| io::Error::other("no vdso mapped"))?;
+    let (start, end) = vdso.address;
+    let mut image = vec![0; usize::try_from(end - start).map_err(io::Error::other)?];
+    let mut memory = File::open("/proc/self/mem")?;
+    memory.seek(SeekFrom::Start(start))?;
+    memory.read_exact(&mut image)?;
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked
+    // and, when valid, a descriptor that nothing else owns.
+    let fd = unsafe { libc::memfd_create(c"stoke-vdso".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: see above.
+    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(&image)?;
+    Ok(MappedFile {
+        file,
+        name: "[vdso]".into(),
+    })
 }
 
 fn device_number((major, minor): (i32, i32)) -> u64 {
@@ -242,6 +281,18 @@ mod tests {
             id,
             "forgotten image replaced"
         );
+    }
+
+    #[test]
+    fn the_vdso_is_a_readable_elf_file() {
+        let vdso = copy_own_vdso().unwrap();
+        let mut magic = [0; 4];
+        File::open(vdso.path())
+            .unwrap()
+            .read_exact(&mut magic)
+            .unwrap();
+        assert_eq!(&magic, b"\x7fELF");
+        assert_eq!(&*vdso.name, "[vdso]");
     }
 
     #[test]
