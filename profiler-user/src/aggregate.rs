@@ -5,6 +5,7 @@
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
+    time::Instant,
 };
 
 use crate::{
@@ -87,7 +88,10 @@ impl Aggregator {
 
     /// Names every frame and folds the stacks into a profile.
     pub fn finish(self, symbolizer: &Symbolizer, mut summary: RecordingSummary) -> Profile {
+        let started = Instant::now();
         let names = Names::resolve(&self, symbolizer);
+        summary.symbolize_time = started.elapsed();
+        summary.symbolized_addresses = names.kernel.len() + names.files.len();
         let mut folded: HashMap<Vec<Arc<str>>, u64> = HashMap::new();
         for (stack, samples) in &self.stacks {
             let image = self.processes.image(stack.image);
@@ -108,6 +112,7 @@ impl Aggregator {
             *folded.entry(frames).or_default() += samples;
         }
         summary.samples = self.samples;
+        summary.processes = self.processes.len();
         Profile {
             stacks: folded
                 .into_iter()

@@ -67,6 +67,11 @@ pub struct RecordArgs {
     /// Keep samples of idle CPUs (the kernel's idle task, pid 0).
     #[arg(long)]
     pub idle: bool,
+
+    /// Measure the BPF sampler's own run time per sample and report it (turns
+    /// on the kernel's BPF statistics, for every BPF program, while recording).
+    #[arg(long)]
+    pub bpf_stats: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -46,6 +46,15 @@ pub struct RecordingSummary {
     pub lost_lifecycle_records: u64,
     /// Samples of idle CPUs, left out unless `--idle` was given.
     pub idle_skipped: u64,
+    /// Process images sampled (an exec starts a new one).
+    pub processes: usize,
+    /// Mean run time of the BPF sampler per sample, when the kernel's BPF
+    /// statistics were on (`--bpf-stats` or `kernel.bpf_stats_enabled`).
+    pub bpf_time_per_sample: Option<Duration>,
+    /// Distinct addresses named after the recording.
+    pub symbolized_addresses: usize,
+    /// How long naming them took.
+    pub symbolize_time: Duration,
 }
 
 impl RecordingSummary {

@@ -56,7 +56,9 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         frequency_hz: args.frequency,
         pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
         include_idle: args.idle,
+        bpf_stats: args.bpf_stats,
     })?;
+    announce(args, sampler.cpus().len());
     let started = Instant::now();
     let progress = Progress::start(args.duration);
     let mut aggregator = Aggregator::new(AggregateOptions {
@@ -91,6 +93,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let duration = started.elapsed();
     let cpus = sampler.cpus().len();
     let counters = sampler.counters()?;
+    let bpf_time_per_sample = sampler.time_per_sample();
     drop(sampler);
     progress.finish();
 
@@ -98,25 +101,45 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         duration,
         frequency_hz: args.frequency,
         cpus,
-        samples: 0,
         lost_ring_full: counters[Counter::LostRingFull as usize] + malformed,
         partial_kernel_stacks: counters[Counter::KernelStackFailed as usize],
         partial_user_stacks: counters[Counter::UserStackFailed as usize],
         lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
         idle_skipped: counters[Counter::IdleSkipped as usize],
+        bpf_time_per_sample,
+        ..RecordingSummary::default()
     };
-    let processes = aggregator.processes();
     let profile = aggregator.finish(&Symbolizer::new(args.lines), summary);
     write_profile(&profile, format, &mut output)
         .with_context(|| format!("writing the profile to {}", args.output.display()))?;
     eprintln!(
-        "stoke: {} samples from {processes} processes in {:.1} s ({} lost), written to {}",
+        "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",
         profile.summary.samples,
+        profile.summary.processes,
         duration.as_secs_f64(),
         profile.summary.lost(),
         args.output.display()
     );
     Ok(())
+}
+
+/// Says on stderr that sampling has begun, and what it covers.
+fn announce(args: &RecordArgs, cpus: usize) {
+    let scope = match args.pids.as_slice() {
+        [] => "every process".to_owned(),
+        pids => {
+            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+            format!("pids {}", pids.join(","))
+        }
+    };
+    let until = match args.duration {
+        Some(duration) => format!("for {:.1} s", duration.as_secs_f64()),
+        None => "until Ctrl-C".to_owned(),
+    };
+    eprintln!(
+        "stoke: sampling {scope} on {cpus} CPUs at {} Hz {until}",
+        args.frequency
+    );
 }
 
 /// With `-p`, once every target has exited there is nothing left to sample.

@@ -1,7 +1,11 @@
 //! Loads the BPF sampler, attaches it to a cpu-clock perf event on every
 //! online CPU, and hands out its ring buffer and counters.
 
-use std::{io, os::fd::AsRawFd, time::Duration};
+use std::{
+    io,
+    os::fd::{AsRawFd, OwnedFd},
+    time::Duration,
+};
 
 use anyhow::{anyhow, Context, Result};
 use aya::{
@@ -23,6 +27,8 @@ pub struct SamplerConfig {
     pub pids: Option<Vec<u32>>,
     /// Keep samples of the idle task.
     pub include_idle: bool,
+    /// Turn on the kernel's BPF run-time statistics while sampling.
+    pub bpf_stats: bool,
 }
 
 /// The running BPF sampler. Sampling stops when it is dropped.
@@ -31,6 +37,8 @@ pub struct Sampler {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
     cpus: Vec<u32>,
+    /// Keeps the kernel's BPF statistics on while held.
+    _stats: Option<OwnedFd>,
 }
 
 /// Totals of the sampler's per-CPU counters.
@@ -39,6 +47,11 @@ pub type CounterTotals = [u64; COUNTER_COUNT as usize];
 impl Sampler {
     /// Loads the sampler and starts sampling every online CPU.
     pub fn start(config: &SamplerConfig) -> Result<Self> {
+        let stats = config
+            .bpf_stats
+            .then(|| aya::sys::enable_stats(aya::sys::Stats::RunTime))
+            .transpose()
+            .context("turning on BPF statistics (--bpf-stats)")?;
         let cpus =
             aya::util::online_cpus().map_err(|(path, error)| anyhow!("reading {path}: {error}"))?;
         let ring_bytes = ring_size(cpus.len(), config.frequency_hz);
@@ -104,7 +117,12 @@ impl Sampler {
         }
 
         let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
-        Ok(Self { ebpf, ring, cpus })
+        Ok(Self {
+            ebpf,
+            ring,
+            cpus,
+            _stats: stats,
+        })
     }
 
     /// The CPUs being sampled.
@@ -130,6 +148,16 @@ impl Sampler {
         while let Some(item) = self.ring.next() {
             take(&item);
         }
+    }
+
+    /// Mean run time of the sampling program, if the kernel measured it.
+    pub fn time_per_sample(&self) -> Option<Duration> {
+        let program: &PerfEvent = self.ebpf.program("sample_cpu")?.try_into().ok()?;
+        let info = program.info().ok()?;
+        let runs = u32::try_from(info.run_count())
+            .ok()
+            .filter(|&runs| runs > 0)?;
+        Some(info.run_time() / runs)
     }
 
     /// Sums the sampler's counters over all CPUs.

@@ -42,6 +42,22 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
         ),
         ("Frequency", format!("{} Hz per CPU", summary.frequency_hz)),
         ("CPUs", summary.cpus.to_string()),
+        ("Processes", summary.processes.to_string()),
+        (
+            "BPF time per sample",
+            summary.bpf_time_per_sample.map_or_else(
+                || "not measured (--bpf-stats measures it)".to_owned(),
+                |time| format!("{:.2} µs", time.as_secs_f64() * 1e6),
+            ),
+        ),
+        (
+            "Symbolization",
+            format!(
+                "{} addresses in {:.0} ms",
+                summary.symbolized_addresses,
+                summary.symbolize_time.as_secs_f64() * 1e3
+            ),
+        ),
     ] {
         writeln!(out, "{:<33} {value}", format!("{label}:"))?;
     }
