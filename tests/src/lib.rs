@@ -65,6 +65,16 @@ pub fn require_root() {
     );
 }
 
+/// The common start of a test: [`require_root`], then a fresh [`TempDir`]
+/// named after `label` with `tests/workloads/<workload>.c` built in it
+/// ([`Workload::build`]).
+pub fn prepare(label: &str, workload: &str) -> (TempDir, Workload) {
+    require_root();
+    let dir = TempDir::new(label);
+    let workload = Workload::build(workload, dir.path());
+    (dir, workload)
+}
+
 /// The `stoke` binary under test: `$STOKE_BIN` if set, else
 /// `<workspace root>/target/release/stoke`.
 ///
@@ -535,6 +545,21 @@ impl Stoke {
         assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
     }
 
+    /// Waits for a recording that is expected to succeed and to last
+    /// `seconds` (its `-d`): at most `seconds + 60` s from its start, then
+    /// asserts exit status 0, no panic, and that it did not stop before
+    /// `seconds` had passed.
+    pub fn wait_recording(self, seconds: f64) -> StokeOutput {
+        let output = self.wait(Duration::from_secs_f64(seconds + 60.0));
+        output.assert_success();
+        assert!(
+            output.elapsed.as_secs_f64() >= seconds - 0.05,
+            "stoke exited after {:?}, before the {seconds} s recording could have finished",
+            output.elapsed
+        );
+        output
+    }
+
     /// Waits for the process to exit and collects its output.
     ///
     /// # Panics
@@ -583,24 +608,39 @@ fn read_in_background(mut pipe: impl Read + Send + 'static) -> JoinHandle<String
     })
 }
 
-/// Runs `stoke` with `args` to completion, killing it (and panicking) if it
-/// takes longer than `timeout`. Asserts nothing about the outcome.
-pub fn run_stoke<S: AsRef<OsStr>>(args: &[S], timeout: Duration) -> StokeOutput {
-    Stoke::spawn(args).wait(timeout)
+/// Runs a recording that is expected to succeed and to last `seconds` (the
+/// `-d` given in `args`), checked by [`Stoke::wait_recording`]: exit status
+/// 0, no panic, and not stopped before `seconds` had passed.
+pub fn record<S: AsRef<OsStr>>(args: &[S], seconds: f64) -> StokeOutput {
+    Stoke::spawn(args).wait_recording(seconds)
 }
 
-/// Runs a recording that is expected to succeed and to last `seconds` (the
-/// `-d` given in `args`): waits at most `seconds + 60` s, then asserts exit
-/// status 0, no panic, and that it did not stop before `seconds` had passed.
-pub fn record<S: AsRef<OsStr>>(args: &[S], seconds: f64) -> StokeOutput {
-    let output = run_stoke(args, Duration::from_secs_f64(seconds + 60.0));
-    output.assert_success();
-    assert!(
-        output.elapsed.as_secs_f64() >= seconds - 0.05,
-        "stoke exited after {:?}, before the {seconds} s recording could have finished",
-        output.elapsed
-    );
-    output
+/// The arguments of `stoke record <select> -F <hz> -d <seconds> -o <out>`:
+/// a recording of what `select` names (`-a`, `-p <pid>`, plus any other
+/// options) at `hz` samples per second for `seconds`, written to `out`.
+pub fn record_args(select: &[String], hz: u32, seconds: f64, out: &Path) -> Vec<String> {
+    let mut args = vec!["record".to_owned()];
+    args.extend_from_slice(select);
+    args.extend(args!["-F", hz, "-d", seconds, "-o", out.display()]);
+    args
+}
+
+/// Runs the recording that [`record_args`] describes with [`record`],
+/// which asserts that it succeeds and lasts `seconds`.
+pub fn record_to(select: &[String], hz: u32, seconds: f64, out: &Path) -> StokeOutput {
+    record(&record_args(select, hz, seconds, out), seconds)
+}
+
+/// Records `running` alone (`-p <pid>`) at `hz` for `seconds` into the
+/// folded profile `out` ([`record_to`]), prints its heaviest stacks, and
+/// returns them ([`read_folded`]) after [`assert_all_of_process`] with the
+/// workload's root frame.
+pub fn record_process(running: &Running, hz: u32, seconds: f64, out: &Path) -> Vec<Stack> {
+    record_to(&args!["-p", running.pid()], hz, seconds, out);
+    let stacks = read_folded(out);
+    println!("{}", describe(&stacks, 15));
+    assert_all_of_process(&stacks, &running.root_frame());
+    stacks
 }
 
 /// One line of a folded profile: the frames, root first, and the number of
@@ -734,6 +774,43 @@ pub fn samples_with_frame<'a>(stacks: impl IntoIterator<Item = &'a Stack>, frame
 /// The stacks whose root frame is exactly `root`.
 pub fn stacks_of<'a>(stacks: &'a [Stack], root: &str) -> Vec<&'a Stack> {
     stacks.iter().filter(|s| s.root() == root).collect()
+}
+
+/// Panics unless every stack's root frame is `root`: a recording with
+/// `-p <pid>` holds that process's stacks and nothing else.
+pub fn assert_all_of_process(stacks: &[Stack], root: &str) {
+    for stack in stacks {
+        assert_eq!(
+            stack.root(),
+            root,
+            "with -p, a stack of another process: {}\n{}",
+            stack.joined(),
+            describe(stacks, 10)
+        );
+    }
+}
+
+/// Panics unless `part` samples are at least `fraction` of `whole`, with
+/// the message `only <part> of <whole> samples <what>`.
+pub fn assert_share(part: u64, whole: u64, fraction: f64, what: impl std::fmt::Display) {
+    assert!(
+        part as f64 >= fraction * whole as f64,
+        "only {part} of {whole} samples {what}"
+    );
+}
+
+/// The stacks under the process frame `root` and their total number of
+/// samples, printed; asserts that there are more than `min` samples.
+pub fn process_stacks<'a>(stacks: &'a [Stack], root: &str, min: u64) -> (Vec<&'a Stack>, u64) {
+    let mine = stacks_of(stacks, root);
+    let total = total_samples(mine.iter().copied());
+    println!("{root}: {}", describe(mine.iter().copied(), 10));
+    assert!(
+        total > min,
+        "only {total} samples under `{root}` (more than {min} expected)\n{}",
+        describe(stacks, 20)
+    );
+    (mine, total)
 }
 
 /// A readable summary of the `n` heaviest stacks, for assertion messages.

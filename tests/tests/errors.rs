@@ -4,46 +4,61 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use stoke_tests::{
-    args, pid_max, require_root, run_stoke, stoke_bin, Stoke, StokeOutput, TempDir, Workload,
-};
+use stoke_tests::{args, pid_max, require_root, stoke_bin, Stoke, StokeOutput, TempDir, Workload};
 
 /// How long stoke may take to refuse a command that asks for 30 s.
 const FAST: Duration = Duration::from_secs(10);
 /// When to give up on it altogether.
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-fn assert_fast(output: &StokeOutput) {
+/// Waits for a started stoke to finish and returns its output, asserting it
+/// was quick.
+fn finish(stoke: Stoke) -> StokeOutput {
+    let output = stoke.wait(TIMEOUT);
+    println!("exit {:?}, stderr: {}", output.code(), output.stderr);
     assert!(
         output.elapsed < FAST,
         "stoke took {:?} to refuse the command (it should fail before recording)",
         output.elapsed
     );
+    output
 }
 
 /// Runs stoke with `args` and returns its output, asserting it was quick.
 fn run(args: &[String]) -> StokeOutput {
-    let output = run_stoke(args, TIMEOUT);
-    println!("exit {:?}, stderr: {}", output.code(), output.stderr);
-    assert_fast(&output);
-    output
+    finish(Stoke::spawn(args))
 }
 
 /// Runs a prepared command (stoke under a wrapper), asserting it was quick.
 fn run_command(command: Command) -> StokeOutput {
-    let output = Stoke::spawn_command(command).wait(TIMEOUT);
-    println!("exit {:?}, stderr: {}", output.code(), output.stderr);
-    assert_fast(&output);
-    output
+    finish(Stoke::spawn_command(command))
+}
+
+/// The arguments of `stoke record <select> -d 30 -o <out>`: a 30 s
+/// recording, which stoke should refuse well before it could end.
+fn record_30s(select: &[String], out: &Path) -> Vec<String> {
+    let mut args = vec!["record".to_owned()];
+    args.extend_from_slice(select);
+    args.extend(args!["-d", 30, "-o", out.display()]);
+    args
+}
+
+/// Runs `stoke record <select> -d 30 -o <dir>/x.folded` ([`run`]) with a
+/// fresh directory named after `label`. Returns the output and the
+/// directory, which is kept for inspection if the test then fails.
+fn refused(label: &str, select: &[String]) -> (StokeOutput, TempDir) {
+    let dir = TempDir::new(label);
+    let output = run(&record_30s(select, &dir.join("x.folded")));
+    (output, dir)
 }
 
 /// A copy of the stoke binary, with its directory, that any user can run
 /// (the workspace may not be traversable for `nobody`).
-fn world_executable_copy(dir: &TempDir) -> std::path::PathBuf {
+fn world_executable_copy(dir: &TempDir) -> PathBuf {
     let bin_dir = dir.join("bin");
     fs::create_dir(&bin_dir).unwrap();
     fs::set_permissions(&bin_dir, fs::Permissions::from_mode(0o755)).unwrap();
@@ -66,14 +81,7 @@ fn non_root_user_is_refused() {
     command
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&stoke)
-        .args(args![
-            "record",
-            "-a",
-            "-d",
-            30,
-            "-o",
-            out_dir.join("x.folded").display()
-        ])
+        .args(record_30s(&args!["-a"], &out_dir.join("x.folded")))
         .current_dir(&out_dir);
     let output = run_command(command);
     output.assert_user_error(&["root", "CAP_BPF"]);
@@ -91,14 +99,7 @@ fn root_without_capabilities_is_refused() {
             "--bounding-set=-all",
         ])
         .arg(stoke_bin())
-        .args(args![
-            "record",
-            "-a",
-            "-d",
-            30,
-            "-o",
-            dir.join("x.folded").display()
-        ]);
+        .args(record_30s(&args!["-a"], &dir.join("x.folded")));
     let output = run_command(command);
     output.assert_user_error(&["root", "CAP_BPF"]);
 }
@@ -120,14 +121,7 @@ fn missing_btf_is_reported() {
     command
         .args(["-m", "sh", "-c", script])
         .arg(stoke_bin())
-        .args(args![
-            "record",
-            "-a",
-            "-d",
-            30,
-            "-o",
-            dir.join("x.folded").display()
-        ]);
+        .args(record_30s(&args!["-a"], &dir.join("x.folded")));
     let output = run_command(command);
     assert!(
         !matches!(output.code(), Some(97 | 98)),
@@ -147,14 +141,9 @@ fn refused_perf_event_open_is_reported() {
     let dir = TempDir::new("noperf");
     let deny = Workload::build_with("deny_perf", dir.path(), &["-O2"]);
     let mut command = Command::new(deny.exe());
-    command.arg(stoke_bin()).args(args![
-        "record",
-        "-a",
-        "-d",
-        30,
-        "-o",
-        dir.join("x.folded").display()
-    ]);
+    command
+        .arg(stoke_bin())
+        .args(record_30s(&args!["-a"], &dir.join("x.folded")));
     let output = run_command(command);
     assert_ne!(
         output.code(),
@@ -168,49 +157,23 @@ fn refused_perf_event_open_is_reported() {
 #[test]
 fn pid_above_pid_max_is_reported() {
     require_root();
-    let dir = TempDir::new("nopid");
     let pid = pid_max() + 1;
-    let output = run(&args![
-        "record",
-        "-p",
-        pid,
-        "-d",
-        30,
-        "-o",
-        dir.join("x.folded").display()
-    ]);
+    let (output, _dir) = refused("nopid", &args!["-p", pid]);
     output.assert_user_error(&["no process", &pid.to_string()]);
 }
 
 #[test]
 fn pid_of_exited_process_is_reported() {
     require_root();
-    let dir = TempDir::new("deadpid");
     let mut child = Command::new("true").spawn().expect("running true");
     let dead = child.id();
     child.wait().unwrap();
-    let output = run(&args![
-        "record",
-        "-p",
-        dead,
-        "-d",
-        30,
-        "-o",
-        dir.join("x.folded").display()
-    ]);
+    let (output, _dir) = refused("deadpid", &args!["-p", dead]);
     output.assert_user_error(&["no process", &dead.to_string()]);
 
     // One dead pid in a list with a live one (this test process).
     let alive = std::process::id();
-    let output = run(&args![
-        "record",
-        "-p",
-        format!("{alive},{dead}"),
-        "-d",
-        30,
-        "-o",
-        dir.join("y.folded").display()
-    ]);
+    let (output, _dir) = refused("deadpid", &args!["-p", format!("{alive},{dead}")]);
     output.assert_user_error(&["no process", &dead.to_string()]);
 }
 
@@ -218,48 +181,24 @@ fn pid_of_exited_process_is_reported() {
 fn unwritable_output_is_reported() {
     require_root();
     assert!(!Path::new("/nonexistent-dir").exists());
-    let output = run(&args![
-        "record",
-        "-a",
-        "-d",
-        30,
-        "-o",
-        "/nonexistent-dir/x.svg"
-    ]);
+    let output = run(&record_30s(
+        &args!["-a"],
+        Path::new("/nonexistent-dir/x.svg"),
+    ));
     output.assert_user_error(&["/nonexistent-dir/x.svg"]);
 }
 
 #[test]
 fn zero_frequency_is_refused() {
     require_root();
-    let dir = TempDir::new("f0");
-    let output = run(&args![
-        "record",
-        "-a",
-        "-F",
-        0,
-        "-d",
-        30,
-        "-o",
-        dir.join("x.folded").display()
-    ]);
+    let (output, _dir) = refused("f0", &args!["-a", "-F", 0]);
     output.assert_rejected(&["frequency"]);
 }
 
 #[test]
 fn absurd_frequency_is_refused() {
     require_root();
-    let dir = TempDir::new("fhuge");
-    let output = run(&args![
-        "record",
-        "-a",
-        "-F",
-        10_000_000,
-        "-d",
-        30,
-        "-o",
-        dir.join("x.folded").display()
-    ]);
+    let (output, _dir) = refused("fhuge", &args!["-a", "-F", 10_000_000]);
     output.assert_rejected(&["frequency"]);
 }
 
@@ -273,17 +212,7 @@ fn unknown_flag_is_a_usage_error() {
 #[test]
 fn non_numeric_frequency_is_refused() {
     require_root();
-    let dir = TempDir::new("fabc");
-    let output = run(&args![
-        "record",
-        "-a",
-        "-F",
-        "abc",
-        "-d",
-        30,
-        "-o",
-        dir.join("x.folded").display()
-    ]);
+    let (output, _dir) = refused("fabc", &args!["-a", "-F", "abc"]);
     output.assert_rejected(&[]);
 }
 
@@ -292,7 +221,7 @@ fn output_without_known_extension_needs_a_format() {
     require_root();
     let dir = TempDir::new("noext");
     let target = dir.join("out.bin");
-    let output = run(&args!["record", "-a", "-d", 30, "-o", target.display()]);
+    let output = run(&record_30s(&args!["-a"], &target));
     output.assert_rejected(&[]);
     assert!(!target.exists(), "stoke wrote {} anyway", target.display());
 }
@@ -300,16 +229,6 @@ fn output_without_known_extension_needs_a_format() {
 #[test]
 fn all_cpus_and_pids_together_are_refused() {
     require_root();
-    let dir = TempDir::new("aandp");
-    let output = run(&args![
-        "record",
-        "-a",
-        "-p",
-        std::process::id(),
-        "-d",
-        30,
-        "-o",
-        dir.join("x.folded").display()
-    ]);
+    let (output, _dir) = refused("aandp", &args!["-a", "-p", std::process::id()]);
     output.assert_rejected(&[]);
 }

@@ -5,27 +5,15 @@ use std::thread;
 use std::time::Duration;
 
 use stoke_tests::{
-    args, describe, read_folded, require_root, samples_where, stacks_of, total_samples, Stoke,
-    TempDir, Workload,
+    args, describe, prepare, process_stacks, read_folded, record_args, samples_where, Stoke,
 };
 
 #[test]
 fn exited_process_keeps_its_symbols() {
-    require_root();
-    let dir = TempDir::new("exit");
-    let workload = Workload::build("short_burn", dir.path());
+    let (dir, workload) = prepare("exit", "short_burn");
     let out = dir.join("exit.folded");
 
-    let stoke = Stoke::spawn(&args![
-        "record",
-        "-a",
-        "-F",
-        499,
-        "-d",
-        4,
-        "-o",
-        out.display()
-    ]);
+    let stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 4.0, &out));
     // Let stoke attach, then run a process that burns CPU for 1.5 s and
     // exits well before the recording ends.
     thread::sleep(Duration::from_secs(1));
@@ -34,23 +22,11 @@ fn exited_process_keeps_its_symbols() {
     let status = running.wait_exit(Duration::from_secs(10));
     assert!(status.success(), "short_burn failed: {status}");
 
-    let output = stoke.wait(Duration::from_secs(64));
-    output.assert_success();
-    assert!(
-        output.elapsed >= Duration::from_millis(3950),
-        "stoke stopped early"
-    );
+    stoke.wait_recording(4.0);
     let stacks = read_folded(&out);
-    let mine = stacks_of(&stacks, &root);
-    let total = total_samples(mine.iter().copied());
-    println!("{root}: {}", describe(mine.iter().copied(), 10));
-
-    // 1.5 s at 499 Hz is about 750 samples.
-    assert!(
-        total > 300,
-        "only {total} samples of `{root}`, which burned a CPU for 1.5 s during the recording\n{}",
-        describe(&stacks, 20)
-    );
+    // It burned a CPU for 1.5 s during the recording: at 499 Hz, about 750
+    // samples.
+    let (mine, total) = process_stacks(&stacks, &root, 300);
     let named = samples_where(mine.iter().copied(), |s| {
         s.contains_run(&["main", "burn_cpu", "burn_leaf"])
     });

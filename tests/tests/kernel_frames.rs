@@ -3,45 +3,17 @@
 //! then the kernel frames, never mixed the other way round.
 
 use stoke_tests::{
-    args, describe, is_kernel_frame, read_folded, record, require_root, samples_where,
-    total_samples, TempDir, Workload,
+    args, describe, is_kernel_frame, prepare, record_process, samples_where, total_samples,
 };
 
 #[test]
 fn read_heavy_workload_shows_kernel_frames_under_its_user_frames() {
-    require_root();
-    let dir = TempDir::new("kernel-frames");
-    let workload = Workload::build("read_loop", dir.path());
+    let (dir, workload) = prepare("kernel-frames", "read_loop");
     let data = dir.join("read_loop.data");
     let running = workload.spawn(&args![30, data.display()]);
     let out = dir.join("read.folded");
 
-    record(
-        &args![
-            "record",
-            "-p",
-            running.pid(),
-            "-F",
-            499,
-            "-d",
-            3,
-            "-o",
-            out.display()
-        ],
-        3.0,
-    );
-    let stacks = read_folded(&out);
-    let root = running.root_frame();
-    println!("{}", describe(&stacks, 15));
-
-    for stack in &stacks {
-        assert_eq!(
-            stack.root(),
-            root,
-            "with -p, a stack of another process: {}",
-            stack.joined()
-        );
-    }
+    let stacks = record_process(&running, 499, 3.0, &out);
     let total = total_samples(&stacks);
     assert!(
         total > 600,

@@ -5,14 +5,12 @@ use std::thread;
 use std::time::Duration;
 
 use stoke_tests::{
-    args, describe, read_folded, require_root, samples_where, total_samples, Stoke, TempDir,
-    Workload,
+    args, assert_all_of_process, assert_share, describe, prepare, read_folded, samples_where,
+    total_samples, Stoke,
 };
 
 fn stops_on(signal: libc::c_int, label: &str) {
-    require_root();
-    let dir = TempDir::new(label);
-    let workload = Workload::build("fp_split", dir.path());
+    let (dir, workload) = prepare(label, "fp_split");
     let running = workload.spawn(&["60"]);
     let out = dir.join("until-signal.folded");
 
@@ -38,18 +36,11 @@ fn stops_on(signal: libc::c_int, label: &str) {
         total > 100,
         "only {total} samples of a busy process in about 3 s at 499 Hz"
     );
-    assert!(
-        stacks.iter().all(|s| s.root() == running.root_frame()),
-        "with -p, stacks of other processes\n{}",
-        describe(&stacks, 10)
-    );
+    assert_all_of_process(&stacks, &running.root_frame());
     let hot = samples_where(&stacks, |s| {
         s.contains("hot_seventy") || s.contains("hot_thirty")
     });
-    assert!(
-        hot as f64 >= 0.9 * total as f64,
-        "only {hot} of {total} samples are under hot_seventy or hot_thirty"
-    );
+    assert_share(hot, total, 0.9, "are under hot_seventy or hot_thirty");
 }
 
 #[test]

@@ -2,37 +2,17 @@
 //! time, recorded with `-p`, must come out at 70 ± 3 %, with stacks that
 //! unwind through frame pointers from the process frame down to the leaf.
 
-use stoke_tests::{
-    args, describe, read_folded, record, require_root, samples_where, total_samples, TempDir,
-    Workload,
-};
+use stoke_tests::{assert_share, describe, prepare, record_process, samples_where, total_samples};
 
 #[test]
 fn seventy_thirty_split_with_pid() {
-    require_root();
-    let dir = TempDir::new("split");
-    let workload = Workload::build("fp_split", dir.path());
+    let (dir, workload) = prepare("split", "fp_split");
     let running = workload.spawn(&["30"]);
-    let pid = running.pid();
     let out = dir.join("split.folded");
 
-    record(
-        &args!["record", "-p", pid, "-F", 499, "-d", 4, "-o", out.display()],
-        4.0,
-    );
-    let stacks = read_folded(&out);
-    let root = running.root_frame();
-    println!("{}", describe(&stacks, 15));
-
     // -p PID records that process and nothing else.
-    for stack in &stacks {
-        assert_eq!(
-            stack.root(),
-            root,
-            "with -p {pid}, a stack of another process: {}",
-            stack.joined()
-        );
-    }
+    let stacks = record_process(&running, 499, 4.0, &out);
+    let root = running.root_frame();
 
     let total = total_samples(&stacks);
     let seventy = samples_where(&stacks, |s| s.contains("hot_seventy"));
@@ -50,11 +30,14 @@ fn seventy_thirty_split_with_pid() {
         describe(&stacks, 15)
     );
     assert_eq!(both, 0, "hot_seventy and hot_thirty never call each other");
-    assert!(
-        (seventy + thirty) as f64 >= 0.9 * total as f64,
-        "only {} of {total} samples are under hot_seventy or hot_thirty\n{}",
+    assert_share(
         seventy + thirty,
-        describe(&stacks, 15)
+        total,
+        0.9,
+        format_args!(
+            "are under hot_seventy or hot_thirty\n{}",
+            describe(&stacks, 15)
+        ),
     );
     assert!(
         (67.0..=73.0).contains(&share),
@@ -70,11 +53,14 @@ fn seventy_thirty_split_with_pid() {
                 && s.leaf() == "spin"
                 && s.position("main").is_some_and(|i| i > 0)
         });
-        assert!(
-            well_formed as f64 >= 0.8 * under_hot as f64,
-            "only {well_formed} of {under_hot} samples under {hot} have the stack \
-             `{root};...;main;{hot};spin`\n{}",
-            describe(&stacks, 15)
+        assert_share(
+            well_formed,
+            under_hot,
+            0.8,
+            format_args!(
+                "under {hot} have the stack `{root};...;main;{hot};spin`\n{}",
+                describe(&stacks, 15)
+            ),
         );
     }
     // No stack may be reversed (leaf first).

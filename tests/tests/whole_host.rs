@@ -6,24 +6,19 @@
 use std::fs;
 
 use stoke_tests::{
-    args, describe, parse_process_frame, parse_thread_frame, read_folded, record, require_root,
-    samples_where, stacks_of, total_samples, TempDir, Workload,
+    args, assert_share, describe, parse_process_frame, parse_thread_frame, prepare, process_stacks,
+    read_folded, record_process, record_to, samples_where, stacks_of, total_samples, Workload,
 };
 
 #[test]
 fn all_cpus_show_two_concurrent_workloads_under_their_process_frames() {
-    require_root();
-    let dir = TempDir::new("whole-host");
-    let split = Workload::build("fp_split", dir.path());
+    let (dir, split) = prepare("whole-host", "fp_split");
     let other = Workload::build("busy_other", dir.path());
     let split_run = split.spawn(&["30"]);
     let other_run = other.spawn(&["30"]);
     let out = dir.join("host.folded");
 
-    record(
-        &args!["record", "-a", "-F", 299, "-d", 3, "-o", out.display()],
-        3.0,
-    );
+    record_to(&args!["-a"], 299, 3.0, &out);
     let stacks = read_folded(&out);
     println!("{}", describe(&stacks, 20));
 
@@ -39,21 +34,8 @@ fn all_cpus_show_two_concurrent_workloads_under_their_process_frames() {
     // itself; two busy workloads on two CPUs share them with stoke.
     let split_root = split_run.root_frame();
     let other_root = other_run.root_frame();
-    let split_stacks = stacks_of(&stacks, &split_root);
-    let other_stacks = stacks_of(&stacks, &other_root);
-    let split_total = total_samples(split_stacks.iter().copied());
-    let other_total = total_samples(other_stacks.iter().copied());
-    println!("{split_root}: {split_total} samples; {other_root}: {other_total} samples");
-    assert!(
-        split_total > 300,
-        "only {split_total} samples under `{split_root}`\n{}",
-        describe(&stacks, 20)
-    );
-    assert!(
-        other_total > 300,
-        "only {other_total} samples under `{other_root}`\n{}",
-        describe(&stacks, 20)
-    );
+    let (split_stacks, split_total) = process_stacks(&stacks, &split_root, 300);
+    let (other_stacks, other_total) = process_stacks(&stacks, &other_root, 300);
 
     // Each process's own functions below its own process frame, and not
     // below the other's.
@@ -64,15 +46,23 @@ fn all_cpus_show_two_concurrent_workloads_under_their_process_frames() {
     let other_hot = samples_where(other_stacks.iter().copied(), |s| {
         s.contains_run(&["main", "other_work", "other_spin"])
     });
-    assert!(
-        split_hot as f64 >= 0.8 * split_total as f64,
-        "only {split_hot} of {split_total} samples of {split_root} are in main;hot_*;spin\n{}",
-        describe(split_stacks.iter().copied(), 10)
+    assert_share(
+        split_hot,
+        split_total,
+        0.8,
+        format_args!(
+            "of {split_root} are in main;hot_*;spin\n{}",
+            describe(split_stacks.iter().copied(), 10)
+        ),
     );
-    assert!(
-        other_hot as f64 >= 0.8 * other_total as f64,
-        "only {other_hot} of {other_total} samples of {other_root} are in main;other_work;other_spin\n{}",
-        describe(other_stacks.iter().copied(), 10)
+    assert_share(
+        other_hot,
+        other_total,
+        0.8,
+        format_args!(
+            "of {other_root} are in main;other_work;other_spin\n{}",
+            describe(other_stacks.iter().copied(), 10)
+        ),
     );
     let misattributed = samples_where(&stacks, |s| {
         (s.contains("other_work") && s.root() != other_root)
@@ -88,28 +78,13 @@ fn all_cpus_show_two_concurrent_workloads_under_their_process_frames() {
 
 #[test]
 fn thread_frames_with_t() {
-    require_root();
-    let dir = TempDir::new("threads");
-    let workload = Workload::build("two_threads", dir.path());
+    let (dir, workload) = prepare("threads", "two_threads");
     let running = workload.spawn(&["30"]);
     let threads = running.threads();
     println!("threads of {}: {threads:?}", running.root_frame());
     let out = dir.join("threads.folded");
 
-    record(
-        &args![
-            "record",
-            "-a",
-            "-t",
-            "-F",
-            299,
-            "-d",
-            2,
-            "-o",
-            out.display()
-        ],
-        2.0,
-    );
+    record_to(&args!["-a", "-t"], 299, 2.0, &out);
     let stacks = read_folded(&out);
     println!("{}", describe(&stacks, 20));
 
@@ -157,10 +132,14 @@ fn thread_frames_with_t() {
             "only {in_thread} samples under `{root};{frame}` (about 600 expected)\n{}",
             describe(mine.iter().copied(), 10)
         );
-        assert!(
-            in_function as f64 >= 0.8 * in_thread as f64,
-            "only {in_function} of {in_thread} samples under `{frame}` are in {function};worker_spin\n{}",
-            describe(mine.iter().copied(), 10)
+        assert_share(
+            in_function,
+            in_thread,
+            0.8,
+            format_args!(
+                "under `{frame}` are in {function};worker_spin\n{}",
+                describe(mine.iter().copied(), 10)
+            ),
         );
         assert_eq!(wrong, 0, "{not_function} under the thread frame `{frame}`");
     }
@@ -209,30 +188,13 @@ fn first_number(line: &str) -> Option<u64> {
 
 #[test]
 fn txt_and_svg_reports_and_format_selection() {
-    require_root();
-    let dir = TempDir::new("reports");
-    let workload = Workload::build("fp_split", dir.path());
+    let (dir, workload) = prepare("reports", "fp_split");
     let running = workload.spawn(&["60"]);
     let pid = running.pid();
 
     // --format txt wins over an extension that says nothing.
     let txt_path = dir.join("report.data");
-    record(
-        &args![
-            "record",
-            "-p",
-            pid,
-            "-F",
-            499,
-            "-d",
-            2,
-            "--format",
-            "txt",
-            "-o",
-            txt_path.display()
-        ],
-        2.0,
-    );
+    record_to(&args!["-p", pid, "--format", "txt"], 499, 2.0, &txt_path);
     let txt = fs::read_to_string(&txt_path).expect("reading the txt report");
     println!("{txt}");
     let lower = txt.to_lowercase();
@@ -299,20 +261,7 @@ fn txt_and_svg_reports_and_format_selection() {
 
     // .svg: an inferno flame graph.
     let svg_path = dir.join("flame.svg");
-    record(
-        &args![
-            "record",
-            "-p",
-            pid,
-            "-F",
-            499,
-            "-d",
-            2,
-            "-o",
-            svg_path.display()
-        ],
-        2.0,
-    );
+    record_to(&args!["-p", pid], 499, 2.0, &svg_path);
     let svg = fs::read_to_string(&svg_path).expect("reading the svg");
     assert!(
         svg.contains("<svg"),
@@ -335,28 +284,9 @@ fn txt_and_svg_reports_and_format_selection() {
 
     // .collapsed means folded; -d takes fractional seconds.
     let collapsed_path = dir.join("short.collapsed");
-    record(
-        &args![
-            "record",
-            "-p",
-            pid,
-            "-F",
-            499,
-            "-d",
-            1.5,
-            "-o",
-            collapsed_path.display()
-        ],
-        1.5,
-    );
-    let stacks = read_folded(&collapsed_path);
+    let stacks = record_process(&running, 499, 1.5, &collapsed_path);
     let samples = total_samples(&stacks);
-    println!("-d 1.5: {samples} samples\n{}", describe(&stacks, 5));
-    assert!(
-        stacks.iter().all(|s| s.root() == running.root_frame()),
-        "with -p, stacks of other processes\n{}",
-        describe(&stacks, 10)
-    );
+    println!("-d 1.5: {samples} samples");
     assert!(
         samples_where(&stacks, |s| s.contains("hot_seventy")) > 0,
         "no hot_seventy in the .collapsed output"

@@ -14,8 +14,7 @@ __attribute__((noinline)) void other_spin(unsigned long iterations)
 
 __attribute__((noinline)) void other_work(double end)
 {
-	while (now_monotonic() < end)
-		other_spin(20000);
+	call_until(end, other_spin, 20000);
 }
 
 int main(int argc, char **argv)

@@ -34,6 +34,16 @@ static inline double run_seconds(int argc, char **argv, double dflt)
 	return dflt;
 }
 
+/* Calls leaf(chunk) over and over until the monotonic clock reaches end.
+ * Always inlined: the (noinline) function using it keeps its own frame and
+ * calls leaf() from it directly, so its stacks stay caller;leaf. */
+static inline __attribute__((always_inline)) void
+call_until(double end, void (*leaf)(unsigned long), unsigned long chunk)
+{
+	while (now_monotonic() < end)
+		leaf(chunk);
+}
+
 static inline void say_ready(void)
 {
 	printf("ready\n");

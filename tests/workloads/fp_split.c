@@ -23,7 +23,11 @@ __attribute__((noinline)) void spin(unsigned long iterations)
 	sink = acc;
 }
 
-__attribute__((noinline)) double hot_seventy(double cpu_seconds)
+/* The body of both hot functions: calls spin() in CHUNKs until cpu_seconds
+ * of thread CPU time have passed, and returns the CPU time it took. Always
+ * inlined, so hot_seventy() and hot_thirty() each call spin() from their
+ * own frame. */
+static inline __attribute__((always_inline)) double spin_for(double cpu_seconds)
 {
 	double start = now_thread_cpu(), now;
 	do {
@@ -33,14 +37,14 @@ __attribute__((noinline)) double hot_seventy(double cpu_seconds)
 	return now - start;
 }
 
+__attribute__((noinline)) double hot_seventy(double cpu_seconds)
+{
+	return spin_for(cpu_seconds);
+}
+
 __attribute__((noinline)) double hot_thirty(double cpu_seconds)
 {
-	double start = now_thread_cpu(), now;
-	do {
-		spin(CHUNK);
-		now = now_thread_cpu();
-	} while (now - start < cpu_seconds);
-	return now - start;
+	return spin_for(cpu_seconds);
 }
 
 int main(int argc, char **argv)

@@ -14,8 +14,7 @@ __attribute__((noinline)) void burn_leaf(unsigned long iterations)
 
 __attribute__((noinline)) void burn_cpu(double end)
 {
-	while (now_monotonic() < end)
-		burn_leaf(20000);
+	call_until(end, burn_leaf, 20000);
 }
 
 int main(int argc, char **argv)

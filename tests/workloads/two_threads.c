@@ -17,23 +17,28 @@ __attribute__((noinline)) void worker_spin(unsigned long iterations)
 	sink = acc;
 }
 
+/* The body of both threads: names the thread, waits until both threads are
+ * named, then burns CPU in worker_spin() until end_time. Always inlined, so
+ * thread_a_work() and thread_b_work() each call worker_spin() from their
+ * own frame. */
+static inline __attribute__((always_inline)) void work_as(const char *name)
+{
+	pthread_setname_np(pthread_self(), name);
+	pthread_barrier_wait(&named);
+	call_until(end_time, worker_spin, 20000);
+}
+
 __attribute__((noinline)) void *thread_a_work(void *arg)
 {
 	(void)arg;
-	pthread_setname_np(pthread_self(), "worker_a");
-	pthread_barrier_wait(&named);
-	while (now_monotonic() < end_time)
-		worker_spin(20000);
+	work_as("worker_a");
 	return NULL;
 }
 
 __attribute__((noinline)) void *thread_b_work(void *arg)
 {
 	(void)arg;
-	pthread_setname_np(pthread_self(), "worker_b");
-	pthread_barrier_wait(&named);
-	while (now_monotonic() < end_time)
-		worker_spin(20000);
+	work_as("worker_b");
 	return NULL;
 }
 
