@@ -1,2 +1,330 @@
-//! Stoke's JVMTI agent. Empty until Java profiling lands: the crate exists so
-//! that the workspace has its final shape and the agent its build.
+//! Stoke's JVMTI agent, `libstoke_agent.so`.
+//!
+//! Loaded into a running JVM by `stoke record` (dynamic attach) or at
+//! startup with `-agentpath:`, it shares one memfd with stoke
+//! (`profiler_common::jvm`) and fills it with:
+//! - Java stacks, taken by AsyncGetCallTrace in a handler of the signal that
+//!   stoke's BPF sampler sends to the sampled thread ([`handler`]);
+//! - the names and line tables of the methods stoke asks about;
+//! - where the JIT put compiled methods and generated code.
+//!
+//! Nothing here may crash or stall the JVM: every callback catches panics,
+//! and failures leave the JVM running without Java stacks.
+
+mod handler;
+mod jvmti;
+#[allow(clippy::all)]
+mod jvmti_sys;
+mod shared;
+
+use std::{
+    collections::HashSet,
+    ffi::{c_char, c_void, CStr},
+    panic::{catch_unwind, AssertUnwindSafe},
+    ptr,
+    sync::{
+        atomic::{AtomicBool, AtomicPtr, Ordering},
+        Mutex, OnceLock,
+    },
+    time::Duration,
+};
+
+use profiler_common::jvm::{AgentState, Event, MethodInfo};
+
+use crate::{
+    jvmti::{Callbacks, Jvmti},
+    jvmti_sys::{
+        jclass, jint, jmethodID, jthread, jvmtiEnv, JNIEnv, JavaVM, JNI_OK, JNI_VERSION_1_6,
+    },
+    shared::SharedMemory,
+};
+
+/// `Agent_OnLoad`/`Agent_OnAttach` results, for stoke to explain.
+#[repr(i32)]
+enum StartError {
+    NoAsyncGetCallTrace = 1,
+    NoJvmti = 2,
+    Capabilities = 3,
+    SharedMemory = 4,
+    Events = 5,
+    Panicked = 6,
+}
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
+static JVMTI: OnceLock<Jvmti> = OnceLock::new();
+static SHARED: OnceLock<&'static SharedMemory> = OnceLock::new();
+/// Method ids the JVM handed out: the only ones the agent will describe, so
+/// that no stale or forged id reaches JVMTI.
+static KNOWN_METHODS: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
+/// How often the worker answers stoke and checks the signal handler.
+const WORKER_PERIOD: Duration = Duration::from_millis(10);
+
+/// Entry point for `-agentpath:` at JVM startup.
+#[no_mangle]
+pub extern "C" fn Agent_OnLoad(
+    vm: *mut JavaVM,
+    _options: *mut c_char,
+    _reserved: *mut c_void,
+) -> jint {
+    start(vm, false)
+}
+
+/// Entry point for dynamic attach (`stoke record`).
+#[no_mangle]
+pub extern "C" fn Agent_OnAttach(
+    vm: *mut JavaVM,
+    _options: *mut c_char,
+    _reserved: *mut c_void,
+) -> jint {
+    start(vm, true)
+}
+
+fn start(vm: *mut JavaVM, live: bool) -> jint {
+    // A second attach finds the agent running and reuses it.
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return 0;
+    }
+    match catch_unwind(|| unsafe { start_agent(vm, live) }) {
+        Ok(Ok(())) => 0,
+        Ok(Err(error)) => error as jint,
+        Err(_) => StartError::Panicked as jint,
+    }
+}
+
+/// # Safety
+/// `vm` is the JavaVM the agent was loaded into.
+unsafe fn start_agent(vm: *mut JavaVM, live: bool) -> Result<(), StartError> {
+    VM.store(vm, Ordering::Release);
+    if !handler::find_async_get_call_trace() {
+        return Err(StartError::NoAsyncGetCallTrace);
+    }
+    let jvmti = Jvmti::of(vm).ok_or(StartError::NoJvmti)?;
+    jvmti
+        .add_capabilities()
+        .map_err(|_| StartError::Capabilities)?;
+    let shared: &'static SharedMemory = Box::leak(Box::new(
+        SharedMemory::create().map_err(|_| StartError::SharedMemory)?,
+    ));
+    let _ = SHARED.set(shared);
+    let _ = JVMTI.set(jvmti);
+    *lock_known_methods() = Some(HashSet::new());
+    let callbacks = Callbacks {
+        class_load: Some(on_class_load),
+        class_prepare: Some(on_class_prepare),
+        compiled_method_load: Some(on_compiled_method_load),
+        compiled_method_unload: Some(on_compiled_method_unload),
+        dynamic_code_generated: Some(on_dynamic_code_generated),
+        vm_init: Some(on_vm_init),
+    };
+    if jvmti.enable_events(&callbacks, !live).is_err() {
+        shared.set_state(AgentState::Failed);
+        return Err(StartError::Events);
+    }
+    if live {
+        remember_loaded_methods(jvmti, vm);
+        // Code compiled before the agent came: replayed, not lost.
+        let _ = jvmti.replay_code_events();
+        go_live(vm, shared);
+    }
+    Ok(())
+}
+
+/// Installs the handler and starts the worker: from now on stoke may
+/// signal this JVM.
+fn go_live(vm: *mut JavaVM, shared: &'static SharedMemory) {
+    if handler::install(vm, shared).is_err() {
+        shared.set_state(AgentState::Failed);
+        return;
+    }
+    match std::thread::Builder::new()
+        .name("stoke-agent".into())
+        .spawn(move || worker(shared))
+    {
+        Ok(_) => shared.set_state(AgentState::Ready),
+        Err(_) => shared.set_state(AgentState::Failed),
+    }
+}
+
+/// # Safety
+/// `vm` is the JavaVM; the calling thread is a Java thread.
+unsafe fn remember_loaded_methods(jvmti: Jvmti, vm: *mut JavaVM) {
+    let Some(jni) = jni_env(vm) else { return };
+    let Ok(classes) = jvmti.loaded_classes() else {
+        return;
+    };
+    for class in classes {
+        remember_methods(jvmti, class);
+        delete_local_ref(jni, class);
+    }
+}
+
+fn remember_methods(jvmti: Jvmti, class: jclass) {
+    let ids = jvmti.class_methods(class);
+    if let Some(known) = lock_known_methods().as_mut() {
+        known.extend(ids);
+    }
+}
+
+fn lock_known_methods() -> std::sync::MutexGuard<'static, Option<HashSet<u64>>> {
+    KNOWN_METHODS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Answers stoke's method requests and watches the signal handler, on a
+/// daemon thread the JVM knows (JVMTI serves only such threads).
+fn worker(shared: &'static SharedMemory) {
+    let vm = VM.load(Ordering::Acquire);
+    // SAFETY: vm is the JavaVM; attaching this thread as a daemon.
+    let Some(jni) = (unsafe { attach_daemon(vm) }) else {
+        return;
+    };
+    let Some(&jvmti) = JVMTI.get() else { return };
+    let mut described = HashSet::new();
+    loop {
+        std::thread::sleep(WORKER_PERIOD);
+        if !handler::is_installed() {
+            shared.set_state(AgentState::HandlerLost);
+        }
+        shared.take_requests(|method_id| {
+            let known = lock_known_methods()
+                .as_ref()
+                .is_some_and(|known| known.contains(&method_id));
+            if known && described.insert(method_id) {
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    publish_method(jvmti, jni, shared, method_id)
+                }));
+            }
+        });
+    }
+}
+
+fn publish_method(jvmti: Jvmti, jni: *mut JNIEnv, shared: &SharedMemory, method_id: u64) {
+    // SAFETY: the id is one the JVM handed out; jni is this thread's.
+    let Some(description) = (unsafe { jvmti.describe(jni, method_id as jmethodID) }) else {
+        return;
+    };
+    shared.append_event(&Event::Method(MethodInfo {
+        method_id,
+        class: &description.class,
+        name: &description.name,
+        signature: &description.signature,
+        source: &description.source,
+        lines: &description.lines,
+    }));
+}
+
+/// # Safety
+/// `vm` is the JavaVM.
+unsafe fn attach_daemon(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
+    let attach = (**vm).AttachCurrentThreadAsDaemon?;
+    let mut env: *mut c_void = ptr::null_mut();
+    (attach(vm, &mut env, ptr::null_mut()) == JNI_OK as i32 && !env.is_null()).then_some(env.cast())
+}
+
+/// # Safety
+/// `vm` is the JavaVM.
+unsafe fn jni_env(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
+    let get_env = (**vm).GetEnv?;
+    let mut env: *mut c_void = ptr::null_mut();
+    (get_env(vm, &mut env, JNI_VERSION_1_6 as i32) == JNI_OK as i32 && !env.is_null())
+        .then_some(env.cast())
+}
+
+/// # Safety
+/// `jni` is the calling thread's; `object` a local reference of it.
+unsafe fn delete_local_ref(jni: *mut JNIEnv, object: jclass) {
+    if let Some(delete) = (**jni).DeleteLocalRef {
+        delete(jni, object);
+    }
+}
+
+fn shared() -> Option<&'static SharedMemory> {
+    SHARED.get().copied()
+}
+
+/// Runs a callback body; a panic must not cross into the JVM.
+fn guarded(body: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(body));
+}
+
+unsafe extern "C" fn on_class_load(_: *mut jvmtiEnv, _: *mut JNIEnv, _: jthread, _: jclass) {}
+
+unsafe extern "C" fn on_class_prepare(_: *mut jvmtiEnv, _: *mut JNIEnv, _: jthread, class: jclass) {
+    guarded(|| {
+        if let Some(&jvmti) = JVMTI.get() {
+            remember_methods(jvmti, class);
+        }
+    });
+}
+
+unsafe extern "C" fn on_compiled_method_load(
+    _: *mut jvmtiEnv,
+    method: jmethodID,
+    code_size: jint,
+    code_address: *const c_void,
+    _map_length: jint,
+    _map: *const jvmti_sys::jvmtiAddrLocationMap,
+    _compile_info: *const c_void,
+) {
+    guarded(|| {
+        let method_id = method as u64;
+        if let Some(known) = lock_known_methods().as_mut() {
+            known.insert(method_id);
+        }
+        if let Some(shared) = shared() {
+            shared.append_event(&Event::CodeLoad {
+                method_id,
+                start: code_address as u64,
+                size: u64::try_from(code_size).unwrap_or(0),
+            });
+        }
+    });
+}
+
+unsafe extern "C" fn on_compiled_method_unload(
+    _: *mut jvmtiEnv,
+    method: jmethodID,
+    code_address: *const c_void,
+) {
+    guarded(|| {
+        if let Some(shared) = shared() {
+            shared.append_event(&Event::CodeUnload {
+                method_id: method as u64,
+                start: code_address as u64,
+            });
+        }
+    });
+}
+
+unsafe extern "C" fn on_dynamic_code_generated(
+    _: *mut jvmtiEnv,
+    name: *const c_char,
+    address: *const c_void,
+    length: jint,
+) {
+    guarded(|| {
+        let Some(shared) = shared() else { return };
+        // SAFETY: JVMTI passes a NUL-terminated name or null.
+        let name = if name.is_null() {
+            &[][..]
+        } else {
+            unsafe { CStr::from_ptr(name) }.to_bytes()
+        };
+        shared.append_event(&Event::DynamicCode {
+            start: address as u64,
+            size: u64::try_from(length).unwrap_or(0),
+            name,
+        });
+    });
+}
+
+unsafe extern "C" fn on_vm_init(_: *mut jvmtiEnv, _: *mut JNIEnv, _: jthread) {
+    guarded(|| {
+        if let Some(shared) = shared() {
+            go_live(VM.load(Ordering::Acquire), shared);
+        }
+    });
+}

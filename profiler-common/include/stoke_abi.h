@@ -14,6 +14,7 @@ enum stoke_record_kind {
 };
 
 #define STOKE_SAMPLE_IN_KERNEL (1u << 0)
+#define STOKE_SAMPLE_SIGNALLED (1u << 1)
 
 struct stoke_record_header {
 	__u32 kind;
@@ -34,7 +35,8 @@ enum stoke_counter {
 	STOKE_COUNTER_USER_STACK_FAILED = 3,
 	STOKE_COUNTER_IDLE_SKIPPED = 4,
 	STOKE_COUNTER_LOST_LIFECYCLE = 5,
-	STOKE_COUNTER_COUNT = 6,
+	STOKE_COUNTER_SIGNAL_FAILED = 6,
+	STOKE_COUNTER_COUNT = 7,
 };
 
 #endif

@@ -5,6 +5,8 @@
 //! agree on every size and offset. Change the two together.
 #![no_std]
 
+pub mod jvm;
+
 /// Most frames of one stack (kernel or user) that a sample carries; the
 /// kernel's default `perf_event_max_stack`.
 pub const MAX_FRAMES: usize = 127;
@@ -40,6 +42,9 @@ impl RecordKind {
 
 /// [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
 pub const SAMPLE_IN_KERNEL: u32 = 1 << 0;
+/// [`RecordHeader::flags`] bit: the sampled thread was sent the JVM agent's
+/// signal, so a Java stack for this sample should follow from the agent.
+pub const SAMPLE_SIGNALLED: u32 = 1 << 1;
 
 /// The fixed start of every ring-buffer record.
 ///
@@ -87,10 +92,12 @@ pub enum Counter {
     IdleSkipped = 4,
     /// Exec and exit records dropped because the ring buffer was full.
     LostLifecycle = 5,
+    /// Signals to a JVM thread that the kernel refused to send.
+    SignalFailed = 6,
 }
 
 /// Number of [`Counter`]s, the size of the `counters` array.
-pub const COUNTER_COUNT: u32 = 6;
+pub const COUNTER_COUNT: u32 = 7;
 
 impl Counter {
     /// All counters, in index order.
@@ -101,5 +108,6 @@ impl Counter {
         Counter::UserStackFailed,
         Counter::IdleSkipped,
         Counter::LostLifecycle,
+        Counter::SignalFailed,
     ];
 }

@@ -5,6 +5,7 @@ use std::{collections::HashMap, mem::offset_of, path::Path, process::Command};
 
 use profiler_common::{
     Counter, RecordHeader, RecordKind, COMM_LEN, COUNTER_COUNT, MAX_FRAMES, SAMPLE_IN_KERNEL,
+    SAMPLE_SIGNALLED,
 };
 
 const PROBE: &str = r#"
@@ -21,6 +22,7 @@ int main(void) {
 	SHOW("max_frames", STOKE_MAX_FRAMES);
 	SHOW("comm_len", STOKE_COMM_LEN);
 	SHOW("sample_in_kernel", STOKE_SAMPLE_IN_KERNEL);
+	SHOW("sample_signalled", STOKE_SAMPLE_SIGNALLED);
 	SHOW("kind.sample", STOKE_RECORD_SAMPLE);
 	SHOW("kind.exec", STOKE_RECORD_EXEC);
 	SHOW("kind.exit", STOKE_RECORD_EXIT);
@@ -30,6 +32,7 @@ int main(void) {
 	SHOW("counter.user_stack_failed", STOKE_COUNTER_USER_STACK_FAILED);
 	SHOW("counter.idle_skipped", STOKE_COUNTER_IDLE_SKIPPED);
 	SHOW("counter.lost_lifecycle", STOKE_COUNTER_LOST_LIFECYCLE);
+	SHOW("counter.signal_failed", STOKE_COUNTER_SIGNAL_FAILED);
 	SHOW("counter.count", STOKE_COUNTER_COUNT);
 	return 0;
 }
@@ -65,7 +68,7 @@ fn c_side() -> HashMap<String, u64> {
 #[test]
 fn c_header_matches_rust_types() {
     let c = c_side();
-    let rust: [(&str, usize); 26] = [
+    let rust: [(&str, usize); 28] = [
         ("header.size", size_of::<RecordHeader>()),
         ("header.kind", offset_of!(RecordHeader, kind)),
         ("header.cpu", offset_of!(RecordHeader, cpu)),
@@ -82,6 +85,7 @@ fn c_header_matches_rust_types() {
         ("max_frames", MAX_FRAMES),
         ("comm_len", COMM_LEN),
         ("sample_in_kernel", SAMPLE_IN_KERNEL as usize),
+        ("sample_signalled", SAMPLE_SIGNALLED as usize),
         ("kind.sample", RecordKind::Sample as usize),
         ("kind.exec", RecordKind::Exec as usize),
         ("kind.exit", RecordKind::Exit as usize),
@@ -97,6 +101,7 @@ fn c_header_matches_rust_types() {
         ),
         ("counter.idle_skipped", Counter::IdleSkipped as usize),
         ("counter.lost_lifecycle", Counter::LostLifecycle as usize),
+        ("counter.signal_failed", Counter::SignalFailed as usize),
         ("counter.count", COUNTER_COUNT as usize),
         ("header.size", profiler_common::RECORD_HEADER_SIZE),
         ("counter.count", Counter::ALL.len()),
@@ -109,5 +114,5 @@ fn c_header_matches_rust_types() {
             "{name} differs between C and Rust"
         );
     }
-    assert_eq!(c.len(), 23, "every value the probe prints is compared");
+    assert_eq!(c.len(), 25, "every value the probe prints is compared");
 }

@@ -9,6 +9,7 @@ use std::{
 };
 
 use crate::{
+    jvm::{symbols::JavaSymbols, JavaStackFrame},
     profile::{FoldedStack, Profile, RecordingSummary},
     sample::record::Sample,
     symbolize::{
@@ -22,6 +23,8 @@ use crate::{
 pub struct AggregateOptions {
     /// Keep threads apart, under a frame of their own.
     pub threads: bool,
+    /// Keep Java frames apart by line (else only by method).
+    pub lines: bool,
 }
 
 /// A sample's stack before symbolization, with what names its context.
@@ -33,6 +36,8 @@ struct RawStack {
     /// Return addresses, innermost first.
     kernel: Box<[u64]>,
     user: Box<[u64]>,
+    /// Java frames from the JVM agent, innermost first.
+    java: Box<[JavaStackFrame]>,
 }
 
 /// Counts samples during a recording.
@@ -54,9 +59,24 @@ impl Aggregator {
         }
     }
 
-    /// Counts one sample, snapshotting its process on first sight.
-    pub fn add(&mut self, sample: Sample) {
+    /// Counts one sample, snapshotting its process on first sight. A
+    /// sample of a Java thread comes with its Java frames.
+    pub fn add(&mut self, sample: Sample, mut java: Vec<JavaStackFrame>) {
         let image = self.processes.image_for(sample.tgid, &sample.comm);
+        let mut user = sample.user;
+        if !java.is_empty() {
+            // Native frames above the innermost Java frame stay; from the
+            // first frame in JIT code on, the Java frames say it better.
+            let process = self.processes.image(image);
+            let java_code = user
+                .iter()
+                .position(|&address| !process.is_file_code(address))
+                .unwrap_or(user.len());
+            user.truncate(java_code);
+            if !self.options.lines {
+                java.iter_mut().for_each(|frame| frame.bci = 0);
+            }
+        }
         let tid = if self.options.threads { sample.tid } else { 0 };
         if self.options.threads {
             self.thread_names.entry((image, tid)).or_insert(sample.comm);
@@ -65,7 +85,8 @@ impl Aggregator {
             image,
             tid,
             kernel: sample.kernel.into(),
-            user: sample.user.into(),
+            user: user.into(),
+            java: java.into(),
         };
         *self.stacks.entry(stack).or_default() += 1;
         self.samples += 1;
@@ -86,10 +107,16 @@ impl Aggregator {
         self.processes.len()
     }
 
-    /// Names every frame and folds the stacks into a profile.
-    pub fn finish(self, symbolizer: &Symbolizer, mut summary: RecordingSummary) -> Profile {
+    /// Names every frame and folds the stacks into a profile; `java` has
+    /// what the JVM agents told, by pid.
+    pub fn finish(
+        self,
+        symbolizer: &Symbolizer,
+        java: &HashMap<u32, JavaSymbols>,
+        mut summary: RecordingSummary,
+    ) -> Profile {
         let started = Instant::now();
-        let names = Names::resolve(&self, symbolizer);
+        let names = Names::resolve(&self, symbolizer, java);
         summary.symbolize_time = started.elapsed();
         summary.symbolized_addresses = names.kernel.len() + names.files.len();
         let mut folded: HashMap<Vec<Arc<str>>, u64> = HashMap::new();
@@ -102,6 +129,11 @@ impl Aggregator {
                     .get(&(stack.image, stack.tid))
                     .map_or("?", String::as_str);
                 frames.push(format!("{thread} [tid {}]", stack.tid).into());
+            }
+            if let Some(symbols) = java.get(&image.pid) {
+                frames.extend(stack.java.iter().rev().map(|frame| {
+                    symbols.frame_name(&frame.frame(), frame.kind, self.options.lines)
+                }));
             }
             for (index, &address) in stack.user.iter().enumerate().rev() {
                 frames.extend(names.user(image, call_site(index, address)).iter().cloned());
@@ -136,14 +168,19 @@ fn call_site(index: usize, address: u64) -> u64 {
 }
 
 /// Every distinct address of the recording, named.
-struct Names {
+struct Names<'a> {
     kernel: HashMap<u64, Frames>,
     /// By mapped file (its address as identity) and file offset.
     files: HashMap<(*const MappedFile, u64), Frames>,
+    java: &'a HashMap<u32, JavaSymbols>,
 }
 
-impl Names {
-    fn resolve(aggregator: &Aggregator, symbolizer: &Symbolizer) -> Self {
+impl<'a> Names<'a> {
+    fn resolve(
+        aggregator: &Aggregator,
+        symbolizer: &Symbolizer,
+        java: &'a HashMap<u32, JavaSymbols>,
+    ) -> Self {
         let mut kernel_addresses = HashSet::new();
         let mut file_offsets: HashMap<*const MappedFile, (Arc<MappedFile>, HashSet<u64>)> =
             HashMap::new();
@@ -181,19 +218,33 @@ impl Names {
                 files.insert((key, *offset), frames);
             }
         }
-        Self { kernel, files }
+        Self {
+            kernel,
+            files,
+            java,
+        }
     }
 
     fn user(&self, image: &ProcessImage, address: u64) -> Frames {
-        match image.locate(address) {
-            Some((mapping, offset)) => match &mapping.target {
-                MappingTarget::File(file) => self.files[&(Arc::as_ptr(file), offset)].clone(),
-                MappingTarget::Named(name) => {
-                    Frames::from([Arc::from(format!("{name}+{offset:#x}"))])
-                }
-            },
-            None => Frames::from([Arc::from("[unknown]")]),
+        let located = image.locate(address);
+        if let Some((mapping, offset)) = located {
+            if let MappingTarget::File(file) = &mapping.target {
+                return self.files[&(Arc::as_ptr(file), offset)].clone();
+            }
         }
+        let jit = self
+            .java
+            .get(&image.pid)
+            .and_then(|java| java.code_name(address));
+        let name = match (jit, located) {
+            (Some(name), _) => name,
+            (None, Some((mapping, offset))) => match &mapping.target {
+                MappingTarget::Named(name) => format!("{name}+{offset:#x}").into(),
+                MappingTarget::File(_) => unreachable!("file frames returned above"),
+            },
+            (None, None) => "[unknown]".into(),
+        };
+        Frames::from([name])
     }
 }
 
@@ -210,6 +261,7 @@ mod tests {
             comm: format!("t{tid}"),
             kernel: vec![],
             user,
+            signalled: false,
         }
     }
 
@@ -226,11 +278,18 @@ mod tests {
                 ],
             ),
         ] {
-            let mut aggregator = Aggregator::new(AggregateOptions { threads });
-            aggregator.add(sample(gone, 1, vec![0x10]));
-            aggregator.add(sample(gone, 1, vec![0x10]));
-            aggregator.add(sample(gone, 2, vec![0x20]));
-            let profile = aggregator.finish(&Symbolizer::new(false), RecordingSummary::default());
+            let mut aggregator = Aggregator::new(AggregateOptions {
+                threads,
+                lines: false,
+            });
+            aggregator.add(sample(gone, 1, vec![0x10]), vec![]);
+            aggregator.add(sample(gone, 1, vec![0x10]), vec![]);
+            aggregator.add(sample(gone, 2, vec![0x20]), vec![]);
+            let profile = aggregator.finish(
+                &Symbolizer::new(false),
+                &HashMap::new(),
+                RecordingSummary::default(),
+            );
             let mut stacks: Vec<(Vec<String>, u64)> = profile
                 .stacks
                 .iter()
@@ -256,9 +315,9 @@ mod tests {
     fn an_ended_process_with_a_reused_pid_is_a_new_image() {
         let mut aggregator = Aggregator::new(AggregateOptions::default());
         let pid = u32::MAX - 4;
-        aggregator.add(sample(pid, 1, vec![]));
+        aggregator.add(sample(pid, 1, vec![]), vec![]);
         aggregator.process_ended(pid);
-        aggregator.add(sample(pid, 2, vec![]));
+        aggregator.add(sample(pid, 2, vec![]), vec![]);
         assert_eq!(aggregator.processes(), 2);
         assert_eq!(aggregator.samples(), 2);
     }

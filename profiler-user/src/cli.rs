@@ -68,6 +68,10 @@ pub struct RecordArgs {
     #[arg(long)]
     pub idle: bool,
 
+    /// Leave JVMs alone: no agent, native stacks only.
+    #[arg(long)]
+    pub no_jvm: bool,
+
     /// Measure the BPF sampler's own run time per sample and report it (turns
     /// on the kernel's BPF statistics, for every BPF program, while recording).
     #[arg(long)]

@@ -3,6 +3,7 @@
 
 mod aggregate;
 mod cli;
+mod jvm;
 mod preflight;
 mod profile;
 mod progress;

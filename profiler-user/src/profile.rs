@@ -1,6 +1,6 @@
 //! The finished profile: what aggregation produces and the writers consume.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 /// One distinct symbolized stack and the samples that hit it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +55,23 @@ pub struct RecordingSummary {
     pub symbolized_addresses: usize,
     /// How long naming them took.
     pub symbolize_time: Duration,
+    /// How Java profiling went.
+    pub java: JavaSummary,
+}
+
+/// How Java profiling went.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JavaSummary {
+    /// JVMs whose agent answered.
+    pub jvms: usize,
+    /// Time each attach took, in milliseconds, slowest first.
+    pub attach_ms: Vec<u64>,
+    /// Samples of JVM threads with Java frames.
+    pub java_samples: u64,
+    /// Samples of JVM threads that run no Java (GC, compiler, native).
+    pub non_java_samples: u64,
+    /// Samples of JVM threads that kept only their native stack, by reason.
+    pub native_only: BTreeMap<&'static str, u64>,
 }
 
 impl RecordingSummary {

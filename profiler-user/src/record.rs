@@ -18,6 +18,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::RecordArgs,
+    jvm::profiler::JavaProfiler,
     preflight,
     profile::RecordingSummary,
     progress::Progress,
@@ -63,14 +64,24 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let progress = Progress::start(args.duration);
     let mut aggregator = Aggregator::new(AggregateOptions {
         threads: args.threads,
+        lines: args.lines,
     });
+    let mut java = JavaProfiler::new(!args.no_jvm);
     let mut malformed = 0u64;
     loop {
         sampler.drain(|bytes| match Record::parse(bytes) {
-            Ok(Record::Sample(sample)) => aggregator.add(sample),
+            Ok(Record::Sample(sample)) => {
+                java.consider(sample.tgid);
+                if sample.signalled {
+                    java.hold(sample);
+                } else {
+                    aggregator.add(sample, Vec::new());
+                }
+            }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => aggregator.process_ended(tgid),
             Err(_) => malformed += 1,
         });
+        java.poll(&mut sampler, &mut aggregator)?;
         let elapsed = started.elapsed();
         let remaining = args
             .duration
@@ -96,6 +107,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let bpf_time_per_sample = sampler.time_per_sample();
     drop(sampler);
     progress.finish();
+    let (java_symbols, java_summary) = java.finish(&mut aggregator);
 
     let summary = RecordingSummary {
         duration,
@@ -107,9 +119,10 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
         idle_skipped: counters[Counter::IdleSkipped as usize],
         bpf_time_per_sample,
+        java: java_summary,
         ..RecordingSummary::default()
     };
-    let profile = aggregator.finish(&Symbolizer::new(args.lines), summary);
+    let profile = aggregator.finish(&Symbolizer::new(args.lines), &java_symbols, summary);
     write_profile(&profile, format, &mut output)
         .with_context(|| format!("writing the profile to {}", args.output.display()))?;
     eprintln!(

@@ -49,6 +49,15 @@ struct {
 	__type(value, __u8);
 } target_tgids SEC(".maps");
 
+/* JVMs whose Stoke agent has a signal handler waiting: tgid -> signal. The
+ * only processes Stoke ever signals. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} signal_tgids SEC(".maps");
+
 /* Processes whose samples userspace has been told of: the first sample of a
  * tgid not in here wakes the consumer, and only these get exec/exit records. */
 struct {
@@ -104,6 +113,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	__u32 zero = 0;
 	struct sample_record *record;
 	struct task_struct *task;
+	__u32 *signal;
 	bool in_kernel;
 	long kernel_bytes = 0, user_bytes = 0;
 
@@ -157,6 +167,17 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	user_bytes &= 0x3ff8;
 	if (user_bytes > FRAME_BYTES)
 		return 0;
+
+	/* The agent's handler takes the Java stack when the thread next
+	 * returns to user mode; the record's tid and time let userspace pair
+	 * the two. */
+	signal = bpf_map_lookup_elem(&signal_tgids, &tgid);
+	if (signal && !(task->flags & PF_KTHREAD)) {
+		if (bpf_send_signal_thread(*signal) == 0)
+			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
+		else
+			count(STOKE_COUNTER_SIGNAL_FAILED);
+	}
 
 	record->header.kernel_frames = kernel_bytes / sizeof(__u64);
 	record->header.user_frames = user_bytes / sizeof(__u64);

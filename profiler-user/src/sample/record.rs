@@ -1,7 +1,9 @@
 //! Parses the sampler's ring-buffer records (`profiler_common`'s ABI),
 //! checking every length against the bytes actually received.
 
-use profiler_common::{RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE};
+use profiler_common::{
+    RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE, SAMPLE_SIGNALLED,
+};
 
 /// One record from the sampler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub struct Sample {
     pub kernel: Vec<u64>,
     /// User return addresses, innermost first.
     pub user: Vec<u64>,
+    /// The thread was sent the JVM agent's signal: a Java stack follows.
+    pub signalled: bool,
 }
 
 /// Why a record could not be read.
@@ -83,6 +87,7 @@ impl Record {
                     comm: comm_to_string(&header.comm),
                     kernel,
                     user,
+                    signalled: header.flags & SAMPLE_SIGNALLED != 0,
                 }))
             }
             None => Err(RecordError::UnknownKind(header.kind)),
@@ -112,7 +117,7 @@ mod tests {
             comm,
             kernel_frames: kernel.len() as u16,
             user_frames: user.len() as u16,
-            flags: 0,
+            flags: SAMPLE_SIGNALLED,
         };
         // SAFETY: reading a repr(C) value's bytes.
         let mut bytes = unsafe {
@@ -141,6 +146,7 @@ mod tests {
         assert_eq!(sample.comm, "work");
         assert_eq!(sample.kernel, [1, 2]);
         assert_eq!(sample.user, [3, 4, 5]);
+        assert!(sample.signalled);
     }
 
     #[test]

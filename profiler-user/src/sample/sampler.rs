@@ -150,6 +150,30 @@ impl Sampler {
         }
     }
 
+    /// Lets the sampler signal process `pid` (a JVM whose agent waits for
+    /// `signal`) at every sample of one of its threads.
+    pub fn allow_signals(&mut self, pid: u32, signal: u32) -> Result<()> {
+        self.signal_map()?
+            .insert(pid, signal, 0)
+            .with_context(|| format!("allowing signals to JVM {pid}"))
+    }
+
+    /// Stops signalling process `pid`.
+    pub fn forbid_signals(&mut self, pid: u32) -> Result<()> {
+        match self.signal_map()?.remove(&pid) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(error) => Err(error).with_context(|| format!("stopping signals to JVM {pid}")),
+        }
+    }
+
+    fn signal_map(&mut self) -> Result<BpfHashMap<&mut MapData, u32, u32>> {
+        let map = self
+            .ebpf
+            .map_mut("signal_tgids")
+            .context("no signal_tgids map")?;
+        Ok(BpfHashMap::try_from(map)?)
+    }
+
     /// Mean run time of the sampling program, if the kernel measured it.
     pub fn time_per_sample(&self) -> Option<Duration> {
         let program: &PerfEvent = self.ebpf.program("sample_cpu")?.try_into().ok()?;

@@ -66,6 +66,18 @@ pub struct ProcessImage {
 }
 
 impl ProcessImage {
+    /// Whether `address` is code of a mapped file (the vdso included), not
+    /// anonymous memory such as a JIT's code.
+    pub fn is_file_code(&self, address: u64) -> bool {
+        // A file that could not be opened keeps its base name; memory
+        // without a file has a bracketed one.
+        self.locate(address)
+            .is_some_and(|(mapping, _)| match &mapping.target {
+                MappingTarget::File(_) => true,
+                MappingTarget::Named(name) => !name.starts_with('['),
+            })
+    }
+
     /// The mapping holding `address`, and the file offset it corresponds to.
     pub fn locate(&self, address: u64) -> Option<(&Mapping, u64)> {
         let index = self

@@ -6,7 +6,7 @@ use std::{
     io::{self, Write},
 };
 
-use crate::profile::Profile;
+use crate::profile::{JavaSummary, Profile};
 
 /// More rows bury the few functions that matter.
 const MAX_ROWS: usize = 40;
@@ -61,6 +61,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     ] {
         writeln!(out, "{:<33} {value}", format!("{label}:"))?;
     }
+    write_java(&summary.java, out)?;
 
     // Percentages are of the samples being counted, so they add up even if
     // the summary's total disagrees.
@@ -68,6 +69,38 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let (self_samples, total_samples) = count_functions(profile);
     write_table(out, "Top functions by self samples", self_samples, total)?;
     write_table(out, "Top functions by total samples", total_samples, total)
+}
+
+/// How Java profiling went, when there were JVMs.
+fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
+    if java.jvms == 0 {
+        return Ok(());
+    }
+    let slowest = java.attach_ms.first().copied().unwrap_or(0);
+    let mut lines = vec![
+        (
+            "JVMs profiled".to_owned(),
+            format!("{} (slowest attach {slowest} ms)", java.jvms),
+        ),
+        (
+            "Samples with Java frames".to_owned(),
+            java.java_samples.to_string(),
+        ),
+        (
+            "Samples of non-Java JVM threads".to_owned(),
+            java.non_java_samples.to_string(),
+        ),
+    ];
+    lines.extend(java.native_only.iter().map(|(reason, samples)| {
+        (
+            format!("Java stack missing ({reason})"),
+            samples.to_string(),
+        )
+    }));
+    for (label, value) in lines {
+        writeln!(out, "{:<33} {value}", format!("{label}:"))?;
+    }
+    Ok(())
 }
 
 /// Samples per function as the leaf, and per function anywhere on the

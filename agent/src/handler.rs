@@ -1,0 +1,164 @@
+//! The signal handler that takes a thread's Java stack with
+//! AsyncGetCallTrace, and the check that it is still installed.
+//!
+//! Everything the handler does is async-signal-safe: atomics, `gettid`,
+//! `clock_gettime`, `GetEnv` (a thread-local read in HotSpot) and
+//! AsyncGetCallTrace, which exists to be called from signal handlers. It
+//! allocates nothing and takes no lock.
+
+use std::{
+    ffi::{c_int, c_void},
+    io, mem, ptr,
+    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
+};
+
+use profiler_common::jvm::{JavaFrame, MAX_JAVA_FRAMES, NOT_A_JAVA_THREAD, SIGNAL};
+
+use crate::{
+    jvmti_sys::{JNIEnv, JavaVM, JNI_OK, JNI_VERSION_1_6},
+    shared::SharedMemory,
+};
+
+/// `ASGCT_CallTrace` from HotSpot's (unpublished) declaration.
+#[repr(C)]
+struct CallTrace {
+    env: *mut JNIEnv,
+    frame_count: i32,
+    frames: *mut JavaFrame,
+}
+
+type AsyncGetCallTrace = unsafe extern "C" fn(*mut CallTrace, i32, *mut c_void);
+
+static ASYNC_GET_CALL_TRACE: AtomicUsize = AtomicUsize::new(0);
+static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
+static SHARED: AtomicPtr<SharedMemory> = AtomicPtr::new(ptr::null_mut());
+
+/// Finds AsyncGetCallTrace in the JVM; false if this JVM has none.
+pub fn find_async_get_call_trace() -> bool {
+    // SAFETY: dlsym with a NUL-terminated name.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"AsyncGetCallTrace".as_ptr()) };
+    ASYNC_GET_CALL_TRACE.store(symbol as usize, Ordering::Release);
+    !symbol.is_null()
+}
+
+/// Installs the handler. Refuses if the application already handles the
+/// signal: taking it over would break the application.
+pub fn install(vm: *mut JavaVM, shared: &'static SharedMemory) -> io::Result<()> {
+    VM.store(vm, Ordering::Release);
+    SHARED.store(ptr::from_ref(shared).cast_mut(), Ordering::Release);
+    let previous = current_action()?;
+    if previous.sa_sigaction != libc::SIG_DFL
+        && previous.sa_sigaction != libc::SIG_IGN
+        && previous.sa_sigaction != handler_address()
+    {
+        return Err(io::Error::other("the application handles SIGURG itself"));
+    }
+    // SAFETY: a zeroed sigaction is valid; fields set below.
+    let mut action: libc::sigaction = unsafe { mem::zeroed() };
+    action.sa_sigaction = handler_address();
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: installing a handler with a valid action.
+    unsafe {
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(SIGNAL, &action, ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether the handler is still the one installed for the signal.
+pub fn is_installed() -> bool {
+    current_action().is_ok_and(|action| action.sa_sigaction == handler_address())
+}
+
+fn handler_address() -> libc::sighandler_t {
+    on_signal as *const () as libc::sighandler_t
+}
+
+fn current_action() -> io::Result<libc::sigaction> {
+    // SAFETY: querying, with a valid out-pointer.
+    unsafe {
+        let mut action: libc::sigaction = mem::zeroed();
+        if libc::sigaction(SIGNAL, ptr::null(), &mut action) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(action)
+    }
+}
+
+extern "C" fn on_signal(_signal: c_int, _info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: errno is thread-local; the interrupted code must find it as
+    // it left it.
+    let errno = unsafe { *libc::__errno_location() };
+    let shared = SHARED.load(Ordering::Acquire);
+    if !shared.is_null() {
+        // SAFETY: set once, before the handler was installed, never freed.
+        take_stack(unsafe { &*shared }, context);
+    }
+    // SAFETY: see above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn take_stack(shared: &SharedMemory, context: *mut c_void) {
+    let Some(claim) = shared.claim_sample() else {
+        return;
+    };
+    let slot = claim.slot;
+    // SAFETY: the claimed slot is ours until committed; context is the
+    // kernel's ucontext for this signal.
+    unsafe {
+        (*slot).tid = libc::gettid() as u32;
+        (*slot).time_ns = monotonic_ns();
+        (*slot).pc = interrupted_pc(context);
+        (*slot).frame_count = java_stack(ptr::addr_of_mut!((*slot).frames).cast(), context);
+    }
+    shared.commit(claim);
+}
+
+/// Runs AsyncGetCallTrace into `frames`; its frame count or failure code.
+///
+/// # Safety
+/// `frames` holds MAX_JAVA_FRAMES frames; `context` is a signal ucontext.
+unsafe fn java_stack(frames: *mut JavaFrame, context: *mut c_void) -> i32 {
+    let vm = VM.load(Ordering::Acquire);
+    let agct = ASYNC_GET_CALL_TRACE.load(Ordering::Acquire);
+    if vm.is_null() || agct == 0 {
+        return NOT_A_JAVA_THREAD;
+    }
+    let mut env: *mut c_void = ptr::null_mut();
+    let Some(get_env) = (**vm).GetEnv else {
+        return NOT_A_JAVA_THREAD;
+    };
+    // A thread the JVM does not know (a GC or native thread) has no env.
+    if get_env(vm, &mut env, JNI_VERSION_1_6 as i32) != JNI_OK as i32 || env.is_null() {
+        return NOT_A_JAVA_THREAD;
+    }
+    let mut trace = CallTrace {
+        env: env.cast(),
+        frame_count: 0,
+        frames,
+    };
+    let agct: AsyncGetCallTrace = mem::transmute(agct);
+    agct(&mut trace, MAX_JAVA_FRAMES as i32, context);
+    trace.frame_count
+}
+
+/// # Safety
+/// `context` is null or a signal ucontext.
+unsafe fn interrupted_pc(context: *mut c_void) -> u64 {
+    if context.is_null() {
+        return 0;
+    }
+    let context = &*context.cast::<libc::ucontext_t>();
+    context.uc_mcontext.gregs[libc::REG_RIP as usize] as u64
+}
+
+fn monotonic_ns() -> u64 {
+    // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe {
+        let mut now: libc::timespec = mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now);
+        now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    }
+}

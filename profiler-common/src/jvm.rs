@@ -1,0 +1,526 @@
+//! The shared memory between Stoke's JVMTI agent and `stoke`.
+//!
+//! The agent creates a memfd named [`MEMFD_NAME`] of [`TOTAL_SIZE`] bytes,
+//! seals its size, and lays it out as:
+//!
+//! | offset | what |
+//! | --- | --- |
+//! | 0 | [`Header`] |
+//! | [`SAMPLES_OFFSET`] | [`SAMPLE_SLOTS`] × [`SampleSlot`]: Java stacks taken by the signal handler |
+//! | [`REQUESTS_OFFSET`] | [`REQUEST_SLOTS`] × `u64`: method ids stoke wants named |
+//! | [`EVENTS_OFFSET`] | [`EVENTS_SIZE`] bytes of [`Event`] records, appended by the agent |
+//!
+//! The sample ring is a bounded multi-producer queue (Vyukov's): every slot
+//! carries a sequence number, so producers (signal handlers on any thread)
+//! claim slots with one compare-and-swap and never lock, and the consumer
+//! (stoke) sees a slot only once it is complete.
+//!
+//! Stoke reads what a profiled, untrusted process wrote: every count and
+//! length here is checked against the mapping before use.
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+/// The first eight bytes of the header: "STOKEJVM".
+pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
+/// Bumped on any change to this layout.
+pub const VERSION: u32 = 1;
+/// The name the agent gives its memfd; `/proc/PID/fd` shows it as
+/// `/memfd:stoke-agent (deleted)`.
+pub const MEMFD_NAME: &str = "stoke-agent";
+/// The signal that asks a JVM thread for its Java stack. SIGURG is ignored
+/// by default, so a signal that arrives when no handler waits harms nothing,
+/// and HotSpot does not use it.
+pub const SIGNAL: i32 = 23;
+/// Most Java frames one sample keeps.
+pub const MAX_JAVA_FRAMES: usize = 256;
+/// Slots of the sample ring.
+pub const SAMPLE_SLOTS: usize = 1024;
+/// Slots of the method-request ring.
+pub const REQUEST_SLOTS: usize = 4096;
+/// Bytes of the event log.
+pub const EVENTS_SIZE: usize = 16 << 20;
+
+/// Offset of the sample ring.
+pub const SAMPLES_OFFSET: usize = 4096;
+/// Offset of the method-request ring.
+pub const REQUESTS_OFFSET: usize = SAMPLES_OFFSET + SAMPLE_SLOTS * size_of::<SampleSlot>();
+/// Offset of the event log.
+pub const EVENTS_OFFSET: usize = REQUESTS_OFFSET + REQUEST_SLOTS * size_of::<u64>();
+/// Size of the whole shared memory.
+pub const TOTAL_SIZE: usize = EVENTS_OFFSET + EVENTS_SIZE;
+
+// The layout's promises, checked when compiling.
+const _: () = {
+    assert!(size_of::<Header>() <= SAMPLES_OFFSET);
+    assert!(size_of::<JavaFrame>() == 16);
+    assert!(REQUESTS_OFFSET.is_multiple_of(8) && EVENTS_OFFSET.is_multiple_of(8));
+    assert!(TOTAL_SIZE < 64 << 20);
+};
+
+/// What the agent is doing, in [`Header::state`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentState {
+    /// Setting up; no handler yet: send no signal.
+    Starting = 0,
+    /// The signal handler is installed: signals are welcome.
+    Ready = 1,
+    /// Someone replaced the handler: send no more signals.
+    HandlerLost = 2,
+    /// The agent could not start (see its stderr line in the JVM's output).
+    Failed = 3,
+}
+
+impl AgentState {
+    /// The state a raw header value names.
+    pub fn from_raw(raw: u32) -> Option<Self> {
+        match raw {
+            0 => Some(Self::Starting),
+            1 => Some(Self::Ready),
+            2 => Some(Self::HandlerLost),
+            3 => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// The start of the shared memory.
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// [`VERSION`].
+    pub version: u32,
+    /// An [`AgentState`], raw.
+    pub state: AtomicU32,
+    /// [`TOTAL_SIZE`] as the agent knew it.
+    pub total_size: u64,
+    /// The signal the handler waits for.
+    pub signal: u32,
+    /// The JVM's pid in its own pid namespace.
+    pub pid: u32,
+    /// Producers' claim position in the sample ring.
+    pub samples_written: AtomicU64,
+    /// Consumer's position in the sample ring (stoke's).
+    pub samples_read: AtomicU64,
+    /// Samples dropped because the ring was full.
+    pub samples_dropped: AtomicU64,
+    /// Method requests written by stoke.
+    pub requests_written: AtomicU64,
+    /// Method requests answered by the agent.
+    pub requests_read: AtomicU64,
+    /// Bytes of the event log that hold complete records.
+    pub events_committed: AtomicU64,
+    /// Events dropped because the log was full.
+    pub events_dropped: AtomicU64,
+}
+
+/// One Java frame, laid out as JVMTI's `ASGCT_CallFrame` so that
+/// AsyncGetCallTrace writes straight into the ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JavaFrame {
+    /// Bytecode index; AsyncGetCallTrace's `lineno`. Negative for native
+    /// methods ([`BCI_NATIVE`]).
+    pub bci: i32,
+    _padding: u32,
+    /// The method's `jmethodID`.
+    pub method_id: u64,
+}
+
+/// [`JavaFrame::bci`] of a frame in a native (JNI) method.
+pub const BCI_NATIVE: i32 = -3;
+
+impl JavaFrame {
+    /// A frame of `method_id` at `bci`.
+    pub fn new(method_id: u64, bci: i32) -> Self {
+        Self {
+            bci,
+            _padding: 0,
+            method_id,
+        }
+    }
+}
+
+/// One slot of the sample ring.
+#[repr(C)]
+pub struct SampleSlot {
+    /// Vyukov sequence: `position + 1` once the slot at `position` is
+    /// complete, `position + SAMPLE_SLOTS` once consumed.
+    pub sequence: AtomicU64,
+    /// The sampled thread (the kernel's tid).
+    pub tid: u32,
+    /// AsyncGetCallTrace's result: frames written, or a negative reason
+    /// ([`agct_failure`]).
+    pub frame_count: i32,
+    /// `CLOCK_MONOTONIC` nanoseconds when the handler ran.
+    pub time_ns: u64,
+    /// The interrupted instruction.
+    pub pc: u64,
+    /// Innermost frame first.
+    pub frames: [JavaFrame; MAX_JAVA_FRAMES],
+}
+
+/// [`SampleSlot::frame_count`] of a thread the JVM does not know (a GC,
+/// compiler or native thread): AsyncGetCallTrace was not called.
+pub const NOT_A_JAVA_THREAD: i32 = -100;
+
+/// Why AsyncGetCallTrace returned no frames, by its (negative) result.
+pub fn agct_failure(code: i32) -> &'static str {
+    match code {
+        NOT_A_JAVA_THREAD => "not a Java thread",
+        0 => "no Java frame",
+        -1 => "no class load hook",
+        -2 => "GC active",
+        -3 => "unknown, not Java",
+        -4 => "not walkable, not Java",
+        -5 => "unknown Java state",
+        -6 => "not walkable Java",
+        -7 => "unknown thread state",
+        -8 => "thread exiting",
+        -9 => "deoptimizing",
+        -10 => "at safepoint",
+        _ => "other",
+    }
+}
+
+/// Kinds of records in the event log.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A method's names and line table.
+    Method = 1,
+    /// A method was compiled to `[start, start + size)`.
+    CodeLoad = 2,
+    /// A compiled method at `start` was freed.
+    CodeUnload = 3,
+    /// The JVM generated code that is no method (interpreter, stubs).
+    DynamicCode = 4,
+}
+
+/// Every record starts with its length (a multiple of 8, header included)
+/// and its [`EventKind`].
+const EVENT_HEADER: usize = 8;
+
+/// A decoded event-log record, borrowing the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A method's names and line table.
+    Method(MethodInfo<'a>),
+    /// Compiled code of a method.
+    CodeLoad {
+        /// The method.
+        method_id: u64,
+        /// First byte of its code.
+        start: u64,
+        /// Bytes of code.
+        size: u64,
+    },
+    /// Compiled code freed.
+    CodeUnload {
+        /// The method.
+        method_id: u64,
+        /// First byte of the freed code.
+        start: u64,
+    },
+    /// Generated code that is no method.
+    DynamicCode {
+        /// First byte.
+        start: u64,
+        /// Bytes.
+        size: u64,
+        /// What HotSpot calls it, e.g. `Interpreter`.
+        name: &'a [u8],
+    },
+}
+
+/// A method's names, as JVMTI gives them (modified UTF-8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MethodInfo<'a> {
+    /// The `jmethodID`.
+    pub method_id: u64,
+    /// Class signature, e.g. `Ljava/lang/String;`.
+    pub class: &'a [u8],
+    /// Method name.
+    pub name: &'a [u8],
+    /// Method signature, e.g. `(I)V`.
+    pub signature: &'a [u8],
+    /// Source file name, empty if unknown.
+    pub source: &'a [u8],
+    /// `(start bci, line)` pairs, 8 bytes each, little-endian u32s.
+    pub lines: &'a [u8],
+}
+
+impl MethodInfo<'_> {
+    /// The source line of `bci`, if the line table knows it.
+    pub fn line_of(&self, bci: i32) -> Option<u32> {
+        let bci = u32::try_from(bci).ok()?;
+        self.lines
+            .chunks_exact(8)
+            .map(|entry| (read_u32(entry, 0), read_u32(entry, 4)))
+            .filter(|&(start, _)| start <= bci)
+            .max_by_key(|&(start, _)| start)
+            .map(|(_, line)| line)
+    }
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// A bounds-checked reader over untrusted bytes.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(len)?;
+        let taken = self.bytes.get(self.at..end)?;
+        self.at = end;
+        Some(taken)
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).map(|b| read_u32(b, 0))
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8).map(|b| read_u64(b, 0))
+    }
+}
+
+/// Decodes the records of an event log, stopping at the first incomplete or
+/// malformed one. Yields `(offset after the record, event)`.
+pub fn events(log: &[u8]) -> impl Iterator<Item = (usize, Event<'_>)> + '_ {
+    let mut at = 0usize;
+    core::iter::from_fn(move || {
+        let header = log.get(at..at.checked_add(EVENT_HEADER)?)?;
+        let len = read_u32(header, 0) as usize;
+        let kind = read_u32(header, 4);
+        if len < EVENT_HEADER || !len.is_multiple_of(8) {
+            return None;
+        }
+        let body = log.get(at + EVENT_HEADER..at.checked_add(len)?)?;
+        at += len;
+        decode(kind, body).map(|event| (at, event))
+    })
+}
+
+fn decode(kind: u32, body: &[u8]) -> Option<Event<'_>> {
+    let mut cursor = Cursor { bytes: body, at: 0 };
+    Some(match kind {
+        1 => {
+            let method_id = cursor.u64()?;
+            let lengths = [cursor.u16()?, cursor.u16()?, cursor.u16()?, cursor.u16()?];
+            let line_count = cursor.u32()? as usize;
+            let [class, name, signature, source] = lengths.map(|len| cursor.take(len as usize));
+            Event::Method(MethodInfo {
+                method_id,
+                class: class?,
+                name: name?,
+                signature: signature?,
+                source: source?,
+                lines: cursor.take(line_count.checked_mul(8)?)?,
+            })
+        }
+        2 => Event::CodeLoad {
+            method_id: cursor.u64()?,
+            start: cursor.u64()?,
+            size: cursor.u64()?,
+        },
+        3 => Event::CodeUnload {
+            method_id: cursor.u64()?,
+            start: cursor.u64()?,
+        },
+        4 => {
+            let start = cursor.u64()?;
+            let size = cursor.u64()?;
+            let len = cursor.u16()?;
+            Event::DynamicCode {
+                start,
+                size,
+                name: cursor.take(len as usize)?,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Encodes `event` at the start of `out`; returns the bytes used, or `None`
+/// if it does not fit (or a name is longer than 65535 bytes).
+pub fn encode(event: &Event, out: &mut [u8]) -> Option<usize> {
+    let mut body = Writer {
+        out,
+        at: EVENT_HEADER,
+    };
+    let kind = match event {
+        Event::Method(info) => {
+            body.u64(info.method_id)?;
+            for text in [info.class, info.name, info.signature, info.source] {
+                body.u16(u16::try_from(text.len()).ok()?)?;
+            }
+            body.u32(u32::try_from(info.lines.len() / 8).ok()?)?;
+            for text in [info.class, info.name, info.signature, info.source] {
+                body.bytes(text)?;
+            }
+            body.bytes(&info.lines[..info.lines.len() / 8 * 8])?;
+            EventKind::Method
+        }
+        Event::CodeLoad {
+            method_id,
+            start,
+            size,
+        } => {
+            body.u64(*method_id)?;
+            body.u64(*start)?;
+            body.u64(*size)?;
+            EventKind::CodeLoad
+        }
+        Event::CodeUnload { method_id, start } => {
+            body.u64(*method_id)?;
+            body.u64(*start)?;
+            EventKind::CodeUnload
+        }
+        Event::DynamicCode { start, size, name } => {
+            body.u64(*start)?;
+            body.u64(*size)?;
+            body.u16(u16::try_from(name.len()).ok()?)?;
+            body.bytes(name)?;
+            EventKind::DynamicCode
+        }
+    };
+    let len = body.at.next_multiple_of(8);
+    let out = body.out.get_mut(..len)?;
+    out[body.at..].fill(0);
+    out[..4].copy_from_slice(&u32::try_from(len).ok()?.to_le_bytes());
+    out[4..8].copy_from_slice(&(kind as u32).to_le_bytes());
+    Some(len)
+}
+
+struct Writer<'a> {
+    out: &'a mut [u8],
+    at: usize,
+}
+
+impl Writer<'_> {
+    fn bytes(&mut self, bytes: &[u8]) -> Option<()> {
+        let end = self.at.checked_add(bytes.len())?;
+        self.out.get_mut(self.at..end)?.copy_from_slice(bytes);
+        self.at = end;
+        Some(())
+    }
+
+    fn u16(&mut self, value: u16) -> Option<()> {
+        self.bytes(&value.to_le_bytes())
+    }
+
+    fn u32(&mut self, value: u32) -> Option<()> {
+        self.bytes(&value.to_le_bytes())
+    }
+
+    fn u64(&mut self, value: u64) -> Option<()> {
+        self.bytes(&value.to_le_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip() {
+        let lines = [1u32, 10, 5, 12].map(u32::to_le_bytes).concat();
+        let written = [
+            Event::Method(MethodInfo {
+                method_id: 7,
+                class: b"LFoo;",
+                name: b"bar",
+                signature: b"()V",
+                source: b"Foo.java",
+                lines: &lines,
+            }),
+            Event::CodeLoad {
+                method_id: 7,
+                start: 0x1000,
+                size: 64,
+            },
+            Event::CodeUnload {
+                method_id: 7,
+                start: 0x1000,
+            },
+            Event::DynamicCode {
+                start: 0x2000,
+                size: 8,
+                name: b"Interpreter",
+            },
+        ];
+        let mut log = [0u8; 512];
+        let mut used = 0;
+        for event in &written {
+            used += encode(event, &mut log[used..]).unwrap();
+        }
+        let mut read = events(&log[..used]);
+        for event in &written {
+            assert_eq!(read.next().map(|(_, event)| event).as_ref(), Some(event));
+        }
+        assert_eq!(read.next(), None);
+    }
+
+    #[test]
+    fn malformed_logs_end_decoding_without_panicking() {
+        let mut log = [0u8; 64];
+        let used = encode(
+            &Event::DynamicCode {
+                start: 1,
+                size: 2,
+                name: b"stub",
+            },
+            &mut log,
+        )
+        .unwrap();
+        for cut in 0..used {
+            assert_eq!(events(&log[..cut]).count(), 0, "cut at {cut}");
+        }
+        log[0] = 0xff; // a length past the end
+        assert_eq!(events(&log[..used]).count(), 0);
+        log[0] = 12; // not a multiple of 8
+        assert_eq!(events(&log[..used]).count(), 0);
+        assert!(encode(
+            &Event::CodeUnload {
+                method_id: 1,
+                start: 2
+            },
+            &mut [0u8; 16]
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn line_of_picks_the_last_entry_at_or_before_the_bci() {
+        let lines = [0u32, 10, 5, 12, 9, 14].map(u32::to_le_bytes).concat();
+        let info = MethodInfo {
+            method_id: 1,
+            class: b"",
+            name: b"",
+            signature: b"",
+            source: b"",
+            lines: &lines,
+        };
+        assert_eq!(info.line_of(0), Some(10));
+        assert_eq!(info.line_of(6), Some(12));
+        assert_eq!(info.line_of(100), Some(14));
+        assert_eq!(info.line_of(-3), None);
+    }
+}

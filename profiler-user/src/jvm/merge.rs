@@ -1,0 +1,196 @@
+//! Pairs each BPF sample that signalled a JVM thread with the Java stack
+//! the agent's handler took in answer.
+//!
+//! The BPF record is committed before the signal is even delivered, and the
+//! handler runs when the thread next returns to user mode: the answer to a
+//! sample is the first Java stack of the same thread at or after it. Two
+//! samples taken before the thread returns share one pending signal, so the
+//! earlier keeps its native stack only.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::agent_memory::JavaSample;
+use crate::sample::record::Sample;
+
+/// How long a signalled sample waits for its Java stack.
+const PAIRING_WINDOW_NS: u64 = 1_000_000_000;
+
+/// What became of a signalled sample.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Paired with the Java stack taken for it.
+    Paired(Sample, JavaSample),
+    /// No Java stack answered it.
+    Unpaired(Sample, Unpaired),
+}
+
+/// Why a signalled sample has no Java stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unpaired {
+    /// A later sample of the thread took the one pending signal.
+    Coalesced,
+    /// The agent sent nothing in time (its ring was full, or the JVM ended).
+    NoAnswer,
+}
+
+impl Unpaired {
+    /// A few words for the summary.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Coalesced => "signal coalesced with a later sample",
+            Self::NoAnswer => "no answer from the agent",
+        }
+    }
+}
+
+/// Signalled samples and Java stacks waiting for each other, by thread.
+#[derive(Debug, Default)]
+pub struct Merger {
+    native: HashMap<u32, VecDeque<Sample>>,
+    java: HashMap<u32, VecDeque<JavaSample>>,
+}
+
+impl Merger {
+    /// A signalled sample from the BPF ring.
+    pub fn add_native(&mut self, sample: Sample) {
+        self.native.entry(sample.tid).or_default().push_back(sample);
+    }
+
+    /// A Java stack of thread `tid` (the host's id of the thread).
+    pub fn add_java(&mut self, tid: u32, sample: JavaSample) {
+        self.java.entry(tid).or_default().push_back(sample);
+    }
+
+    /// Pairs what can be paired, and gives up on what waited past the
+    /// window before `now_ns` (or on everything, with `flush`).
+    pub fn settle(&mut self, now_ns: u64, flush: bool, mut emit: impl FnMut(Outcome)) {
+        let deadline = now_ns.saturating_sub(PAIRING_WINDOW_NS);
+        for (tid, natives) in &mut self.native {
+            let javas = self.java.entry(*tid).or_default();
+            pair(natives, javas, &mut emit);
+            while let Some(sample) = natives.front() {
+                if !flush && sample.time_ns >= deadline {
+                    break;
+                }
+                let sample = natives.pop_front().expect("front exists");
+                emit(Outcome::Unpaired(sample, Unpaired::NoAnswer));
+            }
+        }
+        for javas in self.java.values_mut() {
+            // An answer older than every waiting sample answers nothing.
+            javas.retain(|java| !flush && java.time_ns >= deadline);
+        }
+        self.native.retain(|_, natives| !natives.is_empty());
+        self.java.retain(|_, javas| !javas.is_empty());
+    }
+}
+
+fn pair(
+    natives: &mut VecDeque<Sample>,
+    javas: &mut VecDeque<JavaSample>,
+    emit: &mut impl FnMut(Outcome),
+) {
+    while let (Some(native), Some(java)) = (natives.front(), javas.front()) {
+        if java.time_ns < native.time_ns {
+            javas.pop_front();
+            continue;
+        }
+        let coalesced = natives
+            .get(1)
+            .is_some_and(|next| next.time_ns <= java.time_ns);
+        let native = natives.pop_front().expect("front exists");
+        if coalesced {
+            emit(Outcome::Unpaired(native, Unpaired::Coalesced));
+        } else {
+            let java = javas.pop_front().expect("front exists");
+            emit(Outcome::Paired(native, java));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn native(tid: u32, time_ns: u64) -> Sample {
+        Sample {
+            tgid: 1,
+            tid,
+            cpu: 0,
+            time_ns,
+            comm: "java".into(),
+            kernel: vec![],
+            user: vec![],
+            signalled: true,
+        }
+    }
+
+    fn java(tid: u32, time_ns: u64) -> JavaSample {
+        JavaSample {
+            tid,
+            time_ns,
+            pc: 0,
+            result: 0,
+            frames: vec![],
+        }
+    }
+
+    fn settle(merger: &mut Merger, now: u64, flush: bool) -> Vec<String> {
+        let mut seen = Vec::new();
+        merger.settle(now, flush, |outcome| {
+            seen.push(match outcome {
+                Outcome::Paired(n, j) => format!("{}@{}={}", n.tid, n.time_ns, j.time_ns),
+                Outcome::Unpaired(n, why) => format!("{}@{}:{why:?}", n.tid, n.time_ns),
+            })
+        });
+        seen.sort();
+        seen
+    }
+
+    #[test]
+    fn each_sample_pairs_with_the_next_stack_of_its_thread() {
+        let mut merger = Merger::default();
+        merger.add_native(native(1, 100));
+        merger.add_native(native(2, 105));
+        merger.add_java(2, java(2, 110));
+        merger.add_java(1, java(1, 120));
+        assert_eq!(settle(&mut merger, 200, false), ["1@100=120", "2@105=110"]);
+    }
+
+    #[test]
+    fn a_sample_whose_signal_merged_with_the_next_keeps_its_native_stack() {
+        let mut merger = Merger::default();
+        merger.add_native(native(1, 100));
+        merger.add_native(native(1, 150));
+        merger.add_java(1, java(1, 160));
+        assert_eq!(
+            settle(&mut merger, 200, false),
+            ["1@100:Coalesced", "1@150=160"]
+        );
+    }
+
+    #[test]
+    fn unanswered_samples_wait_for_the_window_then_go_native() {
+        let mut merger = Merger::default();
+        merger.add_native(native(1, 100));
+        merger.add_java(1, java(1, 50));
+        assert!(settle(&mut merger, 200, false).is_empty());
+        let later = 100 + PAIRING_WINDOW_NS + 1;
+        assert_eq!(settle(&mut merger, later, false), ["1@100:NoAnswer"]);
+        merger.add_native(native(3, later));
+        assert_eq!(
+            settle(&mut merger, later, true),
+            [format!("3@{later}:NoAnswer")]
+        );
+        assert!(merger.native.is_empty() && merger.java.is_empty());
+    }
+
+    #[test]
+    fn an_answer_that_arrives_before_its_sample_is_drained_still_pairs() {
+        let mut merger = Merger::default();
+        merger.add_java(1, java(1, 120));
+        assert!(settle(&mut merger, 130, false).is_empty());
+        merger.add_native(native(1, 100));
+        assert_eq!(settle(&mut merger, 140, false), ["1@100=120"]);
+    }
+}

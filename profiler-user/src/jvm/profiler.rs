@@ -1,0 +1,327 @@
+//! Java profiling during a recording: finds the JVMs among the sampled
+//! processes, loads the agent into each (on a thread of its own, so that
+//! sampling never waits for a JVM), lets the BPF sampler signal the JVMs
+//! whose agent is ready, and turns the agents' answers into Java frames.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::mpsc::{self, Receiver, Sender},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use profiler_common::jvm::{agct_failure, AgentState, NOT_A_JAVA_THREAD, SIGNAL};
+
+use super::{
+    agent_memory::{AgentMemory, JavaSample},
+    attach::{self, JvmTarget},
+    merge::{Merger, Outcome},
+    symbols::JavaSymbols,
+    JavaStackFrame,
+};
+use crate::{
+    aggregate::Aggregator,
+    profile::JavaSummary,
+    sample::{record::Sample, sampler::Sampler},
+};
+
+/// The agent, built from `agent/` by build.rs.
+static AGENT: &[u8] = include_bytes!(env!("STOKE_AGENT_PATH"));
+
+/// How long a JVM may take to load the agent and report ready.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long, after sampling stops, the agents get to answer the last
+/// signals and name the last methods.
+const FINAL_ANSWER_WAIT: Duration = Duration::from_millis(300);
+
+/// One JVM with a working agent.
+struct Jvm {
+    memory: AgentMemory,
+    symbols: JavaSymbols,
+    /// The JVM's own thread ids (its pid namespace) to the host's.
+    host_tids: HashMap<u32, u32>,
+    signalled: bool,
+}
+
+/// The result of loading the agent into one JVM.
+struct Attached {
+    pid: u32,
+    result: Result<AgentMemory>,
+    took: Duration,
+}
+
+/// Java profiling for one recording.
+pub struct JavaProfiler {
+    to_attach: Option<Sender<u32>>,
+    attached: Receiver<Attached>,
+    considered: HashSet<u32>,
+    jvms: HashMap<u32, Jvm>,
+    merger: Merger,
+    summary: JavaSummary,
+}
+
+impl JavaProfiler {
+    /// Starts the attach thread; with `enabled` false, JVMs are left alone.
+    pub fn new(enabled: bool) -> Self {
+        let (to_attach, requests) = mpsc::channel::<u32>();
+        let (results, attached) = mpsc::channel();
+        if enabled {
+            std::thread::Builder::new()
+                .name("stoke-attach".into())
+                .spawn(move || {
+                    for pid in requests {
+                        let started = Instant::now();
+                        let result = attach_agent(pid);
+                        let took = started.elapsed();
+                        if results.send(Attached { pid, result, took }).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .expect("spawning the attach thread");
+        }
+        Self {
+            to_attach: enabled.then_some(to_attach),
+            attached,
+            considered: HashSet::new(),
+            jvms: HashMap::new(),
+            merger: Merger::default(),
+            summary: JavaSummary::default(),
+        }
+    }
+
+    /// A process was sampled: if it is a JVM seen for the first time, load
+    /// the agent into it.
+    pub fn consider(&mut self, pid: u32) {
+        let Some(to_attach) = &self.to_attach else {
+            return;
+        };
+        if self.considered.insert(pid) && maps_libjvm(pid) {
+            let _ = to_attach.send(pid);
+        }
+    }
+
+    /// A sample that signalled a JVM thread: it waits for its Java stack.
+    pub fn hold(&mut self, sample: Sample) {
+        self.merger.add_native(sample);
+    }
+
+    /// Takes in what the attach thread and the agents have, and counts the
+    /// samples whose fate is settled.
+    pub fn poll(&mut self, sampler: &mut Sampler, aggregator: &mut Aggregator) -> Result<()> {
+        while let Ok(attached) = self.attached.try_recv() {
+            self.adopt(attached, sampler)?;
+        }
+        for (&pid, jvm) in &mut self.jvms {
+            if jvm.signalled && jvm.memory.state() != AgentState::Ready {
+                sampler.forbid_signals(pid)?;
+                jvm.signalled = false;
+                eprintln!("stoke: warning: JVM {pid}: its signal handler was replaced; its stacks stay native from now on");
+            }
+            take_in(pid, jvm, &mut self.merger);
+        }
+        self.settle(monotonic_ns(), false, aggregator);
+        Ok(())
+    }
+
+    /// After sampling: waits briefly for the last answers, then counts
+    /// every remaining sample and hands over the JVMs' symbols.
+    pub fn finish(
+        mut self,
+        aggregator: &mut Aggregator,
+    ) -> (HashMap<u32, JavaSymbols>, JavaSummary) {
+        std::thread::sleep(FINAL_ANSWER_WAIT);
+        for (&pid, jvm) in &mut self.jvms {
+            take_in(pid, jvm, &mut self.merger);
+        }
+        self.settle(monotonic_ns(), true, aggregator);
+        // The names asked for just now need one more round trip.
+        let deadline = Instant::now() + FINAL_ANSWER_WAIT;
+        while Instant::now() < deadline
+            && self.jvms.values().any(|jvm| !jvm.symbols.all_described())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+            for jvm in self.jvms.values_mut() {
+                jvm.memory.drain_events(|event| jvm.symbols.apply(event));
+            }
+        }
+        self.summary.attach_ms.sort_unstable_by(|a, b| b.cmp(a));
+        let symbols = self
+            .jvms
+            .into_iter()
+            .map(|(pid, jvm)| (pid, jvm.symbols))
+            .collect();
+        (symbols, self.summary)
+    }
+
+    fn adopt(&mut self, attached: Attached, sampler: &mut Sampler) -> Result<()> {
+        let pid = attached.pid;
+        match attached.result {
+            Ok(memory) => {
+                sampler.allow_signals(pid, SIGNAL as u32)?;
+                self.summary.jvms += 1;
+                self.summary
+                    .attach_ms
+                    .push(attached.took.as_millis() as u64);
+                self.jvms.insert(
+                    pid,
+                    Jvm {
+                        memory,
+                        symbols: JavaSymbols::default(),
+                        host_tids: HashMap::new(),
+                        signalled: true,
+                    },
+                );
+            }
+            Err(error) => {
+                eprintln!("stoke: warning: JVM {pid}: {error:#}; its stacks stay native-only");
+            }
+        }
+        Ok(())
+    }
+
+    fn settle(&mut self, now_ns: u64, flush: bool, aggregator: &mut Aggregator) {
+        let mut wanted: HashMap<u32, Vec<u64>> = HashMap::new();
+        let (jvms, summary) = (&self.jvms, &mut self.summary);
+        self.merger.settle(now_ns, flush, |outcome| match outcome {
+            Outcome::Paired(sample, java) => {
+                let Some(jvm) = jvms.get(&sample.tgid) else {
+                    aggregator.add(sample, Vec::new());
+                    return;
+                };
+                let frames = java_frames(jvm, &java);
+                match java.result {
+                    _ if !frames.is_empty() => summary.java_samples += 1,
+                    NOT_A_JAVA_THREAD => summary.non_java_samples += 1,
+                    code => *summary.native_only.entry(agct_failure(code)).or_default() += 1,
+                }
+                let ids = wanted.entry(sample.tgid).or_default();
+                ids.extend(frames.iter().map(|frame| frame.method_id));
+                ids.extend(jvm.symbols.compiled_methods_at(sample.user.iter().copied()));
+                aggregator.add(sample, frames);
+            }
+            Outcome::Unpaired(sample, why) => {
+                *summary.native_only.entry(why.reason()).or_default() += 1;
+                if let Some(jvm) = jvms.get(&sample.tgid) {
+                    let ids = jvm.symbols.compiled_methods_at(sample.user.iter().copied());
+                    wanted.entry(sample.tgid).or_default().extend(ids);
+                }
+                aggregator.add(sample, Vec::new());
+            }
+        });
+        for (pid, ids) in wanted {
+            if let Some(jvm) = self.jvms.get_mut(&pid) {
+                let new = jvm.symbols.newly_wanted(ids);
+                let taken = jvm.memory.request_methods(&new);
+                jvm.symbols.unrequest(&new[taken..]);
+            }
+        }
+    }
+}
+
+/// Drains one JVM's events and Java samples into the symbols and merger.
+fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
+    jvm.memory.drain_events(|event| jvm.symbols.apply(event));
+    let host_tids = &mut jvm.host_tids;
+    jvm.memory.drain_samples(|sample| {
+        if let Some(tid) = host_tid(pid, sample.tid, host_tids) {
+            merger.add_java(tid, sample);
+        }
+    });
+}
+
+fn java_frames(jvm: &Jvm, java: &JavaSample) -> Vec<JavaStackFrame> {
+    let kinds = jvm.symbols.kinds(java.pc, &java.frames);
+    java.frames
+        .iter()
+        .zip(kinds)
+        .map(|(frame, kind)| JavaStackFrame {
+            method_id: frame.method_id,
+            bci: frame.bci,
+            kind,
+        })
+        .collect()
+}
+
+/// The host's id of a JVM thread, which the agent knows by the id in the
+/// JVM's own pid namespace (the same one outside containers).
+fn host_tid(pid: u32, ns_tid: u32, known: &mut HashMap<u32, u32>) -> Option<u32> {
+    if let Some(&tid) = known.get(&ns_tid) {
+        return Some(tid);
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for task in tasks.flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(inner) = innermost_ns_id(&task.path().join("status")) {
+            known.insert(inner, tid);
+        }
+    }
+    known.get(&ns_tid).copied()
+}
+
+/// The last field of a status file's `NSpid:` line: the id in the
+/// innermost pid namespace.
+fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
+    let text = std::fs::read_to_string(status).ok()?;
+    let line = text.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+fn maps_libjvm(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|maps| maps.lines().any(|line| line.ends_with("/libjvm.so")))
+}
+
+/// Loads the agent into `pid` (or finds it loaded) and waits until it is
+/// ready for signals.
+fn attach_agent(pid: u32) -> Result<AgentMemory> {
+    let memory = match AgentMemory::find(pid)? {
+        Some(memory) => memory,
+        None => {
+            let target = JvmTarget::inspect(pid)?;
+            let path = attach::install_agent(&target, &agent_file_name(), AGENT)?;
+            attach::load_agent(&target, &path, "", ATTACH_TIMEOUT)?;
+            AgentMemory::find(pid)?.context("the agent loaded but shares no memory")?
+        }
+    };
+    let deadline = Instant::now() + ATTACH_TIMEOUT;
+    loop {
+        match memory.state() {
+            AgentState::Ready => return Ok(memory),
+            AgentState::Starting if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            AgentState::Starting => bail!("the agent did not get ready within {ATTACH_TIMEOUT:?}"),
+            AgentState::HandlerLost => bail!("the application replaced the agent's signal handler"),
+            AgentState::Failed => {
+                bail!("the agent could not start in this JVM (the application may use SIGURG)")
+            }
+        }
+    }
+}
+
+/// A name that changes with the agent's contents, so that a JVM never
+/// loads a stale agent of another stoke version.
+fn agent_file_name() -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    AGENT.hash(&mut hasher);
+    format!("libstoke_agent-{:016x}.so", hasher.finish())
+}
+
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}

@@ -1,0 +1,327 @@
+//! Names of Java frames: the methods the agent described and the code the
+//! JIT placed, per JVM.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::Arc,
+};
+
+use profiler_common::jvm::{Event, JavaFrame, MethodInfo};
+
+/// How a Java frame was running, shown as async-profiler does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// JIT-compiled code: `_[j]`.
+    Compiled,
+    /// The interpreter: `_[0]`.
+    Interpreted,
+}
+
+impl FrameKind {
+    fn suffix(self) -> &'static str {
+        match self {
+            Self::Compiled => "_[j]",
+            Self::Interpreted => "_[0]",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct JavaMethod {
+    /// `package.Class.method`.
+    name: Arc<str>,
+    source: Arc<str>,
+    /// `(start bci, line)`, sorted.
+    lines: Vec<(u32, u32)>,
+}
+
+#[derive(Clone, Debug)]
+enum CodeBlob {
+    Compiled { end: u64, method_id: u64 },
+    Generated { end: u64, name: Arc<str> },
+}
+
+/// What one JVM's agent told about its methods and code.
+#[derive(Debug, Default)]
+pub struct JavaSymbols {
+    methods: HashMap<u64, JavaMethod>,
+    code: BTreeMap<u64, CodeBlob>,
+    /// Methods with compiled code now, by how many blobs they have.
+    compiled: HashMap<u64, u32>,
+    requested: HashSet<u64>,
+}
+
+impl JavaSymbols {
+    /// Takes in one event from the agent's log.
+    pub fn apply(&mut self, event: Event) {
+        match event {
+            Event::Method(info) => {
+                self.methods.insert(info.method_id, describe(&info));
+            }
+            Event::CodeLoad {
+                method_id,
+                start,
+                size,
+            } => {
+                let end = start.saturating_add(size);
+                if let Some(CodeBlob::Compiled { method_id: old, .. }) = self
+                    .code
+                    .insert(start, CodeBlob::Compiled { end, method_id })
+                {
+                    self.uncompiled(old);
+                }
+                *self.compiled.entry(method_id).or_default() += 1;
+            }
+            Event::CodeUnload { start, .. } => {
+                if let Some(CodeBlob::Compiled { method_id, .. }) = self.code.remove(&start) {
+                    self.uncompiled(method_id);
+                }
+            }
+            Event::DynamicCode { start, size, name } => {
+                let name = String::from_utf8_lossy(name).replace([';', '\n'], " ");
+                self.code.insert(
+                    start,
+                    CodeBlob::Generated {
+                        end: start.saturating_add(size),
+                        name: name.into(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn uncompiled(&mut self, method_id: u64) {
+        if let Some(count) = self.compiled.get_mut(&method_id) {
+            *count -= 1;
+            if *count == 0 {
+                self.compiled.remove(&method_id);
+            }
+        }
+    }
+
+    /// Of `method_ids`, those never asked about before (and now counted as
+    /// asked).
+    pub fn newly_wanted(&mut self, method_ids: impl IntoIterator<Item = u64>) -> Vec<u64> {
+        method_ids
+            .into_iter()
+            .filter(|&id| id != 0 && self.requested.insert(id))
+            .collect()
+    }
+
+    /// Whether every method asked about has been described.
+    pub fn all_described(&self) -> bool {
+        self.requested
+            .iter()
+            .all(|id| self.methods.contains_key(id))
+    }
+
+    /// Forgets that `method_ids` were asked about, so they are asked again
+    /// (the request ring was full).
+    pub fn unrequest(&mut self, method_ids: &[u64]) {
+        for id in method_ids {
+            self.requested.remove(id);
+        }
+    }
+
+    /// How a Java stack taken at `pc` ran, frame by frame: the innermost by
+    /// where `pc` is; the others by whether their method had compiled code
+    /// when sampled (AsyncGetCallTrace itself does not say).
+    pub fn kinds(&self, pc: u64, frames: &[JavaFrame]) -> Vec<FrameKind> {
+        let innermost = match self.code_at(pc) {
+            Some(CodeBlob::Generated { name, .. }) if name.contains("nterpreter") => {
+                Some(FrameKind::Interpreted)
+            }
+            Some(CodeBlob::Compiled { .. }) => Some(FrameKind::Compiled),
+            _ => None,
+        };
+        frames
+            .iter()
+            .enumerate()
+            .map(|(index, frame)| match (index, innermost) {
+                (0, Some(kind)) => kind,
+                _ if self.compiled.contains_key(&frame.method_id) => FrameKind::Compiled,
+                _ => FrameKind::Interpreted,
+            })
+            .collect()
+    }
+
+    /// The name of a Java frame; `lines` adds `(File.java:LINE)`.
+    pub fn frame_name(&self, frame: &JavaFrame, kind: FrameKind, lines: bool) -> Arc<str> {
+        let Some(method) = self.methods.get(&frame.method_id) else {
+            return format!(
+                "[unknown Java method {:#x}]{}",
+                frame.method_id,
+                kind.suffix()
+            )
+            .into();
+        };
+        let location = match (lines, line_of(&method.lines, frame.bci)) {
+            (false, _) => String::new(),
+            (true, Some(line)) => format!(" ({}:{line})", method.source),
+            (true, None) => format!(" ({})", method.source),
+        };
+        format!("{}{location}{}", method.name, kind.suffix()).into()
+    }
+
+    /// The name of JIT code at `address` seen in a native stack, if the
+    /// agent reported code there.
+    pub fn code_name(&self, address: u64) -> Option<Arc<str>> {
+        match self.code_at(address)? {
+            CodeBlob::Compiled { method_id, .. } => {
+                let frame = JavaFrame::new(*method_id, -1);
+                Some(self.frame_name(&frame, FrameKind::Compiled, false))
+            }
+            CodeBlob::Generated { name, .. } => Some(format!("[{name}]").into()),
+        }
+    }
+
+    /// Method ids of compiled code at the addresses, for requesting names.
+    pub fn compiled_methods_at<'a>(
+        &'a self,
+        addresses: impl IntoIterator<Item = u64> + 'a,
+    ) -> impl Iterator<Item = u64> + 'a {
+        addresses
+            .into_iter()
+            .filter_map(|address| match self.code_at(address)? {
+                CodeBlob::Compiled { method_id, .. } => Some(*method_id),
+                CodeBlob::Generated { .. } => None,
+            })
+    }
+
+    fn code_at(&self, address: u64) -> Option<&CodeBlob> {
+        let (_, blob) = self.code.range(..=address).next_back()?;
+        let end = match blob {
+            CodeBlob::Compiled { end, .. } | CodeBlob::Generated { end, .. } => *end,
+        };
+        (address < end).then_some(blob)
+    }
+}
+
+fn describe(info: &MethodInfo) -> JavaMethod {
+    let class = String::from_utf8_lossy(info.class);
+    let class = class
+        .strip_prefix('L')
+        .and_then(|class| class.strip_suffix(';'))
+        .unwrap_or(&class)
+        .replace('/', ".");
+    let name = format!("{class}.{}", String::from_utf8_lossy(info.name));
+    let mut lines: Vec<(u32, u32)> = info
+        .lines
+        .chunks_exact(8)
+        .map(|entry| {
+            let word = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().unwrap());
+            (word(0), word(4))
+        })
+        .collect();
+    lines.sort_unstable();
+    JavaMethod {
+        name: name.replace([';', '\n'], " ").into(),
+        source: String::from_utf8_lossy(info.source)
+            .replace([';', '\n'], " ")
+            .into(),
+        lines,
+    }
+}
+
+fn line_of(lines: &[(u32, u32)], bci: i32) -> Option<u32> {
+    let bci = u32::try_from(bci).ok()?;
+    let index = lines
+        .partition_point(|&(start, _)| start <= bci)
+        .checked_sub(1)?;
+    Some(lines[index].1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn symbols() -> JavaSymbols {
+        let lines = [0u32, 3, 10, 4].map(u32::to_le_bytes).concat();
+        let mut symbols = JavaSymbols::default();
+        symbols.apply(Event::Method(MethodInfo {
+            method_id: 7,
+            class: b"Lcom/example/Busy;",
+            name: b"seventy",
+            signature: b"(J)J",
+            source: b"Busy.java",
+            lines: &lines,
+        }));
+        symbols.apply(Event::CodeLoad {
+            method_id: 7,
+            start: 0x1000,
+            size: 0x100,
+        });
+        symbols.apply(Event::DynamicCode {
+            start: 0x5000,
+            size: 0x1000,
+            name: b"Interpreter",
+        });
+        symbols
+    }
+
+    #[test]
+    fn frames_are_named_with_kind_and_line() {
+        let symbols = symbols();
+        let frame = JavaFrame::new(7, 12);
+        assert_eq!(
+            &*symbols.frame_name(&frame, FrameKind::Compiled, false),
+            "com.example.Busy.seventy_[j]"
+        );
+        assert_eq!(
+            &*symbols.frame_name(&frame, FrameKind::Interpreted, true),
+            "com.example.Busy.seventy (Busy.java:4)_[0]"
+        );
+        assert_eq!(
+            &*symbols.frame_name(&JavaFrame::new(9, 0), FrameKind::Compiled, false),
+            "[unknown Java method 0x9]_[j]"
+        );
+    }
+
+    #[test]
+    fn kinds_follow_the_pc_then_compiled_state() {
+        let mut symbols = symbols();
+        let frames = [JavaFrame::new(9, 1), JavaFrame::new(7, 1)];
+        assert_eq!(
+            symbols.kinds(0x5010, &frames),
+            [FrameKind::Interpreted, FrameKind::Compiled]
+        );
+        assert_eq!(
+            symbols.kinds(0x1010, &frames),
+            [FrameKind::Compiled, FrameKind::Compiled]
+        );
+        symbols.apply(Event::CodeUnload {
+            method_id: 7,
+            start: 0x1000,
+        });
+        assert_eq!(
+            symbols.kinds(0x9999, &frames),
+            [FrameKind::Interpreted, FrameKind::Interpreted]
+        );
+    }
+
+    #[test]
+    fn jit_code_in_native_stacks_is_named() {
+        let symbols = symbols();
+        assert_eq!(
+            symbols.code_name(0x1080).as_deref(),
+            Some("com.example.Busy.seventy_[j]")
+        );
+        assert_eq!(symbols.code_name(0x5fff).as_deref(), Some("[Interpreter]"));
+        assert_eq!(symbols.code_name(0x1100), None);
+        assert_eq!(
+            symbols
+                .compiled_methods_at([0x1000, 0x5000, 0])
+                .collect::<Vec<_>>(),
+            [7]
+        );
+    }
+
+    #[test]
+    fn each_method_is_requested_once_unless_given_back() {
+        let mut symbols = JavaSymbols::default();
+        assert_eq!(symbols.newly_wanted([1, 2, 2, 0]), [1, 2]);
+        assert_eq!(symbols.newly_wanted([1, 3]), [3]);
+        symbols.unrequest(&[3]);
+        assert_eq!(symbols.newly_wanted([3]), [3]);
+    }
+}
