@@ -21,6 +21,13 @@ pub struct Cli {
 pub enum Command {
     /// Sample CPUs and write a profile.
     Record(RecordArgs),
+    /// Write the embedded JVM agent to a file, for `-agentpath:` at JVM
+    /// startup.
+    Agent {
+        /// Where to write `libstoke_agent.so`.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+    },
 }
 
 /// Arguments of `stoke record`.
@@ -106,7 +113,9 @@ mod tests {
     #[test]
     fn pids_split_on_commas_and_exclude_all() {
         let cli = Cli::try_parse_from(["stoke", "record", "-p", "1,22,333"]).unwrap();
-        let Command::Record(args) = cli.command;
+        let Command::Record(args) = cli.command else {
+            panic!("not a recording")
+        };
         assert_eq!(args.pids, [1, 22, 333]);
         assert!(Cli::try_parse_from(["stoke", "record", "-a", "-p", "1"]).is_err());
     }

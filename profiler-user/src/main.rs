@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Record(args) => record::run(args),
+        Command::Agent { output } => jvm::profiler::write_agent(output),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -34,6 +34,10 @@ use crate::{
 /// the reader: it bounds the memory the ring needs and the progress lag.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
 
+/// The wait while a JVM is being attached, so that its agent is put to use
+/// as soon as it is ready.
+const ATTACH_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Records as `args` says and writes the profile.
 pub fn run(args: &RecordArgs) -> Result<()> {
     let format = Format::for_output(&args.output, args.format)?;
@@ -99,7 +103,12 @@ pub fn run(args: &RecordArgs) -> Result<()> {
             aggregator.processes(),
             counters[Counter::LostRingFull as usize],
         );
-        sampler.wait(remaining.map_or(DRAIN_INTERVAL, |left| left.min(DRAIN_INTERVAL)));
+        let interval = if java.attaching() {
+            ATTACH_POLL_INTERVAL
+        } else {
+            DRAIN_INTERVAL
+        };
+        sampler.wait(remaining.map_or(interval, |left| left.min(interval)));
     }
     let duration = started.elapsed();
     let cpus = sampler.cpus().len();

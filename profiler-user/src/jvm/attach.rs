@@ -1380,3 +1380,856 @@ fn rename_noreplace(dir: BorrowedFd, from: &CStr, to: &CStr) -> io::Result<()> {
     unsafe { libc::unlinkat(dir, from.as_ptr(), 0) };
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The JVM tests start real JVMs (JDK 17 and Temurin 25, which must be
+    //! installed) and need root, like stoke.
+
+    use std::{
+        cell::RefCell,
+        fs,
+        path::{Path, PathBuf},
+        process::{Child, Command, Stdio},
+        sync::{
+            atomic::{AtomicU32, Ordering},
+            Arc, Mutex, OnceLock,
+        },
+        thread::sleep,
+    };
+
+    use super::*;
+
+    const JDK17: &str = "/usr/lib/jvm/java-17-openjdk-amd64";
+    const JDK25: &str = "/usr/lib/jvm/temurin-25-jdk-amd64";
+    const TIMEOUT: Duration = Duration::from_secs(20);
+    const NOBODY: u32 = 65534;
+    /// How long a test JVM lives if its test died without killing it.
+    const GUEST_LIFETIME_SECS: &str = "120";
+    /// Enough for a stray SIGQUIT to show: death, or a thread dump.
+    const SETTLE: Duration = Duration::from_millis(300);
+
+    const JAVA_TARGET: &str = r#"
+public class StokeAttachTarget {
+    public static void main(String[] args) throws Exception {
+        System.out.println("ready");
+        System.out.flush();
+        long end = System.nanoTime() + Long.parseLong(args[0]) * 1_000_000_000L;
+        while (System.nanoTime() < end) {
+            Thread.sleep(20);
+        }
+    }
+}
+"#;
+
+    /// A JVMTI agent reduced to its entry point: `mark=PATH` writes PATH
+    /// from inside the JVM, anything else fails with 42.
+    const TEST_AGENT: &str = r#"
+#include <stdio.h>
+#include <string.h>
+
+int Agent_OnAttach(void *vm, char *options, void *reserved) {
+    (void)vm;
+    (void)reserved;
+    if (options == NULL || strncmp(options, "mark=", 5) != 0) {
+        return 42;
+    }
+    FILE *file = fopen(options + 5, "w");
+    if (file == NULL) {
+        return 43;
+    }
+    fputs("loaded\n", file);
+    return fclose(file) == 0 ? 0 : 44;
+}
+"#;
+
+    // -----------------------------------------------------------------------
+    // Protocol, parsing and decisions
+
+    #[test]
+    fn requests_always_carry_three_arguments() {
+        assert_eq!(
+            encode_request("properties", &[]).unwrap(),
+            b"1\0properties\0\0\0\0"
+        );
+        assert_eq!(
+            encode_request("load", &["/tmp/a.so", "true", "x=1"]).unwrap(),
+            b"1\0load\0/tmp/a.so\0true\0x=1\0"
+        );
+        let long = "x".repeat(MAX_ARG_LEN + 1);
+        for (command, args) in [
+            ("", &[][..]),
+            ("a-command-too-long", &[]),
+            ("load", &["a", "b", "c", "d"]),
+            ("load", &[long.as_str()]),
+            ("load", &["a\0b"]),
+        ] {
+            let error = encode_request(command, args).unwrap_err();
+            assert!(matches!(error, AttachError::InvalidRequest(_)), "{error}");
+        }
+    }
+
+    #[test]
+    fn replies_split_into_status_and_answer() {
+        let reply = parse_reply(7, b"0\nline 1\nline 2\n").unwrap();
+        assert_eq!((reply.status, reply.body.as_str()), (0, "line 1\nline 2\n"));
+        let reply = parse_reply(7, b"-1\nOperation x not recognized!").unwrap();
+        assert_eq!(reply.status, -1);
+        assert_eq!(parse_reply(7, b"0").unwrap().body, "");
+        assert!(matches!(
+            parse_reply(7, b""),
+            Err(AttachError::NoAnswer { pid: 7 })
+        ));
+        assert!(matches!(
+            parse_reply(7, b"HTTP/1.1 400\n"),
+            Err(AttachError::BadReply { .. })
+        ));
+        let error = parse_reply(7, b"101\nunknown version").unwrap_err();
+        assert!(
+            matches!(error, AttachError::ProtocolMismatch { status: 101, .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("version 1"), "{error}");
+    }
+
+    #[test]
+    fn load_answers_of_every_jdk_are_understood() {
+        let path = "/tmp/a.so";
+        assert!(load_outcome(1, path, "return code: 0\n").is_ok());
+        // JDK 8.
+        assert!(load_outcome(1, path, "0\n").is_ok());
+        assert!(matches!(
+            load_outcome(1, path, "return code: 42\n"),
+            Err(AttachError::AgentInit { code: 42, .. })
+        ));
+        // JDK 21+: status 0, the loader's error as the answer.
+        let answer = "/tmp/a.so was not loaded.\n/tmp/a.so: cannot open shared object file: No such file or directory\n";
+        let error = load_outcome(1, path, answer).unwrap_err();
+        assert!(matches!(error, AttachError::AgentLoad { .. }), "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("No such file") && !text.contains('\n'),
+            "{text}"
+        );
+        let noexec = "/tmp/a.so: failed to map segment from shared object";
+        let error = load_outcome(1, path, noexec).unwrap_err();
+        assert!(error.to_string().contains("noexec"), "{error}");
+        assert!(matches!(
+            load_failure(
+                1,
+                path,
+                "Dynamic agent loading is not enabled. Use ...".to_owned()
+            ),
+            AttachError::DynamicLoadingDisabled { pid: 1 }
+        ));
+        assert!(matches!(
+            load_outcome(1, path, "\n"),
+            Err(AttachError::BadReply { .. })
+        ));
+    }
+
+    #[test]
+    fn quotes_are_one_bounded_line() {
+        assert_eq!(one_line("a\n\n  b \r\nc\u{7}"), "a; b; c ");
+        let quote = one_line(&"y".repeat(10_000));
+        assert_eq!(quote.len(), MAX_QUOTE_CHARS + 3);
+    }
+
+    #[test]
+    fn status_gives_effective_ids_innermost_pid_and_handlers() {
+        let text = "Name:\tjava\nPid:\t4242\nNSpid:\t4242\t17\nUid:\t1000\t1001\t1002\t1003\n\
+                    Gid:\t2000\t2001\t2002\t2003\nSigCgt:\t0000000181005ccf\n";
+        let status = ProcStatus::parse(text).unwrap();
+        assert_eq!(
+            status,
+            ProcStatus {
+                uid: 1001,
+                gid: 2001,
+                ns_pid: 17,
+                caught: 0x1_8100_5ccf
+            }
+        );
+        assert_ne!(status.caught & SIGQUIT_MASK, 0);
+        assert_eq!(ProcStatus::parse("Uid:\t1\t2\n"), Err("Gid:"));
+        assert_eq!(
+            ProcStatus::parse(&text.replace("NSpid:\t4242\t17", "NSpid:")),
+            Err("NSpid:")
+        );
+    }
+
+    #[test]
+    fn options_are_read_in_hotspot_order_and_the_last_wins() {
+        let cmdline = b"java\0-Xmx1g\0-XX:+DisableAttachMechanism\0-cp\0x\0Main\0";
+        let flags = VmFlags::from_options(launcher_options(cmdline, b""));
+        assert!(flags.attach_disabled && !flags.reduce_signal_usage);
+        // _JAVA_OPTIONS comes after the command line.
+        let environ = b"PATH=/bin\0_JAVA_OPTIONS=-XX:-DisableAttachMechanism -Xrs\0";
+        let flags = VmFlags::from_options(launcher_options(cmdline, environ));
+        assert!(!flags.attach_disabled && flags.reduce_signal_usage);
+        // JAVA_TOOL_OPTIONS comes before it.
+        let environ = b"JAVA_TOOL_OPTIONS=-XX:-DisableAttachMechanism\0";
+        let flags = VmFlags::from_options(launcher_options(cmdline, environ));
+        assert!(flags.attach_disabled);
+        // argv[0] and look-alike variables do not count.
+        let flags = VmFlags::from_options(launcher_options(
+            b"-Xrs\0Main\0",
+            b"MY_JAVA_TOOL_OPTIONS=-Xrs\0",
+        ));
+        assert_eq!(flags, VmFlags::default());
+    }
+
+    #[test]
+    fn sigquit_only_to_a_jvm_that_handles_it() {
+        let handled = SIGQUIT_MASK | 1;
+        let plain = VmFlags::default();
+        assert!(sigquit_verdict(1, handled, plain, false).is_ok());
+        let disabled = VmFlags {
+            attach_disabled: true,
+            ..plain
+        };
+        assert!(matches!(
+            sigquit_verdict(1, handled, disabled, true),
+            Err(AttachError::AttachDisabled { pid: 1 })
+        ));
+        let xrs = VmFlags {
+            reduce_signal_usage: true,
+            ..plain
+        };
+        for (caught, flags, cut) in [
+            (handled, xrs, false),
+            (1, plain, false),
+            (handled, plain, true),
+        ] {
+            let error = sigquit_verdict(1, caught, flags, cut).unwrap_err();
+            assert!(
+                matches!(error, AttachError::SigquitUnsafe { .. }),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn agent_names_are_plain_and_alternatives_keep_the_extension() {
+        let names: Vec<_> = candidate_names("libstoke_agent-ab12.so").take(3).collect();
+        assert_eq!(
+            names,
+            [
+                "libstoke_agent-ab12.so",
+                "libstoke_agent-ab12-1.so",
+                "libstoke_agent-ab12-2.so"
+            ]
+        );
+        assert_eq!(candidate_names(".hidden").nth(1).unwrap(), ".hidden-1");
+        assert_eq!(candidate_names("agent").count(), NAME_ALTERNATIVES + 1);
+        assert!(check_file_name("libstoke_agent-ab12.so").is_ok());
+        let long = "a".repeat(MAX_AGENT_NAME_LEN + 1);
+        for bad in ["", ".", "..", "../x.so", "a/b.so", "a\0b", long.as_str()] {
+            assert!(check_file_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn answers_are_bounded_in_size_and_time() {
+        let request = encode_request("properties", &[]).unwrap();
+
+        let (client, server) = UnixStream::pair().unwrap();
+        let talker = std::thread::spawn(move || {
+            let mut server = server;
+            let mut request = [0u8; 64];
+            let _ = server.read(&mut request);
+            let _ = server.write_all(&vec![b'x'; MAX_REPLY + 10]);
+        });
+        let error = exchange(1, &client, &request, TIMEOUT).unwrap_err();
+        assert!(
+            matches!(error, AttachError::ReplyTooLarge { .. }),
+            "{error}"
+        );
+        drop(client);
+        talker.join().unwrap();
+
+        let (client, _silent) = UnixStream::pair().unwrap();
+        let start = Instant::now();
+        let error = exchange(1, &client, &request, Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(error, AttachError::Timeout { .. }), "{error}");
+        assert!(start.elapsed() < Duration::from_secs(2));
+
+        let (client, server) = UnixStream::pair().unwrap();
+        drop(server);
+        let error = exchange(1, &client, &request, TIMEOUT).unwrap_err();
+        assert!(matches!(error, AttachError::NoAnswer { pid: 1 }), "{error}");
+    }
+
+    // -----------------------------------------------------------------------
+    // Credentials, and processes that are not JVMs
+
+    /// The `Uid:`, `Gid:`, `Groups:` and `CapEff:` lines of the calling thread.
+    fn thread_credentials() -> Vec<String> {
+        let status = fs::read_to_string("/proc/thread-self/status").unwrap();
+        ["Uid:", "Gid:", "Groups:", "CapEff:"]
+            .iter()
+            .map(|name| {
+                let line = status.lines().find(|line| line.starts_with(name)).unwrap();
+                line.split_whitespace().collect::<Vec<_>>().join(" ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn credentials_change_on_the_attach_thread_only() {
+        let before = thread_credentials();
+        assert!(
+            before[0].starts_with("Uid: 0 0"),
+            "the tests need root: {before:?}"
+        );
+        let target = JvmTarget {
+            pid: std::process::id(),
+            ns_pid: std::process::id(),
+            uid: NOBODY,
+            gid: NOBODY,
+        };
+        let during = as_target(&target, || Ok(thread_credentials())).unwrap();
+        assert_eq!(
+            during,
+            [
+                "Uid: 0 65534 0 65534",
+                "Gid: 0 65534 0 65534",
+                "Groups:",
+                "CapEff: 0000000000000000"
+            ]
+        );
+        assert_eq!(thread_credentials(), before);
+    }
+
+    #[test]
+    fn never_signals_a_process_that_is_not_a_jvm() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "echo ready; exec sleep \"$0\"", GUEST_LIFETIME_SECS]);
+        let sleeper = Guest::spawn(command, "ready");
+        let pid = sleeper.pid;
+        let error = JvmTarget::inspect(pid).unwrap_err();
+        assert!(matches!(error, AttachError::NotHotSpot { .. }), "{error}");
+        // Even a target made up by hand: SIGQUIT would kill sleep.
+        let target = JvmTarget {
+            pid,
+            ns_pid: pid,
+            uid: 0,
+            gid: 0,
+        };
+        let error = execute(&target, "properties", &[], TIMEOUT).unwrap_err();
+        assert!(matches!(error, AttachError::NotHotSpot { .. }), "{error}");
+        sleep(SETTLE);
+        assert!(sleeper.is_alive());
+        assert!(!trigger_path(&target).exists());
+    }
+
+    #[test]
+    fn refuses_a_noexec_tmp() {
+        let mut command = Command::new("unshare");
+        command.args([
+            "--mount",
+            "--fork",
+            "--kill-child",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o noexec none /tmp && echo ready && exec sleep \"$0\"",
+            GUEST_LIFETIME_SECS,
+        ]);
+        let mut guest = Guest::spawn(command, "ready");
+        guest.follow_fork();
+        let target = JvmTarget {
+            pid: guest.pid,
+            ns_pid: guest.pid,
+            uid: 0,
+            gid: 0,
+        };
+        let error = install_agent(&target, "agent.so", b"bytes").unwrap_err();
+        assert!(matches!(error, AttachError::NoexecTmp { .. }), "{error}");
+    }
+
+    // -----------------------------------------------------------------------
+    // Real JVMs
+
+    macro_rules! on_each_jdk {
+        ($($test:ident),* $(,)?) => {
+            mod jdk17 {
+                $( #[test] fn $test() { super::$test(super::JDK17) } )*
+            }
+            mod jdk25 {
+                $( #[test] fn $test() { super::$test(super::JDK25) } )*
+            }
+        };
+    }
+
+    on_each_jdk!(
+        attaches_and_reuses_the_socket,
+        loads_agents,
+        refuses_a_jvm_that_disabled_attach,
+        attaches_to_another_users_jvm,
+        attaches_across_namespaces,
+        attaches_to_an_xrs_jvm_only_through_its_socket,
+    );
+
+    /// A fresh JVM gets its listener started (trigger file, SIGQUIT), and
+    /// later commands reuse the socket without signalling again.
+    fn attaches_and_reuses_the_socket(jdk: &str) {
+        let jvm = start_jvm(jdk, &[], Launch::Root);
+        let target = JvmTarget::inspect(jvm.pid).unwrap();
+        assert_eq!(
+            target,
+            JvmTarget {
+                pid: jvm.pid,
+                ns_pid: jvm.pid,
+                uid: 0,
+                gid: 0
+            }
+        );
+        let socket = socket_path(&target);
+        assert!(!socket.exists(), "a fresh JVM has no attach socket yet");
+
+        let properties = execute(&target, "properties", &[], TIMEOUT).unwrap();
+        assert!(properties.contains("java.version"), "{properties}");
+        let inode = fs::metadata(&socket).unwrap().ino();
+        assert!(!trigger_path(&target).exists(), "the trigger file was left");
+
+        let version = execute(&target, "jcmd", &["VM.version"], TIMEOUT).unwrap();
+        assert!(version.contains("JDK"), "{version}");
+        assert_eq!(
+            fs::metadata(&socket).unwrap().ino(),
+            inode,
+            "the socket was not reused"
+        );
+
+        let error = execute(&target, "nosuchcommand", &[], TIMEOUT).unwrap_err();
+        assert!(
+            matches!(&error, AttachError::CommandFailed { status, .. } if *status != 0),
+            "{error}"
+        );
+        assert!(error.to_string().contains("not recognized"), "{error}");
+        jvm.assert_undisturbed();
+    }
+
+    /// Loading reports a missing library, a library without
+    /// `Agent_OnAttach`, and the agent's own failure; a real agent runs
+    /// inside the JVM.
+    fn loads_agents(jdk: &str) {
+        let jvm = start_jvm(jdk, &[], Launch::Root);
+        let files = Cleanup::default();
+        let target = JvmTarget::inspect(jvm.pid).unwrap();
+
+        let missing = format!("/tmp/{}.so", unique("stoke-no-such-agent"));
+        let error = load_agent(&target, &missing, "", TIMEOUT).unwrap_err();
+        assert!(matches!(error, AttachError::AgentLoad { .. }), "{error}");
+        let text = error.to_string();
+        assert!(text.contains(&missing) && !text.contains('\n'), "{text}");
+
+        let jdwp = format!("{jdk}/lib/libjdwp.so");
+        let error = load_agent(&target, &jdwp, "", TIMEOUT).unwrap_err();
+        assert!(matches!(error, AttachError::AgentLoad { .. }), "{error}");
+        assert!(error.to_string().contains("Agent_OnAttach"), "{error}");
+
+        let name = format!("{}.so", unique("libstoke-test-agent"));
+        let path = install_agent(&target, &name, &fixtures().agent).unwrap();
+        files.add(host_path(&target, &path));
+        let marker = format!("/tmp/{}", unique("stoke-agent-marker"));
+        files.add(host_path(&target, &marker));
+        load_agent(&target, &path, &format!("mark={marker}"), TIMEOUT).unwrap();
+        assert_eq!(
+            fs::read_to_string(host_path(&target, &marker)).unwrap(),
+            "loaded\n"
+        );
+
+        let error = load_agent(&target, &path, "fail", TIMEOUT).unwrap_err();
+        assert!(
+            matches!(error, AttachError::AgentInit { code: 42, .. }),
+            "{error}"
+        );
+        jvm.assert_undisturbed();
+    }
+
+    /// -XX:+DisableAttachMechanism is refused without any signal.
+    fn refuses_a_jvm_that_disabled_attach(jdk: &str) {
+        let jvm = start_jvm(jdk, &["-XX:+DisableAttachMechanism"], Launch::Root);
+        let target = JvmTarget::inspect(jvm.pid).unwrap();
+        let error = execute(&target, "properties", &[], TIMEOUT).unwrap_err();
+        assert!(
+            matches!(error, AttachError::AttachDisabled { pid } if pid == jvm.pid),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains("DisableAttachMechanism"),
+            "{error}"
+        );
+        let error = load_agent(&target, "/tmp/agent.so", "", TIMEOUT).unwrap_err();
+        assert!(
+            matches!(error, AttachError::AttachDisabled { .. }),
+            "{error}"
+        );
+        assert!(!trigger_path(&target).exists());
+        jvm.assert_undisturbed();
+    }
+
+    /// A JVM of another user: the trigger file, the socket and the agent
+    /// file all work as its user; installing reuses identical files and
+    /// never follows a planted symlink.
+    fn attaches_to_another_users_jvm(jdk: &str) {
+        let jvm = start_jvm(jdk, &[], Launch::AsNobody);
+        // Declared after the JVM, so dropped before it: /proc/PID/root
+        // still leads to the files.
+        let files = Cleanup::default();
+        let target = JvmTarget::inspect(jvm.pid).unwrap();
+        assert_eq!((target.uid, target.gid), (NOBODY, NOBODY));
+
+        let properties = execute(&target, "properties", &[], TIMEOUT).unwrap();
+        assert!(properties.contains("user.name=nobody"), "{properties}");
+        assert_eq!(fs::metadata(socket_path(&target)).unwrap().uid(), NOBODY);
+
+        let agent = &fixtures().agent;
+        let name = format!("{}.so", unique("libstoke-test-agent"));
+        let path = install_agent(&target, &name, agent).unwrap();
+        assert_eq!(path, format!("/tmp/{name}"));
+        let installed = host_path(&target, &path);
+        files.add(installed.clone());
+        let metadata = fs::metadata(&installed).unwrap();
+        assert_eq!(
+            (metadata.uid(), metadata.gid(), metadata.mode() & 0o7777),
+            (NOBODY, NOBODY, 0o644)
+        );
+        assert_eq!(&fs::read(&installed).unwrap(), agent);
+
+        assert_eq!(install_agent(&target, &name, agent).unwrap(), path);
+        assert_eq!(
+            fs::metadata(&installed).unwrap().ino(),
+            metadata.ino(),
+            "not reused"
+        );
+
+        let other = install_agent(&target, &name, b"another agent").unwrap();
+        files.add(host_path(&target, &other));
+        assert_ne!(other, path);
+        assert_eq!(
+            fs::read(host_path(&target, &other)).unwrap(),
+            b"another agent"
+        );
+        assert_eq!(
+            &fs::read(&installed).unwrap(),
+            agent,
+            "the first file changed"
+        );
+
+        let link_name = format!("{}.so", unique("libstoke-test-link"));
+        let link = host_path(&target, &format!("/tmp/{link_name}"));
+        let victim = format!("/tmp/{}", unique("stoke-link-victim"));
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        files.add(link.clone());
+        files.add(host_path(&target, &victim));
+        let placed = install_agent(&target, &link_name, agent).unwrap();
+        files.add(host_path(&target, &placed));
+        assert_ne!(placed, format!("/tmp/{link_name}"));
+        assert!(
+            !host_path(&target, &victim).exists(),
+            "the symlink was followed"
+        );
+        assert!(fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(&fs::read(host_path(&target, &placed)).unwrap(), agent);
+
+        let marker = format!("/tmp/{}", unique("stoke-agent-marker"));
+        files.add(host_path(&target, &marker));
+        load_agent(&target, &path, &format!("mark={marker}"), TIMEOUT).unwrap();
+        assert_eq!(
+            fs::metadata(host_path(&target, &marker)).unwrap().uid(),
+            NOBODY
+        );
+        jvm.assert_undisturbed();
+    }
+
+    /// A JVM in its own pid and mount namespaces, with a private /tmp.
+    fn attaches_across_namespaces(jdk: &str) {
+        let jvm = start_jvm(jdk, &[], Launch::Namespaced);
+        let target = JvmTarget::inspect(jvm.pid).unwrap();
+        assert_eq!(target.ns_pid, 1);
+        assert_ne!(target.pid, 1);
+
+        let properties = execute(&target, "properties", &[], TIMEOUT).unwrap();
+        assert!(properties.contains("java.version"), "{properties}");
+        let socket = fs::metadata(socket_path(&target)).unwrap();
+        assert!(socket.file_type().is_socket());
+        assert!(
+            !Path::new("/tmp/.java_pid1").exists(),
+            "the socket is in the host's /tmp"
+        );
+
+        let name = format!("{}.so", unique("libstoke-test-agent"));
+        let path = install_agent(&target, &name, &fixtures().agent).unwrap();
+        assert!(host_path(&target, &path).exists());
+        assert!(
+            !Path::new(&path).exists(),
+            "the agent went to the host's /tmp"
+        );
+        let marker = format!("/tmp/{}", unique("stoke-agent-marker"));
+        load_agent(&target, &path, &format!("mark={marker}"), TIMEOUT).unwrap();
+        assert_eq!(
+            fs::read_to_string(host_path(&target, &marker)).unwrap(),
+            "loaded\n"
+        );
+        jvm.assert_undisturbed();
+    }
+
+    /// -Xrs JVMs start their listener at startup: attached through it; but
+    /// once it is gone only SIGQUIT could restart it, and that would kill.
+    fn attaches_to_an_xrs_jvm_only_through_its_socket(jdk: &str) {
+        let jvm = start_jvm(jdk, &["-Xrs"], Launch::Root);
+        let target = JvmTarget::inspect(jvm.pid).unwrap();
+        let socket = socket_path(&target);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() && Instant::now() < deadline {
+            sleep(Duration::from_millis(20));
+        }
+        let properties = execute(&target, "properties", &[], TIMEOUT).unwrap();
+        assert!(properties.contains("java.version"), "{properties}");
+
+        fs::remove_file(&socket).unwrap();
+        let error = execute(&target, "properties", &[], TIMEOUT).unwrap_err();
+        assert!(
+            matches!(error, AttachError::SigquitUnsafe { .. }),
+            "{error}"
+        );
+        assert!(error.to_string().contains("-Xrs"), "{error}");
+        assert!(!trigger_path(&target).exists());
+        jvm.assert_undisturbed();
+    }
+
+    // -----------------------------------------------------------------------
+    // Helpers
+
+    /// The Java target class and the test agent, built once per run in a
+    /// directory every user can read, outside /tmp (namespaced tests hide
+    /// the host's /tmp).
+    struct Fixtures {
+        dir: PathBuf,
+        agent: Vec<u8>,
+    }
+
+    fn fixtures_dir() -> PathBuf {
+        PathBuf::from(format!("/var/tmp/stoke-attach-test-{}", std::process::id()))
+    }
+
+    extern "C" fn remove_fixtures() {
+        let _ = fs::remove_dir_all(fixtures_dir());
+    }
+
+    fn fixtures() -> &'static Fixtures {
+        static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
+        FIXTURES.get_or_init(|| {
+            let dir = fixtures_dir();
+            fs::create_dir_all(&dir).unwrap();
+            fs::set_permissions(&dir, Permissions::from_mode(0o755)).unwrap();
+            // SAFETY: registers a function that only removes the directory.
+            unsafe { libc::atexit(remove_fixtures) };
+            fs::write(dir.join("StokeAttachTarget.java"), JAVA_TARGET).unwrap();
+            run(Command::new(format!("{JDK17}/bin/javac"))
+                .arg("-d")
+                .arg(&dir)
+                .arg(dir.join("StokeAttachTarget.java")));
+            fs::write(dir.join("agent.c"), TEST_AGENT).unwrap();
+            run(Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-o"])
+                .arg(dir.join("agent.so"))
+                .arg(dir.join("agent.c")));
+            Fixtures {
+                agent: fs::read(dir.join("agent.so")).unwrap(),
+                dir,
+            }
+        })
+    }
+
+    fn run(command: &mut Command) {
+        let output = command
+            .output()
+            .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+        assert!(
+            output.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    enum Launch {
+        Root,
+        /// `setpriv` to uid and gid 65534.
+        AsNobody,
+        /// New pid and mount namespaces, a tmpfs on /tmp.
+        Namespaced,
+    }
+
+    fn start_jvm(jdk: &str, flags: &[&str], launch: Launch) -> Guest {
+        let java = format!("{jdk}/bin/java");
+        assert!(Path::new(&java).exists(), "the attach tests need {java}");
+        let mut command = match launch {
+            Launch::Root => Command::new(&java),
+            Launch::AsNobody => {
+                let mut command = Command::new("setpriv");
+                command.args(["--reuid=65534", "--regid=65534", "--clear-groups", &java]);
+                command
+            }
+            Launch::Namespaced => {
+                let mut command = Command::new("unshare");
+                command.args([
+                    "--mount",
+                    "--pid",
+                    "--fork",
+                    "--mount-proc",
+                    "--kill-child",
+                    "sh",
+                    "-c",
+                    "mount -t tmpfs none /tmp && cd /tmp && exec \"$@\"",
+                    "sh",
+                    &java,
+                ]);
+                command
+            }
+        };
+        command
+            .args(flags)
+            .arg("-cp")
+            .arg(&fixtures().dir)
+            .args(["StokeAttachTarget", GUEST_LIFETIME_SECS]);
+        let mut guest = Guest::spawn(command, "ready");
+        if matches!(launch, Launch::Namespaced) {
+            guest.follow_fork();
+        }
+        guest
+    }
+
+    /// A process started for a test, killed when dropped.
+    struct Guest {
+        child: Child,
+        /// The process under test: the child, or its child.
+        pid: u32,
+        /// Its stdout and stderr.
+        output: Arc<Mutex<String>>,
+    }
+
+    impl Guest {
+        fn spawn(mut command: Command, ready: &str) -> Guest {
+            command
+                .current_dir("/tmp")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = command
+                .spawn()
+                .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+            let output = Arc::new(Mutex::new(String::new()));
+            collect(child.stdout.take(), &output);
+            collect(child.stderr.take(), &output);
+            let mut guest = Guest {
+                pid: child.id(),
+                child,
+                output,
+            };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !guest.output().contains(ready) {
+                if let Ok(Some(status)) = guest.child.try_wait() {
+                    panic!("{command:?} exited ({status}): {}", guest.output());
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{command:?} not ready: {}",
+                    guest.output()
+                );
+                sleep(Duration::from_millis(10));
+            }
+            guest
+        }
+
+        /// Makes the process under test the child's child (`unshare --fork`).
+        fn follow_fork(&mut self) {
+            let id = self.child.id();
+            let children = fs::read_to_string(format!("/proc/{id}/task/{id}/children")).unwrap();
+            self.pid = children.split_whitespace().next().unwrap().parse().unwrap();
+        }
+
+        fn output(&self) -> String {
+            self.output.lock().unwrap().clone()
+        }
+
+        fn is_alive(&self) -> bool {
+            fs::read_to_string(format!("/proc/{}/stat", self.pid)).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+            })
+        }
+
+        /// Still running, and no SIGQUIT printed a thread dump.
+        fn assert_undisturbed(&self) {
+            sleep(SETTLE);
+            assert!(self.is_alive(), "the JVM died: {}", self.output());
+            let output = self.output();
+            assert!(!output.contains("Full thread dump"), "{output}");
+        }
+    }
+
+    impl Drop for Guest {
+        fn drop(&mut self) {
+            if let Ok(pid) = libc::pid_t::try_from(self.pid) {
+                // SAFETY: kill takes no pointers; the pid is our guest's.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn collect(stream: Option<impl Read + Send + 'static>, into: &Arc<Mutex<String>>) {
+        let Some(mut stream) = stream else { return };
+        let into = Arc::clone(into);
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(read @ 1..) = stream.read(&mut buffer) {
+                let text = String::from_utf8_lossy(&buffer[..read]).into_owned();
+                into.lock().unwrap().push_str(&text);
+            }
+        });
+    }
+
+    /// Files removed at the end of a test.
+    #[derive(Default)]
+    struct Cleanup(RefCell<Vec<PathBuf>>);
+
+    impl Cleanup {
+        fn add(&self, path: PathBuf) {
+            self.0.borrow_mut().push(path);
+        }
+    }
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for path in self.0.borrow().iter() {
+                let _ = fs::remove_file(path);
+            }
+        }
+    }
+
+    /// A name no other test of any run uses at the same time.
+    fn unique(prefix: &str) -> String {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{}-{n}", std::process::id())
+    }
+
+    /// Where the host reaches a path of the JVM's filesystem.
+    fn host_path(target: &JvmTarget, path: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root{path}", target.pid))
+    }
+
+    fn socket_path(target: &JvmTarget) -> PathBuf {
+        host_path(target, &format!("/tmp/.java_pid{}", target.ns_pid))
+    }
+
+    fn trigger_path(target: &JvmTarget) -> PathBuf {
+        host_path(target, &format!("/tmp/.attach_pid{}", target.ns_pid))
+    }
+}

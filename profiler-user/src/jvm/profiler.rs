@@ -56,6 +56,8 @@ pub struct JavaProfiler {
     to_attach: Option<Sender<u32>>,
     attached: Receiver<Attached>,
     considered: HashSet<u32>,
+    /// Attaches asked for and not yet answered.
+    attaching: usize,
     jvms: HashMap<u32, Jvm>,
     merger: Merger,
     summary: JavaSummary,
@@ -85,6 +87,7 @@ impl JavaProfiler {
             to_attach: enabled.then_some(to_attach),
             attached,
             considered: HashSet::new(),
+            attaching: 0,
             jvms: HashMap::new(),
             merger: Merger::default(),
             summary: JavaSummary::default(),
@@ -97,9 +100,15 @@ impl JavaProfiler {
         let Some(to_attach) = &self.to_attach else {
             return;
         };
-        if self.considered.insert(pid) && maps_libjvm(pid) {
-            let _ = to_attach.send(pid);
+        if self.considered.insert(pid) && maps_libjvm(pid) && to_attach.send(pid).is_ok() {
+            self.attaching += 1;
         }
+    }
+
+    /// Whether a JVM is being attached: its samples stay native until its
+    /// agent is adopted, so the caller should poll again soon.
+    pub fn attaching(&self) -> bool {
+        self.attaching > 0
     }
 
     /// A sample that signalled a JVM thread: it waits for its Java stack.
@@ -111,6 +120,7 @@ impl JavaProfiler {
     /// samples whose fate is settled.
     pub fn poll(&mut self, sampler: &mut Sampler, aggregator: &mut Aggregator) -> Result<()> {
         while let Ok(attached) = self.attached.try_recv() {
+            self.attaching -= 1;
             self.adopt(attached, sampler)?;
         }
         for (&pid, jvm) in &mut self.jvms {
@@ -305,6 +315,25 @@ fn attach_agent(pid: u32) -> Result<AgentMemory> {
             }
         }
     }
+}
+
+/// Writes the agent to `path` (for `-agentpath:`), executable.
+pub fn write_agent(path: &std::path::Path) -> Result<()> {
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+    let mut file = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o755)
+        .open(path)
+        .with_context(|| format!("cannot write the agent to {}", path.display()))?;
+    file.write_all(AGENT)
+        .with_context(|| format!("writing the agent to {}", path.display()))?;
+    eprintln!(
+        "stoke: wrote the JVM agent to {0}; start JVMs with -agentpath:{0}",
+        path.display()
+    );
+    Ok(())
 }
 
 /// A name that changes with the agent's contents, so that a JVM never
