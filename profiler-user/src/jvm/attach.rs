@@ -47,8 +47,9 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 const MAX_REPLY: usize = 64 * 1024;
 /// The largest `/proc/PID/status` read.
 const MAX_STATUS: u64 = 64 * 1024;
-/// The largest command line or environment read: Java class paths are long,
-/// and the kernel bounds both (2 MiB each with the default stack limit).
+/// The largest command line or environment read: Java class paths are
+/// long, and the kernel bounds both (2 MiB together with the default stack
+/// limit).
 const MAX_ARGS: u64 = 4 * 1024 * 1024;
 /// The largest `/proc/PID/maps` read while looking for libjvm.so.
 const MAX_MAPS: u64 = 64 * 1024 * 1024;
@@ -111,14 +112,16 @@ impl JvmTarget {
 }
 
 /// Copies `agent` (the bytes of a .so) into the JVM's `/tmp` as
-/// `file_name`, or reuses an identical file already there, and returns its
-/// path as the JVM sees it (`/tmp/<file_name>`).
+/// `file_name`, or reuses an identical file already there, and returns the
+/// path to give [`load_agent`], as the JVM sees it: `/tmp/<file_name>`,
+/// unless that name was taken.
 ///
 /// The file is written as the JVM's user, mode 0644, to a temporary name
 /// then renamed into place, so that the JVM never sees part of it. A name
 /// taken by anything else (another content, a symlink, another user's
 /// file) is never overwritten: the agent goes to `<stem>-1.so`,
-/// `<stem>-2.so`... instead.
+/// `<stem>-2.so`... instead. A `/tmp` mounted noexec, from which the JVM
+/// could not map the agent, is an error.
 pub fn install_agent(
     target: &JvmTarget,
     file_name: &str,
@@ -138,8 +141,11 @@ pub fn install_agent(
 /// starting the JVM's attach listener if needed. Succeeds when the agent's
 /// `Agent_OnAttach` returned 0.
 ///
-/// Starting the listener may take up to 5 s; `timeout` bounds the rest:
-/// connecting, sending, and the agent's `Agent_OnAttach`.
+/// Starting the listener may take up to 5 s; `timeout` bounds connecting,
+/// then again the request and its answer, which waits for the agent's
+/// `Agent_OnAttach`. JDK 21+ print a warning on the JVM's stderr for an
+/// agent loaded this way, unless started with
+/// `-XX:+EnableDynamicAgentLoading`.
 pub fn load_agent(
     target: &JvmTarget,
     agent_path: &str,
@@ -166,7 +172,8 @@ pub fn load_agent(
 /// with at most 3 arguments, and returns the JVM's answer after its status
 /// line. A non-zero status is an error carrying the answer.
 ///
-/// Starting the listener may take up to 5 s; `timeout` bounds the rest.
+/// Starting the listener may take up to 5 s; `timeout` bounds connecting,
+/// then again the request and its answer.
 pub fn execute(
     target: &JvmTarget,
     command: &str,
@@ -294,6 +301,7 @@ struct Reply {
     body: String,
 }
 
+/// One attach command: its status and answer.
 fn request(
     target: &JvmTarget,
     command: &str,
@@ -345,10 +353,9 @@ fn parse_reply(pid: u32, bytes: &[u8]) -> Result<Reply, AttachError> {
     if bytes.is_empty() {
         return Err(AttachError::NoAnswer { pid });
     }
-    let (line, rest) = match bytes.iter().position(|&b| b == b'\n') {
-        Some(end) => (&bytes[..end], &bytes[end + 1..]),
-        None => (bytes, &[][..]),
-    };
+    let mut parts = bytes.splitn(2, |&byte| byte == b'\n');
+    let line = parts.next().unwrap_or_default();
+    let rest = parts.next().unwrap_or_default();
     let body = String::from_utf8_lossy(rest).into_owned();
     let status = std::str::from_utf8(line)
         .ok()
@@ -458,8 +465,21 @@ fn open_connection(handle: &TargetHandle, timeout: Duration) -> Result<UnixStrea
 fn start_listener(handle: &TargetHandle, timeout: Duration) -> Result<UnixStream, AttachError> {
     handle.check_sigquit_safe()?;
     let trigger = c_name(&format!(".attach_pid{}", handle.target.ns_pid))?;
-    as_target(&handle.target, || create_trigger(handle, &trigger))?;
-    if let Err(error) = handle.send_sigquit() {
+    // Looking again after the trigger is in place: a listener another
+    // client started meanwhile would answer SIGQUIT with a thread dump.
+    let started = as_target(&handle.target, || {
+        create_trigger(handle, &trigger)?;
+        let found = find_socket(handle);
+        if found.is_err() {
+            let _ = remove_file(handle, &trigger);
+        }
+        found
+    })?;
+    let signalled = match started {
+        Some(_) => Ok(()),
+        None => handle.send_sigquit(),
+    };
+    if let Err(error) = signalled {
         // Best effort: the error that matters is the signal's.
         let _ = as_target(&handle.target, || remove_file(handle, &trigger));
         return Err(error);
@@ -908,25 +928,30 @@ fn proc_error(pid: u32, file: &'static str, source: io::Error) -> AttachError {
 }
 
 /// Whether the process maps HotSpot's libjvm.so (even deleted by an
-/// upgrade since).
+/// upgrade since). OpenJ9 maps a libjvm.so too, but attaches otherwise and
+/// answers SIGQUIT with a javacore file: its libj9vm rules it out.
 fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
     let maps = File::open(format!("/proc/{pid}/maps"))
         .map_err(|source| proc_error(pid, "maps", source))?;
-    let mut reader = BufReader::new(maps.take(MAX_MAPS));
+    hotspot_in_maps(BufReader::new(maps.take(MAX_MAPS)))
+        .map_err(|source| proc_error(pid, "maps", source))
+}
+
+fn hotspot_in_maps(mut maps: impl BufRead) -> io::Result<bool> {
     let mut line = Vec::new();
+    let mut libjvm = false;
     loop {
         line.clear();
-        let read = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|source| proc_error(pid, "maps", source))?;
-        if read == 0 {
-            return Ok(false);
+        if maps.read_until(b'\n', &mut line)? == 0 {
+            return Ok(libjvm);
         }
         let path = line.strip_suffix(b"\n").unwrap_or(&line);
         let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
-        if path.ends_with(b"/libjvm.so") {
-            return Ok(true);
+        let file = path.rsplit(|&byte| byte == b'/').next().unwrap_or_default();
+        if file.starts_with(b"libj9vm") {
+            return Ok(false);
         }
+        libjvm |= file == b"libjvm.so";
     }
 }
 
@@ -993,7 +1018,7 @@ fn sigquit_verdict(pid: u32, caught: u64, flags: VmFlags, cut: bool) -> Result<(
         return unsafe_because("started with -Xrs");
     }
     if caught & SIGQUIT_MASK == 0 {
-        return unsafe_because("it has no SIGQUIT handler");
+        return unsafe_because("it has no SIGQUIT handler, or is still starting");
     }
     Ok(())
 }
@@ -1555,6 +1580,22 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
             ProcStatus::parse(&text.replace("NSpid:\t4242\t17", "NSpid:")),
             Err("NSpid:")
         );
+    }
+
+    #[test]
+    fn hotspot_is_told_by_its_libjvm() {
+        let hotspot = "5581c000-5581d000 r-xp 00000000 fe:01 1 /usr/bin/java\n\
+                       7f00-7f01 r-xp 00000000 fe:01 2 /usr/lib/jvm/j/lib/server/libjvm.so\n\
+                       7f02-7f03 rw-p 00000000 00:00 0\n";
+        assert!(hotspot_in_maps(hotspot.as_bytes()).unwrap());
+        let upgraded = "7f00-7f01 r-xp 0 fe:01 2 /opt/j/lib/server/libjvm.so (deleted)";
+        assert!(hotspot_in_maps(upgraded.as_bytes()).unwrap());
+        let openj9 =
+            format!("{hotspot}7f04-7f05 r-xp 0 fe:01 3 /opt/j9/lib/default/libj9vm29.so\n");
+        assert!(!hotspot_in_maps(openj9.as_bytes()).unwrap());
+        let other =
+            "7f00-7f01 r-xp 0 fe:01 2 /usr/lib/libjvm.so.bak\n7f02-7f03 r-xp 0 0:0 0 [vdso]\n";
+        assert!(!hotspot_in_maps(other.as_bytes()).unwrap());
     }
 
     #[test]
