@@ -39,4 +39,64 @@ enum stoke_counter {
 	STOKE_COUNTER_COUNT = 7,
 };
 
+/* Compiled unwind tables (profiler-user/src/unwind): one row says, from
+ * its pc on, how to find the caller's frame. */
+enum stoke_row_kind {
+	STOKE_ROW_NO_CFI = 0,
+	STOKE_ROW_CFA_RSP = 1,
+	STOKE_ROW_CFA_RBP = 2,
+	STOKE_ROW_CFA_RBP_DEREF = 3,
+	STOKE_ROW_PLT = 4,
+	STOKE_ROW_END = 5,
+	STOKE_ROW_UNSUPPORTED = 6,
+};
+
+enum stoke_rbp_rule {
+	STOKE_RBP_UNCHANGED = 0,
+	STOKE_RBP_AT_CFA = 1,
+	STOKE_RBP_AT_RBP = 2,
+	STOKE_RBP_UNSUPPORTED = 3,
+};
+
+struct stoke_unwind_row {
+	__u32 pc;          /* offset from the mapping's row base */
+	__s32 cfa_offset;
+	__s16 rbp_offset;
+	__u8 kind;         /* enum stoke_row_kind */
+	__u8 rbp;          /* enum stoke_rbp_rule */
+};
+
+#define STOKE_MAX_MAPPINGS 256
+
+/* One executable mapping of a process, with its file's rows. */
+struct stoke_mapping {
+	__u64 start;
+	__u64 end;
+	__u64 row_base;    /* a row's pc is (address - row_base) */
+	__u32 rows_start;  /* index of the file's first row in unwind_rows */
+	__u32 rows_count;  /* 0: no table, walk frame pointers */
+};
+
+/* A process's executable mappings, sorted by start. */
+struct stoke_process_mappings {
+	__u32 count;
+	__u32 _pad;
+	struct stoke_mapping mappings[STOKE_MAX_MAPPINGS];
+};
+
+/* Why the user stack ends: bits STOKE_STOP_SHIFT.. of the header's flags. */
+enum stoke_stop {
+	STOKE_STOP_FRAME_POINTERS = 0, /* no table for the process: bpf_get_stack */
+	STOKE_STOP_END = 1,            /* reached the outermost frame */
+	STOKE_STOP_NO_CFI = 2,
+	STOKE_STOP_UNSUPPORTED = 3,
+	STOKE_STOP_READ_FAILED = 4,
+	STOKE_STOP_DEPTH = 5,
+	STOKE_STOP_UNKNOWN_CODE = 6,   /* outside any file: JIT code, or lost */
+	STOKE_STOP_BAD_FRAME = 7,      /* the frame-pointer fallback went wrong */
+};
+
+#define STOKE_STOP_SHIFT 8
+#define STOKE_STOP_MASK 0xf
+
 #endif

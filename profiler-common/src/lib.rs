@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod jvm;
+pub mod unwind;
 
 /// Most frames of one stack (kernel or user) that a sample carries; the
 /// kernel's default `perf_event_max_stack`.

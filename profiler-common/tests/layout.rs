@@ -4,6 +4,10 @@
 use std::{collections::HashMap, mem::offset_of, path::Path, process::Command};
 
 use profiler_common::{
+    unwind::{
+        Mapping, ProcessMappings, RbpRule, RowKind, StopReason, UnwindRow, MAX_MAPPINGS, STOP_MASK,
+        STOP_SHIFT,
+    },
     Counter, RecordHeader, RecordKind, COMM_LEN, COUNTER_COUNT, MAX_FRAMES, SAMPLE_IN_KERNEL,
     SAMPLE_SIGNALLED,
 };
@@ -34,6 +38,26 @@ int main(void) {
 	SHOW("counter.lost_lifecycle", STOKE_COUNTER_LOST_LIFECYCLE);
 	SHOW("counter.signal_failed", STOKE_COUNTER_SIGNAL_FAILED);
 	SHOW("counter.count", STOKE_COUNTER_COUNT);
+	SHOW("row.size", sizeof(struct stoke_unwind_row));
+	SHOW("row.pc", offsetof(struct stoke_unwind_row, pc));
+	SHOW("row.cfa_offset", offsetof(struct stoke_unwind_row, cfa_offset));
+	SHOW("row.rbp_offset", offsetof(struct stoke_unwind_row, rbp_offset));
+	SHOW("row.kind", offsetof(struct stoke_unwind_row, kind));
+	SHOW("row.rbp", offsetof(struct stoke_unwind_row, rbp));
+	SHOW("row.kind.plt", STOKE_ROW_PLT);
+	SHOW("row.kind.unsupported", STOKE_ROW_UNSUPPORTED);
+	SHOW("row.rbp.at_rbp", STOKE_RBP_AT_RBP);
+	SHOW("mapping.size", sizeof(struct stoke_mapping));
+	SHOW("mapping.row_base", offsetof(struct stoke_mapping, row_base));
+	SHOW("mapping.rows_start", offsetof(struct stoke_mapping, rows_start));
+	SHOW("mapping.rows_count", offsetof(struct stoke_mapping, rows_count));
+	SHOW("process.size", sizeof(struct stoke_process_mappings));
+	SHOW("process.mappings", offsetof(struct stoke_process_mappings, mappings));
+	SHOW("max_mappings", STOKE_MAX_MAPPINGS);
+	SHOW("stop.shift", STOKE_STOP_SHIFT);
+	SHOW("stop.mask", STOKE_STOP_MASK);
+	SHOW("stop.unknown_code", STOKE_STOP_UNKNOWN_CODE);
+	SHOW("stop.bad_frame", STOKE_STOP_BAD_FRAME);
 	return 0;
 }
 "#;
@@ -68,7 +92,7 @@ fn c_side() -> HashMap<String, u64> {
 #[test]
 fn c_header_matches_rust_types() {
     let c = c_side();
-    let rust: [(&str, usize); 28] = [
+    let rust: [(&str, usize); 48] = [
         ("header.size", size_of::<RecordHeader>()),
         ("header.kind", offset_of!(RecordHeader, kind)),
         ("header.cpu", offset_of!(RecordHeader, cpu)),
@@ -103,6 +127,26 @@ fn c_header_matches_rust_types() {
         ("counter.lost_lifecycle", Counter::LostLifecycle as usize),
         ("counter.signal_failed", Counter::SignalFailed as usize),
         ("counter.count", COUNTER_COUNT as usize),
+        ("row.size", size_of::<UnwindRow>()),
+        ("row.pc", offset_of!(UnwindRow, pc)),
+        ("row.cfa_offset", offset_of!(UnwindRow, cfa_offset)),
+        ("row.rbp_offset", offset_of!(UnwindRow, rbp_offset)),
+        ("row.kind", offset_of!(UnwindRow, kind)),
+        ("row.rbp", offset_of!(UnwindRow, rbp)),
+        ("row.kind.plt", RowKind::Plt as usize),
+        ("row.kind.unsupported", RowKind::Unsupported as usize),
+        ("row.rbp.at_rbp", RbpRule::AtRbp as usize),
+        ("mapping.size", size_of::<Mapping>()),
+        ("mapping.row_base", offset_of!(Mapping, row_base)),
+        ("mapping.rows_start", offset_of!(Mapping, rows_start)),
+        ("mapping.rows_count", offset_of!(Mapping, rows_count)),
+        ("process.size", size_of::<ProcessMappings>()),
+        ("process.mappings", offset_of!(ProcessMappings, mappings)),
+        ("max_mappings", MAX_MAPPINGS),
+        ("stop.shift", STOP_SHIFT as usize),
+        ("stop.mask", STOP_MASK as usize),
+        ("stop.unknown_code", StopReason::UnknownCode as usize),
+        ("stop.bad_frame", StopReason::BadFrame as usize),
         ("header.size", profiler_common::RECORD_HEADER_SIZE),
         ("counter.count", Counter::ALL.len()),
         ("kind.exec", RecordKind::from_raw(2).unwrap() as usize),
@@ -114,5 +158,5 @@ fn c_header_matches_rust_types() {
             "{name} differs between C and Rust"
         );
     }
-    assert_eq!(c.len(), 25, "every value the probe prints is compared");
+    assert_eq!(c.len(), 45, "every value the probe prints is compared");
 }

@@ -80,6 +80,42 @@ struct {
 	__type(value, struct sample_record);
 } scratch SEC(".maps");
 
+/* Compiled unwind tables, all files' rows end to end (sized by userspace). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stoke_unwind_row);
+} unwind_rows SEC(".maps");
+
+/* Processes whose tables are loaded: tgid -> executable mappings. A process
+ * not in here is unwound with frame pointers. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct stoke_process_mappings);
+} unwind_processes SEC(".maps");
+
+/* The unwinder's registers between two bpf_loop steps. */
+struct stoke_unwind_state {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 tgid;
+	__u32 count; /* user frames written */
+	__u32 first; /* where the user frames start in the record */
+	__u32 stop;  /* enum stoke_stop */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stoke_unwind_state);
+} unwind_states SEC(".maps");
+
 static __always_inline void count(__u32 counter)
 {
 	__u64 *value = bpf_map_lookup_elem(&counters, &counter);
@@ -105,6 +141,227 @@ static __always_inline bool announce(__u32 tgid)
 	return true;
 }
 
+static __always_inline struct stoke_mapping *
+find_mapping(struct stoke_process_mappings *process, __u64 pc)
+{
+	__u32 low = 0, high = process->count;
+
+	if (high > STOKE_MAX_MAPPINGS)
+		high = STOKE_MAX_MAPPINGS;
+	for (int step = 0; step < 9 && low < high; step++) {
+		__u32 middle = (low + high) / 2;
+		struct stoke_mapping *mapping;
+
+		if (middle >= STOKE_MAX_MAPPINGS)
+			return NULL;
+		mapping = &process->mappings[middle];
+		if (pc < mapping->start)
+			high = middle;
+		else if (pc >= mapping->end)
+			low = middle + 1;
+		else
+			return mapping;
+	}
+	return NULL;
+}
+
+/* A binary search for the last row at or before a pc, one step per
+ * bpf_loop iteration: verified once, not once per path. */
+struct row_search {
+	__u32 low;
+	__u32 high;
+	__u32 rows_start;
+	__u32 relative;
+	bool failed;
+};
+
+static long row_search_step(__u32 index, void *context)
+{
+	struct row_search *search = context;
+	__u32 middle, key;
+	struct stoke_unwind_row *row;
+
+	if (search->low >= search->high)
+		return 1;
+	middle = search->low + (search->high - search->low) / 2;
+	key = search->rows_start + middle;
+	row = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!row) {
+		search->failed = true;
+		return 1;
+	}
+	if (row->pc <= search->relative)
+		search->low = middle + 1;
+	else
+		search->high = middle;
+	return 0;
+}
+
+/* Userspace keeps a file under 2^24 rows, so 25 steps always suffice. */
+static __always_inline struct stoke_unwind_row *
+find_row(struct stoke_mapping *mapping, __u64 pc)
+{
+	__u64 relative = pc - mapping->row_base;
+	struct row_search search = {
+		.low = 0,
+		.high = mapping->rows_count,
+		.rows_start = mapping->rows_start,
+		.relative = (__u32)relative,
+	};
+	__u32 key;
+
+	if (pc < mapping->row_base || relative > 0xffffffffULL)
+		return NULL;
+	bpf_loop(25, row_search_step, &search, 0);
+	if (search.failed || search.low == 0)
+		return NULL;
+	key = search.rows_start + search.low - 1;
+	return bpf_map_lookup_elem(&unwind_rows, &key);
+}
+
+static __always_inline bool read_user(__u64 *value, __u64 address)
+{
+	return bpf_probe_read_user(value, sizeof(*value), (void *)address) == 0;
+}
+
+/* Where no table covers the code: the classic frame-pointer step. */
+static __always_inline bool frame_pointer_step(struct stoke_unwind_state *state)
+{
+	__u64 saved_bp, return_address;
+
+	if (state->bp == 0 || !read_user(&saved_bp, state->bp) ||
+	    !read_user(&return_address, state->bp + 8))
+		return false;
+	/* Frames only ever lie further up the stack: anything else is
+	 * garbage in RBP, not a frame. */
+	if (saved_bp != 0 && saved_bp <= state->bp)
+		return false;
+	state->sp = state->bp + 16;
+	state->bp = saved_bp;
+	state->pc = return_address;
+	return return_address != 0;
+}
+
+static __always_inline long stop_with(struct stoke_unwind_state *state, __u32 reason)
+{
+	state->stop = reason;
+	return 1;
+}
+
+/* One frame: record the pc, then find the caller's registers. */
+static long unwind_step(__u32 index, void *unused)
+{
+	__u32 zero = 0, slot;
+	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct sample_record *record = bpf_map_lookup_elem(&scratch, &zero);
+	struct stoke_process_mappings *process;
+	struct stoke_mapping *mapping;
+	struct stoke_unwind_row *row;
+	__u64 pc, cfa, return_address, bp;
+
+	if (!state || !record)
+		return 1;
+	if (state->count >= STOKE_MAX_FRAMES)
+		return stop_with(state, STOKE_STOP_DEPTH);
+	slot = state->first + state->count;
+	if (slot >= 2 * STOKE_MAX_FRAMES)
+		return stop_with(state, STOKE_STOP_DEPTH);
+	record->frames[slot] = state->pc;
+	state->count++;
+
+	process = bpf_map_lookup_elem(&unwind_processes, &state->tgid);
+	if (!process)
+		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
+	/* A return address points after its call, maybe past the caller's
+	 * end: look up the call itself. */
+	pc = index == 0 ? state->pc : state->pc - 1;
+	mapping = find_mapping(process, pc);
+	if (!mapping)
+		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
+	row = mapping->rows_count ? find_row(mapping, pc) : NULL;
+	if (!row || row->kind == STOKE_ROW_NO_CFI) {
+		if (!frame_pointer_step(state))
+			return stop_with(state, mapping->rows_count ? STOKE_STOP_NO_CFI :
+								      STOKE_STOP_BAD_FRAME);
+		return 0;
+	}
+
+	switch (row->kind) {
+	case STOKE_ROW_CFA_RSP:
+		cfa = state->sp + row->cfa_offset;
+		break;
+	case STOKE_ROW_CFA_RBP:
+		cfa = state->bp + row->cfa_offset;
+		break;
+	case STOKE_ROW_CFA_RBP_DEREF:
+		if (!read_user(&cfa, state->bp + row->cfa_offset))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		break;
+	case STOKE_ROW_PLT:
+		/* 16-byte PLT entries push once, at offset 11. */
+		cfa = state->sp + row->cfa_offset + ((state->pc & 15) >= 11 ? 8 : 0);
+		break;
+	case STOKE_ROW_END:
+		return stop_with(state, STOKE_STOP_END);
+	default:
+		return stop_with(state, STOKE_STOP_UNSUPPORTED);
+	}
+	if (!read_user(&return_address, cfa - 8))
+		return stop_with(state, STOKE_STOP_READ_FAILED);
+	switch (row->rbp) {
+	case STOKE_RBP_UNCHANGED:
+		break;
+	case STOKE_RBP_AT_CFA:
+		if (!read_user(&bp, cfa + row->rbp_offset))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		state->bp = bp;
+		break;
+	case STOKE_RBP_AT_RBP:
+		if (!read_user(&bp, state->bp + row->rbp_offset))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		state->bp = bp;
+		break;
+	default:
+		state->bp = 0;
+	}
+	if (return_address == 0)
+		return stop_with(state, STOKE_STOP_END);
+	state->sp = cfa;
+	state->pc = return_address;
+	return 0;
+}
+
+/* Unwinds the user stack with the process's tables into the record, after
+ * the kernel frames; returns the bytes written, and the stop reason. */
+static __always_inline long unwind_user(struct bpf_perf_event_data *ctx, struct task_struct *task,
+					__u32 tgid, bool in_kernel, long kernel_bytes, __u32 *stop)
+{
+	__u32 zero = 0;
+	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct pt_regs *user;
+
+	if (!state)
+		return 0;
+	if (in_kernel) {
+		/* The user registers saved when the thread entered the kernel. */
+		user = (struct pt_regs *)bpf_task_pt_regs(task);
+		state->pc = BPF_CORE_READ(user, ip);
+		state->sp = BPF_CORE_READ(user, sp);
+		state->bp = BPF_CORE_READ(user, bp);
+	} else {
+		state->pc = *(volatile __u64 *)&ctx->regs.ip;
+		state->sp = *(volatile __u64 *)&ctx->regs.sp;
+		state->bp = *(volatile __u64 *)&ctx->regs.bp;
+	}
+	state->tgid = tgid;
+	state->count = 0;
+	state->first = kernel_bytes / sizeof(__u64);
+	state->stop = STOKE_STOP_DEPTH;
+	bpf_loop(STOKE_MAX_FRAMES, unwind_step, NULL, 0);
+	*stop = state->stop;
+	return state->count * sizeof(__u64);
+}
+
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -113,7 +370,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	__u32 zero = 0;
 	struct sample_record *record;
 	struct task_struct *task;
-	__u32 *signal;
+	__u32 *signal, stop = STOKE_STOP_FRAME_POINTERS;
 	bool in_kernel;
 	long kernel_bytes = 0, user_bytes = 0;
 
@@ -154,7 +411,12 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 
 	task = bpf_get_current_task_btf();
-	if (!(task->flags & PF_KTHREAD)) {
+	if (task->flags & PF_KTHREAD) {
+		/* Kernel threads have no user stack. */
+	} else if (bpf_map_lookup_elem(&unwind_processes, &tgid)) {
+		user_bytes = unwind_user(ctx, task, tgid, in_kernel, kernel_bytes, &stop);
+		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
+	} else {
 		user_bytes = bpf_get_stack(ctx, (void *)record->frames + kernel_bytes,
 					   FRAME_BYTES, BPF_F_USER_STACK);
 		if (user_bytes < 0) {
