@@ -113,6 +113,20 @@ pub const STOP_SHIFT: u32 = 8;
 pub const STOP_MASK: u32 = 0xf;
 
 impl StopReason {
+    /// A few words for the summary.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::FramePointers => "frame pointers ended (no unwind table)",
+            Self::End => "outermost frame",
+            Self::NoCfi => "code without unwind info",
+            Self::Unsupported => "unwind info the unwinder cannot follow",
+            Self::ReadFailed => "stack memory unreadable",
+            Self::Depth => "frame limit",
+            Self::UnknownCode => "code outside any file (JIT)",
+            Self::BadFrame => "frame pointer led nowhere",
+        }
+    }
+
     /// The reason in a record's flags.
     pub fn from_flags(flags: u32) -> Self {
         match (flags >> STOP_SHIFT) & STOP_MASK {

@@ -8,9 +8,11 @@ use std::{
     time::Instant,
 };
 
+use profiler_common::unwind::StopReason;
+
 use crate::{
     jvm::{symbols::JavaSymbols, JavaStackFrame},
-    profile::{FoldedStack, Profile, RecordingSummary},
+    profile::{FoldedStack, Profile, RecordingSummary, StackQuality},
     sample::record::Sample,
     symbolize::{
         maps::{ImageId, MappedFile, MappingTarget, ProcessImage, ProcessTable},
@@ -38,6 +40,8 @@ struct RawStack {
     user: Box<[u64]>,
     /// Java frames from the JVM agent, innermost first.
     java: Box<[JavaStackFrame]>,
+    /// Why the user stack ends there.
+    stop: StopReason,
 }
 
 /// Counts samples during a recording.
@@ -87,6 +91,7 @@ impl Aggregator {
             kernel: sample.kernel.into(),
             user: user.into(),
             java: java.into(),
+            stop: sample.stop,
         };
         *self.stacks.entry(stack).or_default() += 1;
         self.samples += 1;
@@ -100,6 +105,11 @@ impl Aggregator {
     /// Samples counted so far.
     pub fn samples(&self) -> u64 {
         self.samples
+    }
+
+    /// A process image by its index (0 up to [`Self::processes`]).
+    pub fn image(&self, id: ImageId) -> &ProcessImage {
+        self.processes.image(id)
     }
 
     /// Process images seen so far.
@@ -120,6 +130,7 @@ impl Aggregator {
         summary.symbolize_time = started.elapsed();
         summary.symbolized_addresses = names.kernel.len() + names.files.len();
         let mut folded: HashMap<Vec<Arc<str>>, u64> = HashMap::new();
+        let quality = &mut summary.stack_quality;
         for (stack, samples) in &self.stacks {
             let image = self.processes.image(stack.image);
             let mut frames: Vec<Arc<str>> = vec![format!("{} [{}]", image.name, image.pid).into()];
@@ -135,8 +146,12 @@ impl Aggregator {
                     symbols.frame_name(&frame.frame(), frame.kind, self.options.lines)
                 }));
             }
+            let outermost_user = frames.len();
             for (index, &address) in stack.user.iter().enumerate().rev() {
                 frames.extend(names.user(image, call_site(index, address)).iter().cloned());
+            }
+            if stack.java.is_empty() && !stack.user.is_empty() {
+                quality.count(&frames[outermost_user], stack.stop, *samples);
             }
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
                 frames.extend(names.kernel[&call_site(index, address)].iter().cloned());
@@ -152,6 +167,31 @@ impl Aggregator {
                 .collect(),
             context_frames: 1 + usize::from(self.options.threads),
             summary,
+        }
+    }
+}
+
+/// The functions a thread's or process's stack starts in: a stack that
+/// reaches one is whole.
+const ROOT_FUNCTIONS: [&str; 8] = [
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone3",
+    "__clone3",
+    "clone",
+    "__clone",
+];
+
+impl StackQuality {
+    fn count(&mut self, outermost: &str, stop: StopReason, samples: u64) {
+        self.samples += samples;
+        let function = outermost.split(" (").next().unwrap_or(outermost);
+        if ROOT_FUNCTIONS.contains(&function) {
+            self.reached_root += samples;
+        } else {
+            *self.truncated.entry(stop.describe()).or_default() += samples;
         }
     }
 }
@@ -250,6 +290,8 @@ impl<'a> Names<'a> {
 
 #[cfg(test)]
 mod tests {
+    use profiler_common::unwind::StopReason;
+
     use super::*;
 
     fn sample(tgid: u32, tid: u32, user: Vec<u64>) -> Sample {
@@ -262,6 +304,7 @@ mod tests {
             kernel: vec![],
             user,
             signalled: false,
+            stop: StopReason::End,
         }
     }
 

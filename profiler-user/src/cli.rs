@@ -75,6 +75,12 @@ pub struct RecordArgs {
     #[arg(long)]
     pub idle: bool,
 
+    /// Walk user stacks by frame pointers only, without compiling
+    /// `.eh_frame` unwind tables: less memory and CPU, shorter stacks in
+    /// code built without frame pointers.
+    #[arg(long)]
+    pub frame_pointers: bool,
+
     /// Leave JVMs alone: no agent, native stacks only.
     #[arg(long)]
     pub no_jvm: bool,

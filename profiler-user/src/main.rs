@@ -10,6 +10,7 @@ mod progress;
 mod record;
 mod sample;
 mod symbolize;
+mod unwind;
 mod write;
 
 use std::process::ExitCode;

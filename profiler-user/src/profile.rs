@@ -2,6 +2,8 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use crate::unwind::loader::UnwindSummary;
+
 /// One distinct symbolized stack and the samples that hit it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FoldedStack {
@@ -57,6 +59,23 @@ pub struct RecordingSummary {
     pub symbolize_time: Duration,
     /// How Java profiling went.
     pub java: JavaSummary,
+    /// What loading unwind tables cost.
+    pub unwind: UnwindSummary,
+    /// How far user stacks got.
+    pub stack_quality: StackQuality,
+}
+
+/// How far native user stacks got (samples with Java frames left out: their
+/// native part ends at the first Java frame by design).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StackQuality {
+    /// Samples with a native user stack.
+    pub samples: u64,
+    /// Of those, the ones whose outermost frame is a process or thread
+    /// start (`_start`, `__libc_start_main`, `start_thread`, `clone3`...).
+    pub reached_root: u64,
+    /// The others, by why the unwinder stopped.
+    pub truncated: BTreeMap<&'static str, u64>,
 }
 
 /// How Java profiling went.

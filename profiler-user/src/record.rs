@@ -27,12 +27,17 @@ use crate::{
         sampler::{Sampler, SamplerConfig},
     },
     symbolize::Symbolizer,
+    unwind::loader::UnwindLoader,
     write::{write_profile, Format},
 };
 
 /// Longest wait between two drains of the ring buffer when nothing wakes
 /// the reader: it bounds the memory the ring needs and the progress lag.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Rows of compiled unwind tables the BPF map holds (16 bytes each): room
+/// for libc, libjvm and a few hundred other libraries.
+const UNWIND_ROWS: u32 = 1 << 21;
 
 /// The wait while a JVM is being attached, so that its agent is put to use
 /// as soon as it is ready.
@@ -62,7 +67,15 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
         include_idle: args.idle,
         bpf_stats: args.bpf_stats,
+        unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
     })?;
+    let unwinder = if args.frame_pointers {
+        None
+    } else {
+        let (rows, processes) = sampler.take_unwind_maps()?;
+        Some(UnwindLoader::start(rows, processes)?)
+    };
+    let mut images_loaded = 0;
     announce(args, sampler.cpus().len());
     let started = Instant::now();
     let progress = Progress::start(args.duration);
@@ -82,9 +95,20 @@ pub fn run(args: &RecordArgs) -> Result<()> {
                     aggregator.add(sample, Vec::new());
                 }
             }
-            Ok(Record::Exec { tgid } | Record::Exit { tgid }) => aggregator.process_ended(tgid),
+            Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
+                aggregator.process_ended(tgid);
+                if let Some(unwinder) = &unwinder {
+                    unwinder.forget(tgid);
+                }
+            }
             Err(_) => malformed += 1,
         });
+        if let Some(unwinder) = &unwinder {
+            for image in images_loaded..aggregator.processes() {
+                unwinder.load(aggregator.image(image));
+            }
+            images_loaded = aggregator.processes();
+        }
         java.poll(&mut sampler, &mut aggregator)?;
         let elapsed = started.elapsed();
         let remaining = args
@@ -129,6 +153,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         idle_skipped: counters[Counter::IdleSkipped as usize],
         bpf_time_per_sample,
         java: java_summary,
+        unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
         ..RecordingSummary::default()
     };
     let profile = aggregator.finish(&Symbolizer::new(args.lines), &java_symbols, summary);

@@ -80,9 +80,11 @@ struct {
 	__type(value, struct sample_record);
 } scratch SEC(".maps");
 
-/* Compiled unwind tables, all files' rows end to end (sized by userspace). */
+/* Compiled unwind tables, all files' rows end to end (sized by userspace,
+ * which writes them through a memory mapping). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct stoke_unwind_row);

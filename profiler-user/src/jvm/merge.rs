@@ -110,6 +110,8 @@ fn pair(
 
 #[cfg(test)]
 mod tests {
+    use profiler_common::unwind::StopReason;
+
     use super::*;
 
     fn native(tid: u32, time_ns: u64) -> Sample {
@@ -122,6 +124,7 @@ mod tests {
             kernel: vec![],
             user: vec![],
             signalled: true,
+            stop: StopReason::End,
         }
     }
 

@@ -2,7 +2,8 @@
 //! checking every length against the bytes actually received.
 
 use profiler_common::{
-    RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE, SAMPLE_SIGNALLED,
+    unwind::StopReason, RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE,
+    SAMPLE_SIGNALLED,
 };
 
 /// One record from the sampler.
@@ -41,6 +42,8 @@ pub struct Sample {
     pub user: Vec<u64>,
     /// The thread was sent the JVM agent's signal: a Java stack follows.
     pub signalled: bool,
+    /// Why the user stack ends where it does.
+    pub stop: StopReason,
 }
 
 /// Why a record could not be read.
@@ -88,6 +91,7 @@ impl Record {
                     kernel,
                     user,
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
+                    stop: StopReason::from_flags(header.flags),
                 }))
             }
             None => Err(RecordError::UnknownKind(header.kind)),

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{anyhow, Context, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         PerfEvent, ProgramError, TracePoint,
@@ -29,6 +29,8 @@ pub struct SamplerConfig {
     pub include_idle: bool,
     /// Turn on the kernel's BPF run-time statistics while sampling.
     pub bpf_stats: bool,
+    /// Capacity of the unwind-table rows map; 0 walks frame pointers only.
+    pub unwind_rows: u32,
 }
 
 /// The running BPF sampler. Sampling stops when it is dropped.
@@ -40,6 +42,9 @@ pub struct Sampler {
     /// Keeps the kernel's BPF statistics on while held.
     _stats: Option<OwnedFd>,
 }
+
+/// Processes whose unwind tables can be loaded at once.
+const UNWIND_PROCESSES: u32 = 16384;
 
 /// Totals of the sampler's per-CPU counters.
 pub type CounterTotals = [u64; COUNTER_COUNT as usize];
@@ -68,6 +73,8 @@ impl Sampler {
             .override_global("wakeup_bytes", &wakeup_bytes, true)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
+            .map_max_entries("unwind_rows", config.unwind_rows.max(1))
+            .map_max_entries("unwind_processes", UNWIND_PROCESSES)
             .load(profiler_ebpf::sampler_object())
             .map_err(explain_load_error)?;
 
@@ -148,6 +155,20 @@ impl Sampler {
         while let Some(item) = self.ring.next() {
             take(&item);
         }
+    }
+
+    /// Hands over the unwind-table maps (`unwind_rows`, `unwind_processes`)
+    /// to whoever fills them.
+    pub fn take_unwind_maps(&mut self) -> Result<(Map, Map)> {
+        let rows = self
+            .ebpf
+            .take_map("unwind_rows")
+            .context("no unwind_rows map")?;
+        let processes = self
+            .ebpf
+            .take_map("unwind_processes")
+            .context("no unwind_processes map")?;
+        Ok((rows, processes))
     }
 
     /// Lets the sampler signal process `pid` (a JVM whose agent waits for

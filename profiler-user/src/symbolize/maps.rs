@@ -23,6 +23,8 @@ use procfs::process::{MMPermissions, MMapPath, Process};
 #[derive(Debug)]
 pub struct MappedFile {
     file: File,
+    /// Device and inode: what tells files apart.
+    pub key: (u64, u64),
     /// The file's name as the process saw it, for frames that have no symbol.
     pub name: Arc<str>,
 }
@@ -47,9 +49,12 @@ pub enum MappingTarget {
 /// One executable mapping of a process.
 #[derive(Clone, Debug)]
 pub struct Mapping {
-    start: u64,
-    end: u64,
-    file_offset: u64,
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// The file offset mapped at `start`.
+    pub file_offset: u64,
     /// What is mapped there.
     pub target: MappingTarget,
 }
@@ -66,6 +71,11 @@ pub struct ProcessImage {
 }
 
 impl ProcessImage {
+    /// The executable mappings, sorted by address.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.mappings
+    }
+
     /// Whether `address` is code of a mapped file (the vdso included), not
     /// anonymous memory such as a JIT's code.
     pub fn is_file_code(&self, address: u64) -> bool {
@@ -194,6 +204,7 @@ impl ProcessTable {
         let file = File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}")).ok()?;
         let mapped = Arc::new(MappedFile {
             file,
+            key,
             name: base_name(path).into(),
         });
         self.files.insert(key, mapped.clone());
@@ -227,6 +238,8 @@ fn copy_own_vdso() -> io::Result<MappedFile> {
     file.write_all(&image)?;
     Ok(MappedFile {
         file,
+        // No device has this number: the vdso is a file of its own kind.
+        key: (u64::MAX, 0),
         name: "[vdso]".into(),
     })
 }

@@ -6,7 +6,7 @@ use std::{
     io::{self, Write},
 };
 
-use crate::profile::{JavaSummary, Profile};
+use crate::profile::{JavaSummary, Profile, RecordingSummary};
 
 /// More rows bury the few functions that matter.
 const MAX_ROWS: usize = 40;
@@ -61,6 +61,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     ] {
         writeln!(out, "{:<33} {value}", format!("{label}:"))?;
     }
+    write_stack_quality(summary, out)?;
     write_java(&summary.java, out)?;
 
     // Percentages are of the samples being counted, so they add up even if
@@ -69,6 +70,44 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let (self_samples, total_samples) = count_functions(profile);
     write_table(out, "Top functions by self samples", self_samples, total)?;
     write_table(out, "Top functions by total samples", total_samples, total)
+}
+
+/// How far native stacks got, and what the unwind tables cost.
+fn write_stack_quality(summary: &RecordingSummary, out: &mut dyn Write) -> io::Result<()> {
+    let quality = &summary.stack_quality;
+    let unwind = &summary.unwind;
+    let mut lines = vec![
+        (
+            "Native stacks reaching a root".to_owned(),
+            format!(
+                "{} of {} ({:.1}%)",
+                quality.reached_root,
+                quality.samples,
+                percent(quality.reached_root, quality.samples)
+            ),
+        ),
+        (
+            "Unwind tables".to_owned(),
+            format!(
+                "{} files, {} rows, {:.1} MB, compiled in {:.0} ms ({} processes)",
+                unwind.files,
+                unwind.rows,
+                unwind.bytes as f64 / 1e6,
+                unwind.compile_time.as_secs_f64() * 1e3,
+                unwind.processes
+            ),
+        ),
+    ];
+    lines.extend(quality.truncated.iter().map(|(reason, samples)| {
+        (
+            format!("Truncated stacks ({reason})"),
+            format!("{samples} ({:.1}%)", percent(*samples, quality.samples)),
+        )
+    }));
+    for (label, value) in lines {
+        writeln!(out, "{:<33} {value}", format!("{label}:"))?;
+    }
+    Ok(())
 }
 
 /// How Java profiling went, when there were JVMs.
@@ -140,14 +179,19 @@ fn write_table(
     writeln!(out, "{title}")?;
     writeln!(out, "{:>10}  {:>8}  function", "samples", "percent")?;
     for (name, samples) in rows.into_iter().take(MAX_ROWS) {
-        let percent = if total == 0 {
-            0.0
-        } else {
-            samples as f64 * 100.0 / total as f64
-        };
+        let percent = percent(samples, total);
         writeln!(out, "{samples:>10}  {percent:>7.2}%  {name}")?;
     }
     Ok(())
+}
+
+/// `part` in percent of `total`; 0 of nothing.
+fn percent(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / total as f64
+    }
 }
 
 #[cfg(test)]

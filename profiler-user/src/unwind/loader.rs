@@ -1,0 +1,294 @@
+//! Puts compiled tables where the BPF unwinder reads them, process by
+//! process, on a thread of its own: compiling a large library takes a
+//! moment, and sampling must not wait for it.
+//!
+//! Each file's table is compiled once per recording (files are told apart
+//! by device and inode) and copied into the memory-mapped `unwind_rows`
+//! array; each process gets its sorted executable mappings in
+//! `unwind_processes`. Until a process's entry is in, the sampler walks its
+//! frame pointers.
+
+use std::{
+    collections::HashMap,
+    os::fd::{AsFd, AsRawFd},
+    ptr::NonNull,
+    sync::{
+        mpsc::{self, Sender},
+        Arc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use profiler_common::unwind::{Mapping, ProcessMappings, UnwindRow, MAX_MAPPINGS};
+
+use super::table::{self, UnwindTable};
+use crate::symbolize::maps::{MappedFile, MappingTarget, ProcessImage};
+
+/// Bytes of one row in the array map: the kernel rounds values up to 8.
+const ROW_STRIDE: usize = size_of::<UnwindRow>().next_multiple_of(8);
+
+/// Rows of one file the BPF binary search can handle (25 steps).
+const MAX_FILE_ROWS: usize = 1 << 24;
+
+/// One executable mapping to load.
+struct ExecMapping {
+    start: u64,
+    end: u64,
+    file_offset: u64,
+    file: Arc<MappedFile>,
+}
+
+enum Request {
+    Load {
+        pid: u32,
+        mappings: Vec<ExecMapping>,
+    },
+    Forget(u32),
+}
+
+/// What loading tables cost, for the summary and the bench.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnwindSummary {
+    /// Files whose tables were compiled and loaded.
+    pub files: usize,
+    /// Files without usable CFI (their frames walk frame pointers).
+    pub files_without_table: usize,
+    /// Files left out because the rows map was full.
+    pub files_without_room: usize,
+    /// Rows loaded, all files together.
+    pub rows: usize,
+    /// CFI entries the compiler could not read, left out of the tables.
+    pub skipped_fdes: usize,
+    /// Bytes the loaded rows take in the map.
+    pub bytes: usize,
+    /// Time spent compiling tables.
+    pub compile_time: Duration,
+    /// Processes whose tables were loaded.
+    pub processes: usize,
+}
+
+/// The loader thread's handle.
+pub struct UnwindLoader {
+    requests: Sender<Request>,
+    worker: JoinHandle<UnwindSummary>,
+}
+
+impl UnwindLoader {
+    /// Starts the thread that owns the two maps.
+    pub fn start(rows: Map, processes: Map) -> Result<Self> {
+        let rows = RowArray::map(rows)?;
+        let processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]> =
+            BpfHashMap::try_from(processes)?;
+        let (requests, incoming) = mpsc::channel();
+        let worker = std::thread::Builder::new()
+            .name("stoke-unwind".into())
+            .spawn(move || {
+                let mut worker = Worker {
+                    rows,
+                    processes,
+                    files: HashMap::new(),
+                    summary: UnwindSummary::default(),
+                };
+                for request in incoming {
+                    match request {
+                        Request::Load { pid, mappings } => worker.load(pid, &mappings),
+                        Request::Forget(pid) => {
+                            let _ = worker.processes.remove(&pid);
+                        }
+                    }
+                }
+                worker.summary
+            })
+            .context("starting the unwind table thread")?;
+        Ok(Self { requests, worker })
+    }
+
+    /// Loads the tables of a newly seen process image.
+    pub fn load(&self, image: &ProcessImage) {
+        let mappings = image
+            .mappings()
+            .iter()
+            .filter_map(|mapping| match &mapping.target {
+                MappingTarget::File(file) => Some(ExecMapping {
+                    start: mapping.start,
+                    end: mapping.end,
+                    file_offset: mapping.file_offset,
+                    file: file.clone(),
+                }),
+                MappingTarget::Named(_) => None,
+            })
+            .collect();
+        let _ = self.requests.send(Request::Load {
+            pid: image.pid,
+            mappings,
+        });
+    }
+
+    /// A process exec'd or exited: its mappings are gone.
+    pub fn forget(&self, pid: u32) {
+        let _ = self.requests.send(Request::Forget(pid));
+    }
+
+    /// Stops the thread and says what it did.
+    pub fn finish(self) -> UnwindSummary {
+        drop(self.requests);
+        self.worker.join().unwrap_or_default()
+    }
+}
+
+/// A file's rows in the map.
+#[derive(Clone, Copy)]
+struct LoadedFile {
+    rows_start: u32,
+    rows_count: u32,
+    base: u64,
+}
+
+struct Worker {
+    rows: RowArray,
+    processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]>,
+    /// By device and inode; `None` for files without a usable table.
+    files: HashMap<(u64, u64), Option<(LoadedFile, UnwindTable)>>,
+    summary: UnwindSummary,
+}
+
+impl Worker {
+    fn load(&mut self, pid: u32, mappings: &[ExecMapping]) {
+        let mut process = ProcessMappings {
+            count: 0,
+            padding: 0,
+            mappings: [Mapping::default(); MAX_MAPPINGS],
+        };
+        for mapping in mappings.iter().take(MAX_MAPPINGS) {
+            let entry = match self.files.get(&mapping.file.key) {
+                Some(entry) => entry,
+                None => {
+                    let loaded = self.compile_and_load(&mapping.file);
+                    self.files.entry(mapping.file.key).or_insert(loaded)
+                }
+            };
+            let mut row_base = 0;
+            let mut rows = (0, 0);
+            if let Some((file, table)) = entry {
+                if let Some(vaddr) = table.vaddr_of_offset(mapping.file_offset) {
+                    // address - row_base = (address - load bias) - base.
+                    row_base = (mapping.start.wrapping_sub(vaddr)).wrapping_add(file.base);
+                    rows = (file.rows_start, file.rows_count);
+                }
+            }
+            process.mappings[process.count as usize] = Mapping {
+                start: mapping.start,
+                end: mapping.end,
+                row_base,
+                rows_start: rows.0,
+                rows_count: rows.1,
+            };
+            process.count += 1;
+        }
+        process.mappings[..process.count as usize].sort_by_key(|mapping| mapping.start);
+        // SAFETY: ProcessMappings is repr(C) plain data without padding.
+        let bytes: [u8; size_of::<ProcessMappings>()] = unsafe { std::mem::transmute(process) };
+        if self.processes.insert(pid, bytes, 0).is_ok() {
+            self.summary.processes += 1;
+        }
+    }
+
+    fn compile_and_load(&mut self, file: &MappedFile) -> Option<(LoadedFile, UnwindTable)> {
+        let started = Instant::now();
+        let table = std::fs::read(file.path())
+            .ok()
+            .and_then(|bytes| table::compile(&bytes).ok())
+            .filter(|table| !table.rows.is_empty() && table.rows.len() < MAX_FILE_ROWS);
+        self.summary.compile_time += started.elapsed();
+        let Some(table) = table else {
+            self.summary.files_without_table += 1;
+            return None;
+        };
+        let Some(rows_start) = self.rows.append(&table.rows) else {
+            self.summary.files_without_room += 1;
+            return None;
+        };
+        self.summary.files += 1;
+        self.summary.rows += table.rows.len();
+        self.summary.skipped_fdes += table.stats.skipped_fdes;
+        self.summary.bytes += table.rows.len() * ROW_STRIDE;
+        let loaded = LoadedFile {
+            rows_start,
+            rows_count: table.rows.len() as u32,
+            base: table.base,
+        };
+        Some((loaded, table))
+    }
+}
+
+/// The `unwind_rows` array, mapped into stoke (BPF_F_MMAPABLE), filled
+/// from the front.
+struct RowArray {
+    /// Keeps the map (and so the mapping's memory) alive.
+    _map: MapData,
+    base: NonNull<u8>,
+    capacity: usize,
+    used: usize,
+}
+
+// SAFETY: the mapping is owned by this value and used from one thread.
+unsafe impl Send for RowArray {}
+
+impl Drop for RowArray {
+    fn drop(&mut self) {
+        let len = (self.capacity * ROW_STRIDE).next_multiple_of(4096);
+        // SAFETY: unmapping what map() mapped.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), len) };
+    }
+}
+
+impl RowArray {
+    fn map(map: Map) -> Result<Self> {
+        let Map::Array(data) = map else {
+            bail!("unwind_rows is not an array map");
+        };
+        let capacity = data.info()?.max_entries() as usize;
+        let len = (capacity * ROW_STRIDE).next_multiple_of(4096);
+        // SAFETY: mapping the whole of a BPF_F_MMAPABLE array map.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                data.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping the unwind rows");
+        }
+        Ok(Self {
+            _map: data,
+            base: NonNull::new(base.cast()).context("mmap returned null")?,
+            capacity,
+            used: 0,
+        })
+    }
+
+    /// Copies `rows` in after the others; their first index, or `None`
+    /// when they do not fit.
+    fn append(&mut self, rows: &[UnwindRow]) -> Option<u32> {
+        if self.capacity - self.used < rows.len() {
+            return None;
+        }
+        let start = self.used;
+        for (index, row) in rows.iter().enumerate() {
+            // SAFETY: within the mapping; rows are plain data.
+            unsafe {
+                let slot = self.base.as_ptr().add((start + index) * ROW_STRIDE);
+                std::ptr::write_unaligned(slot.cast::<UnwindRow>(), *row);
+            }
+        }
+        self.used += rows.len();
+        u32::try_from(start).ok()
+    }
+}

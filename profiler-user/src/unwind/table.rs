@@ -1,0 +1,566 @@
+//! The row format and its compiler: one ELF file's `.eh_frame` and
+//! `.debug_frame` become a sorted array of [`UnwindRow`]s.
+//!
+//! DWARF CFI is a bytecode program per function (an FDE) that a debugger
+//! runs to build a table "at this PC, the caller's registers are here". A BPF
+//! program cannot run it, so it is run here, once per file, and only the
+//! three columns that an x86_64 stack walk needs are kept: the CFA (the
+//! caller's stack pointer), the return address and the caller's RBP. Rows
+//! that a BPF unwinder could not apply are kept as [`RowKind::Unsupported`]
+//! rather than dropped, so that a lookup never silently applies the rule of a
+//! neighbouring function.
+
+use std::collections::HashMap;
+
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice,
+    LittleEndian, Operation, Register, RegisterRule, UnwindContext, UnwindOffset, UnwindSection,
+    UnwindTableRow,
+};
+use object::{
+    elf,
+    read::elf::{ElfFile64, ProgramHeader},
+    Object, ObjectSection,
+};
+
+/// x86_64 DWARF register numbers (System V psABI, "DWARF Register Number
+/// Mapping").
+const RBP: Register = Register(6);
+const RSP: Register = Register(7);
+/// The return address column: x86_64 has no RA register, the CIE names
+/// column 16 (RIP).
+const RA: Register = Register(16);
+
+pub use profiler_common::unwind::{RbpRule, RowKind, UnwindRow};
+
+// The BPF map's value size: a change here is a change of the BPF side.
+const _: () = assert!(std::mem::size_of::<UnwindRow>() == 12);
+
+/// A row without its address: what merging compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Rule {
+    kind: RowKind,
+    cfa_offset: i32,
+    rbp: RbpRule,
+    rbp_offset: i16,
+}
+
+impl Rule {
+    /// A rule whose kind stops the unwinder: the other fields mean nothing,
+    /// and are zero so that neighbouring rows of the same kind merge.
+    const fn stop(kind: RowKind) -> Self {
+        Self {
+            kind,
+            cfa_offset: 0,
+            rbp: RbpRule::Unchanged,
+            rbp_offset: 0,
+        }
+    }
+}
+
+/// A file's compiled unwind table.
+#[derive(Clone, Debug, Default)]
+pub struct UnwindTable {
+    /// The rows, sorted by `pc`, strictly increasing; no two neighbours have
+    /// the same rule. Each FDE's end is followed by a [`RowKind::NoCfi`] row
+    /// unless the next FDE starts within alignment padding of it (less than
+    /// 16 bytes later).
+    pub rows: Vec<UnwindRow>,
+    /// The ELF virtual address that rows' `pc` are relative to: the start of
+    /// the first FDE. Keeping rows at 32 bits halves their address field.
+    pub base: u64,
+    /// What compiling counted.
+    pub stats: TableStats,
+    /// The file's `PT_LOAD` segments, to turn a mapping's file offset into a
+    /// virtual address (the load bias of a mapping).
+    segments: Vec<LoadSegment>,
+}
+
+/// What compiling one file counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// FDEs found in `.eh_frame` and `.debug_frame`.
+    pub fdes: usize,
+    /// Of those, the FDEs of `.debug_frame` that made it into the table
+    /// (the others describe functions `.eh_frame` already covers).
+    pub debug_frame_fdes: usize,
+    /// FDEs that gimli could not parse or evaluate: left out, as if the file
+    /// had no CFI there.
+    pub skipped_fdes: usize,
+    /// FDEs left out on purpose: empty, outside the executable segments
+    /// (entries of functions the linker discarded), or describing addresses
+    /// another FDE already covers (`.debug_frame` repeating `.eh_frame`).
+    pub discarded_fdes: usize,
+    /// Sections whose list of entries could not be walked to its end (a
+    /// malformed length): what followed the error is missing.
+    pub section_errors: usize,
+    /// `.debug_frame` sections left out because they are compressed.
+    pub compressed_sections: usize,
+    /// Rows that gimli's evaluation of the kept FDEs produced, before
+    /// merging.
+    pub raw_rows: usize,
+}
+
+/// A `PT_LOAD` segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LoadSegment {
+    offset: u64,
+    file_size: u64,
+    vaddr: u64,
+    mem_size: u64,
+    executable: bool,
+}
+
+impl UnwindTable {
+    /// The row that applies at `vaddr` (an ELF virtual address of the
+    /// file), or `None` where no CFI applies. A binary search, as the BPF
+    /// unwinder will do.
+    #[cfg(test)]
+    pub fn lookup(&self, vaddr: u64) -> Option<&UnwindRow> {
+        let pc = u32::try_from(vaddr.checked_sub(self.base)?).ok()?;
+        let index = self.rows.partition_point(|row| row.pc <= pc);
+        let row = self.rows.get(index.checked_sub(1)?)?;
+        (row.kind != RowKind::NoCfi).then_some(row)
+    }
+
+    /// The virtual address that a file offset is loaded at, from the
+    /// `PT_LOAD` segments: a mapping at `start` with file offset `offset`
+    /// has load bias `start - vaddr_of_offset(offset)`.
+    pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| offset >= s.offset && offset - s.offset < s.file_size)
+            .and_then(|s| s.vaddr.checked_add(offset - s.offset))
+    }
+
+    /// The table's size as the BPF map will hold it.
+    #[cfg(test)]
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of_val(self.rows.as_slice())
+    }
+
+    /// How many rows are of `kind`.
+    #[cfg(test)]
+    pub fn count(&self, kind: RowKind) -> usize {
+        self.rows.iter().filter(|row| row.kind == kind).count()
+    }
+}
+
+/// Why a file has no table at all. Errors in single FDEs are not here: they
+/// are counted in [`TableStats::skipped_fdes`].
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// Not a 64-bit ELF file, or its headers are malformed.
+    #[error("not a readable 64-bit ELF file: {0}")]
+    Elf(#[from] object::Error),
+    /// An ELF file for another architecture: the rows only speak x86_64.
+    #[error("not an x86_64 file ({0:?})")]
+    Architecture(object::Architecture),
+}
+
+type Slice<'data> = EndianSlice<'data, LittleEndian>;
+
+/// One FDE kept for the table: its range and its rows in `raw`.
+struct Fde {
+    start: u64,
+    end: u64,
+    source: Source,
+    rows: std::ops::Range<usize>,
+}
+
+/// The section an FDE comes from. Ordered: where two FDEs overlap, the
+/// first wins, and `.eh_frame` is what the program's own unwinder (C++
+/// exceptions) trusts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Source {
+    EhFrame,
+    DebugFrame,
+}
+
+/// A row as gimli gave it, with its full address.
+struct RawRow {
+    pc: u64,
+    rule: Rule,
+}
+
+/// What [`collect`] fills.
+struct Collected {
+    fdes: Vec<Fde>,
+    raw: Vec<RawRow>,
+    stats: TableStats,
+}
+
+/// Compiles the unwind table of an ELF file: its `.eh_frame` and, when
+/// present and uncompressed, `.debug_frame`. Errors only when the file is no
+/// x86_64 ELF file at all; malformed CFI leaves out what it spoils.
+pub fn compile(elf_bytes: &[u8]) -> Result<UnwindTable, CompileError> {
+    let file = ElfFile64::<object::Endianness>::parse(elf_bytes)?;
+    if file.architecture() != object::Architecture::X86_64 || !file.is_little_endian() {
+        return Err(CompileError::Architecture(file.architecture()));
+    }
+    let endian = file.endian();
+    let segments: Vec<LoadSegment> = file
+        .elf_program_headers()
+        .iter()
+        .filter(|header| header.p_type(endian) == elf::PT_LOAD)
+        .map(|header| LoadSegment {
+            offset: header.p_offset(endian),
+            file_size: header.p_filesz(endian),
+            vaddr: header.p_vaddr(endian),
+            mem_size: header.p_memsz(endian),
+            executable: header.p_flags(endian).contains(elf::PF_X),
+        })
+        .collect();
+
+    let section_address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let mut bases = BaseAddresses::default();
+    // Pointers in .eh_frame are relative to these (DW_EH_PE_pcrel,
+    // textrel, datarel): gimli errors on a pointer whose base is unset.
+    if let Some(address) = section_address(".text") {
+        bases = bases.set_text(address);
+    }
+    if let Some(address) = section_address(".got") {
+        bases = bases.set_got(address);
+    }
+    if let Some(address) = section_address(".eh_frame_hdr") {
+        bases = bases.set_eh_frame_hdr(address);
+    }
+
+    let mut collected = Collected {
+        fdes: Vec::new(),
+        raw: Vec::new(),
+        stats: TableStats::default(),
+    };
+    let mut context = UnwindContext::new();
+    // A section whose bytes are not in the file is left out, not fatal:
+    // the other may still be whole.
+    if let Some(section) = file.section_by_name(".eh_frame") {
+        // A NOBITS .eh_frame (a separate debug file) reads as empty.
+        if let Ok(data) = section.data() {
+            let bases = bases.clone().set_eh_frame(section.address());
+            let mut eh_frame = EhFrame::new(data, LittleEndian);
+            eh_frame.set_address_size(8);
+            collect(
+                &eh_frame,
+                &bases,
+                Source::EhFrame,
+                &segments,
+                &mut context,
+                &mut collected,
+            );
+        } else {
+            collected.stats.section_errors += 1;
+        }
+    }
+    if let Some(section) = file.section_by_name(".debug_frame") {
+        match section.compressed_data() {
+            Ok(data) if data.format == object::CompressionFormat::None => {
+                let mut debug_frame = DebugFrame::new(data.data, LittleEndian);
+                debug_frame.set_address_size(8);
+                collect(
+                    &debug_frame,
+                    &bases,
+                    Source::DebugFrame,
+                    &segments,
+                    &mut context,
+                    &mut collected,
+                );
+            }
+            // Compressed debug sections come with separate debug files,
+            // which a later step reads; this crate is built without zlib.
+            Ok(_) => collected.stats.compressed_sections += 1,
+            Err(_) => collected.stats.section_errors += 1,
+        }
+    }
+    Ok(assemble(collected, segments))
+}
+
+/// Evaluates every FDE of one section into `collected`.
+fn collect<'data, S: UnwindSection<Slice<'data>>>(
+    section: &S,
+    bases: &BaseAddresses,
+    source: Source,
+    segments: &[LoadSegment],
+    context: &mut UnwindContext<usize>,
+    collected: &mut Collected,
+) {
+    // Most FDEs share a handful of CIEs: parse each once.
+    let mut cies: HashMap<usize, CommonInformationEntry<Slice<'data>>> = HashMap::new();
+    let mut entries = section.entries(bases);
+    loop {
+        let partial = match entries.next() {
+            Ok(None) => break,
+            Ok(Some(CieOrFde::Cie(_))) => continue,
+            Ok(Some(CieOrFde::Fde(partial))) => partial,
+            Err(_) => {
+                // A bad entry length: the next entry's position is unknown.
+                collected.stats.section_errors += 1;
+                break;
+            }
+        };
+        collected.stats.fdes += 1;
+        let fde = partial.parse(|section, bases, offset| {
+            let key = UnwindOffset::into(offset);
+            if let Some(cie) = cies.get(&key) {
+                return Ok(cie.clone());
+            }
+            let cie = section.cie_from_offset(bases, offset)?;
+            cies.insert(key, cie.clone());
+            Ok(cie)
+        });
+        let Ok(fde) = fde else {
+            collected.stats.skipped_fdes += 1;
+            continue;
+        };
+        let (start, end) = (fde.initial_address(), fde.end_address());
+        let executable = segments
+            .iter()
+            .any(|s| s.executable && start >= s.vaddr && end <= s.vaddr.saturating_add(s.mem_size));
+        if start >= end || !executable {
+            collected.stats.discarded_fdes += 1;
+            continue;
+        }
+        let cie = fde.cie();
+        let encoding = cie.encoding();
+        let ra_at_column_16 = cie.return_address_register() == RA;
+        let first = collected.raw.len();
+        let ok = (|| -> gimli::Result<()> {
+            let mut rows = fde.rows(section, bases, context)?;
+            let mut previous = start;
+            while let Some(row) = rows.next_row()? {
+                let pc = row.start_address();
+                if pc < previous {
+                    // Addresses only move forward in valid CFI.
+                    return Err(gimli::Error::InvalidCfiSetLoc(pc));
+                }
+                previous = pc;
+                let rule = if ra_at_column_16 {
+                    rule_of(row, section, encoding)
+                } else {
+                    Rule::stop(RowKind::Unsupported)
+                };
+                collected.raw.push(RawRow { pc, rule });
+            }
+            Ok(())
+        })();
+        if ok.is_err() {
+            collected.raw.truncate(first);
+            collected.stats.skipped_fdes += 1;
+            continue;
+        }
+        collected.fdes.push(Fde {
+            start,
+            end,
+            source,
+            rows: first..collected.raw.len(),
+        });
+    }
+}
+
+/// Translates one of gimli's rows into a [`Rule`].
+fn rule_of<'data, S: UnwindSection<Slice<'data>>>(
+    row: &UnwindTableRow<usize>,
+    section: &S,
+    encoding: gimli::Encoding,
+) -> Rule {
+    match row.register(RA) {
+        Some(RegisterRule::Offset(-8)) => {}
+        Some(RegisterRule::Undefined) => return Rule::stop(RowKind::End),
+        _ => return Rule::stop(RowKind::Unsupported),
+    }
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let kind = match *register {
+                RSP => Some(RowKind::CfaRsp),
+                RBP => Some(RowKind::CfaRbp),
+                _ => None,
+            };
+            kind.zip(i32::try_from(*offset).ok())
+        }
+        CfaRule::Expression(expression) => expression
+            .get(section)
+            .ok()
+            .and_then(|expression| cfa_expression(expression.0, encoding)),
+    };
+    let Some((kind, cfa_offset)) = cfa else {
+        return Rule::stop(RowKind::Unsupported);
+    };
+    let (rbp, rbp_offset) = match row.register(RBP) {
+        // No rule: RBP is callee-saved, so it keeps the caller's value.
+        None | Some(RegisterRule::SameValue) => (RbpRule::Unchanged, 0),
+        Some(RegisterRule::Offset(offset)) => match i16::try_from(offset) {
+            Ok(offset) => (RbpRule::AtCfa, offset),
+            Err(_) => (RbpRule::Unsupported, 0),
+        },
+        Some(RegisterRule::Expression(expression)) => expression
+            .get(section)
+            .ok()
+            .and_then(|expression| rbp_expression(expression.0, encoding))
+            .map_or((RbpRule::Unsupported, 0), |offset| (RbpRule::AtRbp, offset)),
+        Some(_) => (RbpRule::Unsupported, 0),
+    };
+    Rule {
+        kind,
+        cfa_offset,
+        rbp,
+        rbp_offset,
+    }
+}
+
+/// The first operations of a DWARF expression (`None` if it has more than
+/// `N` or does not parse).
+fn operations<const N: usize>(
+    bytes: Slice<'_>,
+    encoding: gimli::Encoding,
+) -> Option<Vec<Operation<Slice<'_>>>> {
+    let mut iter = gimli::Expression(bytes).operations(encoding);
+    let mut operations = Vec::with_capacity(N);
+    while let Some(operation) = iter.next().ok()? {
+        if operations.len() == N {
+            return None;
+        }
+        operations.push(operation);
+    }
+    Some(operations)
+}
+
+/// Recognizes the CFA expressions that the format has a kind for.
+fn cfa_expression(bytes: Slice<'_>, encoding: gimli::Encoding) -> Option<(RowKind, i32)> {
+    use Operation::*;
+    let operations = operations::<9>(bytes, encoding)?;
+    match operations.as_slice() {
+        // DW_OP_breg7 (rsp): N; DW_OP_breg16 (rip): 0; DW_OP_lit15; DW_OP_and;
+        // DW_OP_lit11; DW_OP_ge; DW_OP_lit3; DW_OP_shl; DW_OP_plus
+        [RegisterOffset {
+            register: RSP,
+            offset,
+            ..
+        }, RegisterOffset {
+            register: RA,
+            offset: 0,
+            ..
+        }, UnsignedConstant { value: 15 }, And, UnsignedConstant { value: 11 }, Ge, UnsignedConstant { value: 3 }, Shl, Plus] => {
+            Some((RowKind::Plt, i32::try_from(*offset).ok()?))
+        }
+        // DW_OP_breg6 (rbp): N; DW_OP_deref
+        [RegisterOffset {
+            register: RBP,
+            offset,
+            ..
+        }, Deref {
+            size: 8,
+            space: false,
+            ..
+        }] => Some((RowKind::CfaRbpDeref, i32::try_from(*offset).ok()?)),
+        _ => None,
+    }
+}
+
+/// Recognizes `DW_OP_breg6 (rbp): N` as the address of the saved RBP.
+fn rbp_expression(bytes: Slice<'_>, encoding: gimli::Encoding) -> Option<i16> {
+    match operations::<1>(bytes, encoding)?.as_slice() {
+        [Operation::RegisterOffset {
+            register: RBP,
+            offset,
+            ..
+        }] => i16::try_from(*offset).ok(),
+        _ => None,
+    }
+}
+
+/// The shortest space between two FDEs that gets a [`RowKind::NoCfi`] row.
+/// Shorter spaces are the padding that aligns functions to 16 bytes: no
+/// instruction there ever runs (nor is returned to: return addresses are
+/// looked up minus one), so the previous function's last row may cover it.
+/// That drops a row per function and lets that row merge with the next
+/// function's first (both are usually CFA = RSP + 8). The OpenTelemetry
+/// profiler drops the same gaps.
+const MIN_GAP: u64 = 16;
+
+/// Sorts, clips and merges the collected FDEs' rows into the table.
+fn assemble(collected: Collected, segments: Vec<LoadSegment>) -> UnwindTable {
+    let Collected {
+        mut fdes,
+        raw,
+        mut stats,
+    } = collected;
+    fdes.sort_by_key(|fde| (fde.start, fde.source));
+    let base = fdes.first().map_or(0, |fde| fde.start);
+    // Every address passed here is in [base, end of an FDE whose end was
+    // checked to fit in 32 bits], so the truncation never happens.
+    let offset = |address: u64| (address - base) as u32;
+    let mut rows: Vec<UnwindRow> = Vec::new();
+    // The end of what the rows emitted so far cover.
+    let mut covered = base;
+    for fde in &fdes {
+        let start = fde.start.max(covered);
+        let Some(end) = fde
+            .end
+            .checked_sub(base)
+            .and_then(|end| u32::try_from(end).ok())
+        else {
+            // Beyond 4 GiB of the first function: no real file has that.
+            stats.discarded_fdes += 1;
+            continue;
+        };
+        if fde.end <= start {
+            stats.discarded_fdes += 1;
+            continue;
+        }
+        if fde.start.saturating_sub(covered) >= MIN_GAP && !rows.is_empty() {
+            push(&mut rows, offset(covered), Rule::stop(RowKind::NoCfi));
+        }
+        let fde_rows = &raw[fde.rows.clone()];
+        stats.raw_rows += fde_rows.len();
+        // The rule in force at `start`: the FDE's last row at or before it
+        // (the first row starts at the FDE's start, which is <= `start`).
+        let first = fde_rows.partition_point(|row| row.pc <= start);
+        let Some(initial) = first.checked_sub(1).map(|index| &fde_rows[index]) else {
+            continue;
+        };
+        push(&mut rows, offset(start), initial.rule);
+        for row in &fde_rows[first..] {
+            if row.pc >= fde.end {
+                break;
+            }
+            push(&mut rows, offset(row.pc), row.rule);
+        }
+        stats.debug_frame_fdes += usize::from(fde.source == Source::DebugFrame);
+        covered = base + u64::from(end);
+    }
+    if !rows.is_empty() {
+        push(&mut rows, offset(covered), Rule::stop(RowKind::NoCfi));
+    }
+    UnwindTable {
+        rows,
+        base,
+        stats,
+        segments,
+    }
+}
+
+/// Appends a row, merging it into the previous one when their rules match.
+fn push(rows: &mut Vec<UnwindRow>, pc: u32, rule: Rule) {
+    // A row of zero length (two rows at one address) never applies.
+    if rows.last().is_some_and(|last| last.pc == pc) {
+        rows.pop();
+    }
+    if let Some(last) = rows.last() {
+        let last_rule = Rule {
+            kind: last.kind,
+            cfa_offset: last.cfa_offset,
+            rbp: last.rbp,
+            rbp_offset: last.rbp_offset,
+        };
+        if last_rule == rule {
+            return;
+        }
+    }
+    rows.push(UnwindRow {
+        pc,
+        cfa_offset: rule.cfa_offset,
+        rbp_offset: rule.rbp_offset,
+        kind: rule.kind,
+        rbp: rule.rbp,
+    });
+}
