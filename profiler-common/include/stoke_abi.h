@@ -49,7 +49,15 @@ enum stoke_row_kind {
 	STOKE_ROW_PLT = 4,
 	STOKE_ROW_END = 5,
 	STOKE_ROW_UNSUPPORTED = 6,
+	STOKE_ROW_SIGNAL = 7,
 };
+
+/* At a signal trampoline RSP points at the kernel's struct ucontext; its
+ * uc_mcontext (struct sigcontext) holds the interrupted registers. */
+#define STOKE_SIGCONTEXT_OFFSET 40
+#define STOKE_SIGCONTEXT_RBP 80
+#define STOKE_SIGCONTEXT_RSP 120
+#define STOKE_SIGCONTEXT_RIP 128
 
 enum stoke_rbp_rule {
 	STOKE_RBP_UNCHANGED = 0,

@@ -20,6 +20,9 @@ pub enum RowKind {
     End = 5,
     /// CFI the unwinder cannot follow.
     Unsupported = 6,
+    /// A signal trampoline (`__restore_rt`): the interrupted registers are
+    /// in the kernel's signal frame at RSP.
+    Signal = 7,
 }
 
 /// Where the caller's RBP is.

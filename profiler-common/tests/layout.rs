@@ -46,6 +46,7 @@ int main(void) {
 	SHOW("row.rbp", offsetof(struct stoke_unwind_row, rbp));
 	SHOW("row.kind.plt", STOKE_ROW_PLT);
 	SHOW("row.kind.unsupported", STOKE_ROW_UNSUPPORTED);
+	SHOW("row.kind.signal", STOKE_ROW_SIGNAL);
 	SHOW("row.rbp.at_rbp", STOKE_RBP_AT_RBP);
 	SHOW("mapping.size", sizeof(struct stoke_mapping));
 	SHOW("mapping.row_base", offsetof(struct stoke_mapping, row_base));
@@ -92,7 +93,7 @@ fn c_side() -> HashMap<String, u64> {
 #[test]
 fn c_header_matches_rust_types() {
     let c = c_side();
-    let rust: [(&str, usize); 48] = [
+    let rust: [(&str, usize); 49] = [
         ("header.size", size_of::<RecordHeader>()),
         ("header.kind", offset_of!(RecordHeader, kind)),
         ("header.cpu", offset_of!(RecordHeader, cpu)),
@@ -135,6 +136,7 @@ fn c_header_matches_rust_types() {
         ("row.rbp", offset_of!(UnwindRow, rbp)),
         ("row.kind.plt", RowKind::Plt as usize),
         ("row.kind.unsupported", RowKind::Unsupported as usize),
+        ("row.kind.signal", RowKind::Signal as usize),
         ("row.rbp.at_rbp", RbpRule::AtRbp as usize),
         ("mapping.size", size_of::<Mapping>()),
         ("mapping.row_base", offset_of!(Mapping, row_base)),
@@ -158,5 +160,5 @@ fn c_header_matches_rust_types() {
             "{name} differs between C and Rust"
         );
     }
-    assert_eq!(c.len(), 45, "every value the probe prints is compared");
+    assert_eq!(c.len(), 46, "every value the probe prints is compared");
 }

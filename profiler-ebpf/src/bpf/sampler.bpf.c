@@ -109,6 +109,8 @@ struct stoke_unwind_state {
 	__u32 count; /* user frames written */
 	__u32 first; /* where the user frames start in the record */
 	__u32 stop;  /* enum stoke_stop */
+	__u32 exact; /* pc is an interrupted instruction, not a return address */
+	__u32 _pad;
 };
 
 struct {
@@ -250,6 +252,23 @@ static __always_inline long stop_with(struct stoke_unwind_state *state, __u32 re
 	return 1;
 }
 
+/* Out of a signal handler: the interrupted registers are in the signal
+ * frame, and the next pc is the interrupted instruction itself. */
+static __always_inline long signal_frame_step(struct stoke_unwind_state *state)
+{
+	__u64 context = state->sp + STOKE_SIGCONTEXT_OFFSET, bp, sp, pc;
+
+	if (!read_user(&bp, context + STOKE_SIGCONTEXT_RBP) ||
+	    !read_user(&sp, context + STOKE_SIGCONTEXT_RSP) ||
+	    !read_user(&pc, context + STOKE_SIGCONTEXT_RIP))
+		return stop_with(state, STOKE_STOP_READ_FAILED);
+	state->bp = bp;
+	state->sp = sp;
+	state->pc = pc;
+	state->exact = 1;
+	return pc ? 0 : stop_with(state, STOKE_STOP_END);
+}
+
 /* One frame: record the pc, then find the caller's registers. */
 static long unwind_step(__u32 index, void *unused)
 {
@@ -276,7 +295,8 @@ static long unwind_step(__u32 index, void *unused)
 		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
 	/* A return address points after its call, maybe past the caller's
 	 * end: look up the call itself. */
-	pc = index == 0 ? state->pc : state->pc - 1;
+	pc = state->exact ? state->pc : state->pc - 1;
+	state->exact = 0;
 	mapping = find_mapping(process, pc);
 	if (!mapping)
 		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
@@ -287,6 +307,9 @@ static long unwind_step(__u32 index, void *unused)
 								      STOKE_STOP_BAD_FRAME);
 		return 0;
 	}
+
+	if (row->kind == STOKE_ROW_SIGNAL)
+		return signal_frame_step(state);
 
 	switch (row->kind) {
 	case STOKE_ROW_CFA_RSP:
@@ -359,6 +382,7 @@ static __always_inline long unwind_user(struct bpf_perf_event_data *ctx, struct 
 	state->count = 0;
 	state->first = kernel_bytes / sizeof(__u64);
 	state->stop = STOKE_STOP_DEPTH;
+	state->exact = 1;
 	bpf_loop(STOKE_MAX_FRAMES, unwind_step, NULL, 0);
 	*stop = state->stop;
 	return state->count * sizeof(__u64);

@@ -58,7 +58,7 @@ pub fn unwind(
             RowKind::Plt => sp
                 .checked_add_signed(offset)
                 .map(|cfa| cfa + if pc & 15 >= 11 { 8 } else { 0 }),
-            RowKind::End | RowKind::NoCfi | RowKind::Unsupported => None,
+            RowKind::End | RowKind::NoCfi | RowKind::Unsupported | RowKind::Signal => None,
         };
         // The caller's frame is above this one: anything else is a loop.
         let Some(cfa) = cfa.filter(|&cfa| cfa > sp) else {

@@ -323,6 +323,7 @@ fn collect<'data, S: UnwindSection<Slice<'data>>>(
         let cie = fde.cie();
         let encoding = cie.encoding();
         let ra_at_column_16 = cie.return_address_register() == RA;
+        let signal_frame = cie.is_signal_trampoline();
         let first = collected.raw.len();
         let ok = (|| -> gimli::Result<()> {
             let mut rows = fde.rows(section, bases, context)?;
@@ -334,7 +335,12 @@ fn collect<'data, S: UnwindSection<Slice<'data>>>(
                     return Err(gimli::Error::InvalidCfiSetLoc(pc));
                 }
                 previous = pc;
-                let rule = if ra_at_column_16 {
+                // A signal trampoline's CFI describes the kernel's signal
+                // frame with expressions; the unwinder reads the saved
+                // registers from the frame itself.
+                let rule = if signal_frame {
+                    Rule::stop(RowKind::Signal)
+                } else if ra_at_column_16 {
                     rule_of(row, section, encoding)
                 } else {
                     Rule::stop(RowKind::Unsupported)
