@@ -220,7 +220,7 @@ pub enum AttachError {
     NoTmp { pid: u32, source: io::Error },
     #[error("JVM {pid}: /tmp/{name} is not a socket of uid {uid} (symlink or foreign file): not connecting")]
     SuspiciousSocket { pid: u32, name: String, uid: u32 },
-    #[error("JVM {pid}: /tmp/{name} refuses connections (left by a dead JVM?): delete it in the JVM's filesystem and retry")]
+    #[error("JVM {pid}: /tmp/{name} refuses connections, even after a stale socket there was removed and a new listener asked for: not retrying")]
     StaleSocket { pid: u32, name: String },
     #[error("JVM {pid}: /tmp/{name} belongs to another user or is not a regular file: delete it to attach")]
     ForeignFile { pid: u32, name: String },
@@ -449,21 +449,55 @@ fn one_line(text: &str) -> String {
 // The connection
 
 /// A connection to the JVM's attach listener, started if needed.
+///
+/// A socket that refuses connections was left by a JVM that died without
+/// cleaning up (SIGKILL) and had the same pid, or by a listener that is
+/// gone. It is removed, so that the wait for the new listener's socket does
+/// not find it again, then the listener is started as for a fresh JVM,
+/// once: a second refusal is [`AttachError::StaleSocket`].
 fn open_connection(handle: &TargetHandle, timeout: Duration) -> Result<UnixStream, AttachError> {
-    let existing = as_target(&handle.target, || match find_socket(handle)? {
-        Some(socket) => connect(handle, &socket, timeout).map(Some),
-        None => Ok(None),
+    let existing = as_target(&handle.target, || {
+        let Some(socket) = find_socket(handle)? else {
+            return Ok(AtSocket::Absent);
+        };
+        match connect(handle, &socket, timeout) {
+            Ok(stream) => Ok(AtSocket::Listening(stream)),
+            Err(AttachError::StaleSocket { .. }) => Ok(AtSocket::Refused(socket)),
+            Err(error) => Err(error),
+        }
     })?;
     match existing {
-        Some(stream) => Ok(stream),
-        None => start_listener(handle, timeout),
+        AtSocket::Listening(stream) => Ok(stream),
+        AtSocket::Absent => start_listener(handle, timeout),
+        AtSocket::Refused(socket) => {
+            // Removing the socket helps only if SIGQUIT may then start a
+            // listener: if not, it is left, and the error says why.
+            handle.check_sigquit_safe()?;
+            as_target(&handle.target, || remove_stale_socket(handle, &socket))?;
+            signal_and_connect(handle, timeout)
+        }
     }
+}
+
+/// What `open_connection` finds at the JVM's socket name.
+enum AtSocket {
+    Absent,
+    /// A listener answered.
+    Listening(UnixStream),
+    /// A socket of the JVM's user that refused the connection, opened
+    /// `O_PATH`.
+    Refused(File),
 }
 
 /// Asks the JVM to start its attach listener (trigger file, SIGQUIT), then
 /// connects to it.
 fn start_listener(handle: &TargetHandle, timeout: Duration) -> Result<UnixStream, AttachError> {
     handle.check_sigquit_safe()?;
+    signal_and_connect(handle, timeout)
+}
+
+/// `start_listener` once SIGQUIT was found safe.
+fn signal_and_connect(handle: &TargetHandle, timeout: Duration) -> Result<UnixStream, AttachError> {
     let trigger = c_name(&format!(".attach_pid{}", handle.target.ns_pid))?;
     // Looking again after the trigger is in place: a listener another
     // client started meanwhile would answer SIGQUIT with a thread dump.
@@ -520,6 +554,54 @@ fn find_socket(handle: &TargetHandle) -> Result<Option<File>, AttachError> {
         return Err(suspicious());
     }
     Ok(Some(socket))
+}
+
+/// Removes the JVM's socket `refused` (an `O_PATH` descriptor) that
+/// refused a connection, if its name still holds that very socket, of the
+/// JVM's user. Runs as the JVM's user, relative to the JVM's `/tmp` opened
+/// without symlinks, and never follows one: nothing else can be removed,
+/// but what that user could. Anything else found under the name (nothing,
+/// the listener's new socket, another file) is left; true if removed.
+fn remove_stale_socket(handle: &TargetHandle, refused: &File) -> Result<bool, AttachError> {
+    let target = &handle.target;
+    let name = format!(".java_pid{}", target.ns_pid);
+    let c_socket = c_name(&name)?;
+    let refused = refused
+        .metadata()
+        .map_err(|error| handle.fs_error(format!("stat /tmp/{name}"), error))?;
+    let found = match stat_at(handle.tmp.as_fd(), &c_socket) {
+        Ok(found) => found,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(handle.fs_error(format!("stat /tmp/{name}"), error)),
+    };
+    let same_socket = found.st_mode & libc::S_IFMT == libc::S_IFSOCK
+
+        && (found.st_dev, found.st_ino) == (refused.dev(), refused.ino());
+    if !same_socket {
+        return Ok(false);
+    }
+    remove_file(handle, &c_socket)?;
+    Ok(true)
+}
+
+/// `fstatat` of `name` in `dir`, not following a symlink.
+fn stat_at(dir: BorrowedFd, name: &CStr) -> io::Result<libc::stat> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a live C string, relative to our directory descriptor;
+    // fstatat fills `stat` when it returns 0.
+    let result = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            stat.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if result != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatat succeeded.
+    Ok(unsafe { stat.assume_init() })
 }
 
 /// Polls for the socket after SIGQUIT, with growing steps.
@@ -1787,6 +1869,73 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
         assert!(matches!(error, AttachError::NoexecTmp { .. }), "{error}");
     }
 
+    /// Removing a refused socket removes that socket only: not a new one
+    /// under its name, nor a symlink to it, nor it once another user's.
+    #[test]
+    fn removes_only_the_stale_socket_that_refused() {
+        let mut command = Command::new("unshare");
+        command.args([
+            "--mount",
+            "--fork",
+            "--kill-child",
+            "sh",
+            "-c",
+            "mount -t tmpfs none /tmp && echo ready && exec sleep \"$0\"",
+            GUEST_LIFETIME_SECS,
+        ]);
+        let mut guest = Guest::spawn(command, "ready");
+        guest.follow_fork();
+        let target = JvmTarget {
+            pid: guest.pid,
+            ns_pid: guest.pid,
+            uid: 0,
+            gid: 0,
+        };
+        let handle = TargetHandle::open(&target).unwrap();
+        let socket = socket_path(&target);
+        let refused = || {
+            plant_stale_socket(&target);
+            let found = find_socket(&handle).unwrap().unwrap();
+            let error = connect(&handle, &found, TIMEOUT).unwrap_err();
+            assert!(matches!(error, AttachError::StaleSocket { .. }), "{error}");
+            found
+        };
+        let remove =
+            |found: &File| as_target(&target, || remove_stale_socket(&handle, found)).unwrap();
+        let inode = || fs::symlink_metadata(&socket).unwrap().ino();
+
+        let stale = refused();
+        assert!(remove(&stale), "the stale socket was kept");
+        assert!(!socket.exists());
+        assert!(!remove(&stale), "nothing to remove");
+
+        // Replaced after the refusal: `first` keeps its inode in use.
+        let first = refused();
+        fs::remove_file(&socket).unwrap();
+        plant_stale_socket(&target);
+        let replacement = inode();
+        assert_ne!(replacement, first.metadata().unwrap().ino());
+        assert!(!remove(&first), "a socket that did not refuse was removed");
+        assert_eq!(inode(), replacement);
+        fs::remove_file(&socket).unwrap();
+
+        let linked = refused();
+        let moved = host_path(&target, "/tmp/moved-socket");
+        fs::rename(&socket, &moved).unwrap();
+        std::os::unix::fs::symlink(&moved, &socket).unwrap();
+        assert!(!remove(&linked), "a symlink was removed");
+        assert!(fs::symlink_metadata(&socket)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        fs::remove_file(&socket).unwrap();
+
+        let chowned = refused();
+        std::os::unix::fs::lchown(&socket, Some(NOBODY), Some(NOBODY)).unwrap();
+        assert!(!remove(&chowned), "another user's socket was removed");
+        assert_eq!(fs::symlink_metadata(&socket).unwrap().uid(), NOBODY);
+    }
+
     // -----------------------------------------------------------------------
     // Real JVMs
 
@@ -1803,6 +1952,7 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
 
     on_each_jdk!(
         attaches_and_reuses_the_socket,
+        replaces_a_stale_socket,
         loads_agents,
         refuses_a_jvm_that_disabled_attach,
         attaches_to_another_users_jvm,
@@ -1825,7 +1975,22 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
             }
         );
         let socket = socket_path(&target);
-        assert!(!socket.exists(), "a fresh JVM has no attach socket yet");
+        // The tests kill their JVMs with SIGKILL, which leaves their sockets
+        // behind, and this JVM may have the pid of one of them. HotSpot
+        // removes such a leftover as it starts, but only as best effort:
+        // one found here is no listener of this JVM, and refuses
+        // connections; it is removed, so that the test still sees the
+        // listener started. A socket that accepts a connection fails the
+        // test, as any socket there did before.
+        let refused = UnixStream::connect(&socket)
+            .is_err_and(|error| error.kind() == io::ErrorKind::ConnectionRefused);
+        if refused {
+            fs::remove_file(&socket).unwrap();
+        }
+        assert!(
+            !socket.exists(),
+            "a fresh JVM has no attach socket yet (another attach client, a whole-host stoke, started its listener?)"
+        );
 
         let properties = execute(&target, "properties", &[], TIMEOUT).unwrap();
         assert!(properties.contains("java.version"), "{properties}");
@@ -1847,6 +2012,58 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
         );
         assert!(error.to_string().contains("not recognized"), "{error}");
         jvm.assert_undisturbed();
+    }
+
+    /// A socket left under the JVM's name by a dead JVM with the same pid
+    /// refuses connections: it is removed, and the listener started (the
+    /// trigger file and SIGQUIT) as for a fresh JVM; of a JVM of root and
+    /// of another user.
+    fn replaces_a_stale_socket(jdk: &str) {
+        for launch in [Launch::Root, Launch::AsNobody] {
+            let jvm = start_jvm(jdk, &[], launch);
+            // Declared after the JVM, so dropped before it.
+            let files = Cleanup::default();
+            let target = JvmTarget::inspect(jvm.pid).unwrap();
+            let socket = socket_path(&target);
+            files.add(socket.clone());
+            // HotSpot removes a leftover socket with its pid as it starts,
+            // but starts no listener unless signalled: planted now, this
+            // one stays until attaching.
+            let _ = fs::remove_file(&socket);
+            plant_stale_socket(&target);
+            // Held open: its inode cannot be reused by the new socket.
+            let stale = File::options()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+                .open(&socket)
+                .unwrap();
+            let metadata = stale.metadata().unwrap();
+            assert!(metadata.file_type().is_socket());
+            assert_eq!(metadata.uid(), target.uid);
+            let error = UnixStream::connect(&socket).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::ConnectionRefused, "{error}");
+
+            let properties = execute(&target, "properties", &[], TIMEOUT).unwrap();
+            assert!(properties.contains("java.version"), "{properties}");
+            let live = fs::symlink_metadata(&socket).unwrap();
+            assert!(live.file_type().is_socket());
+            assert_eq!(live.uid(), target.uid);
+            assert_ne!(
+                live.ino(),
+                metadata.ino(),
+                "the stale socket is still there"
+            );
+            assert!(!trigger_path(&target).exists(), "the trigger file was left");
+
+            let version = execute(&target, "jcmd", &["VM.version"], TIMEOUT).unwrap();
+            assert!(version.contains("JDK"), "{version}");
+            assert_eq!(
+                fs::symlink_metadata(&socket).unwrap().ino(),
+                live.ino(),
+                "the new socket was not reused"
+            );
+            jvm.assert_undisturbed();
+        }
     }
 
     /// Loading reports a missing library, a library without
@@ -2272,5 +2489,41 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
 
     fn trigger_path(target: &JvmTarget) -> PathBuf {
         host_path(target, &format!("/tmp/.attach_pid{}", target.ns_pid))
+    }
+
+    /// What a JVM killed by SIGKILL leaves: a socket under the target's
+    /// socket name, of its user, bound and closed without ever listening,
+    /// so that connecting to it is refused.
+    fn plant_stale_socket(target: &JvmTarget) {
+        let path = socket_path(target);
+        let path = path.to_str().unwrap();
+        let address = unix_address(path);
+        assert!(path.len() < address.sun_path.len(), "{path} is too long");
+        let bind = || {
+            // SAFETY: socket() takes no pointers; the descriptor is owned at once.
+            let fd =
+                unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+            assert!(fd >= 0, "{}", io::Error::last_os_error());
+            // SAFETY: a new descriptor nothing else owns; closed when dropped.
+            let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: `address` is a complete sockaddr_un of the length given.
+            let result = unsafe {
+                libc::bind(
+                    socket.as_raw_fd(),
+                    std::ptr::from_ref(&address).cast(),
+                    size_of::<libc::sockaddr_un>() as libc::socklen_t,
+                )
+            };
+            if result == 0 {
+                Ok(())
+            } else {
+                Err(AttachError::Io {
+                    pid: target.pid,
+                    step: "plant a stale socket",
+                    source: io::Error::last_os_error(),
+                })
+            }
+        };
+        as_target(target, bind).unwrap();
     }
 }

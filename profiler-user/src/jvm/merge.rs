@@ -99,7 +99,12 @@ fn pair(
             .get(1)
             .is_some_and(|next| next.time_ns <= java.time_ns);
         let native = natives.pop_front().expect("front exists");
-        if coalesced {
+        let still_in_kernel = natives.front().is_some_and(|next| next.user == native.user);
+        if coalesced && still_in_kernel {
+            // Both samples caught the thread in one stay in the kernel: it
+            // ran no Java in between, so the one Java stack is both's.
+            emit(Outcome::Paired(native, java.clone()));
+        } else if coalesced {
             emit(Outcome::Unpaired(native, Unpaired::Coalesced));
         } else {
             let java = javas.pop_front().expect("front exists");
@@ -163,13 +168,28 @@ mod tests {
     #[test]
     fn a_sample_whose_signal_merged_with_the_next_keeps_its_native_stack() {
         let mut merger = Merger::default();
-        merger.add_native(native(1, 100));
+        let mut earlier = native(1, 100);
+        earlier.user = vec![0x10];
+        merger.add_native(earlier);
         merger.add_native(native(1, 150));
         merger.add_java(1, java(1, 160));
         assert_eq!(
             settle(&mut merger, 200, false),
             ["1@100:Coalesced", "1@150=160"]
         );
+    }
+
+    #[test]
+    fn samples_of_one_stay_in_the_kernel_share_the_java_stack() {
+        let mut merger = Merger::default();
+        let mut first = native(1, 100);
+        first.user = vec![0x10, 0x20];
+        let mut second = native(1, 150);
+        second.user = vec![0x10, 0x20];
+        merger.add_native(first);
+        merger.add_native(second);
+        merger.add_java(1, java(1, 160));
+        assert_eq!(settle(&mut merger, 200, false), ["1@100=160", "1@150=160"]);
     }
 
     #[test]

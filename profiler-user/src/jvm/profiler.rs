@@ -4,7 +4,7 @@
 //! whose agent is ready, and turns the agents' answers into Java frames.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
 };
@@ -35,6 +35,34 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// signals and name the last methods.
 const FINAL_ANSWER_WAIT: Duration = Duration::from_millis(300);
 
+/// How often a process that is no JVM (yet) is looked at again.
+const MAX_RECHECKS: u32 = 6;
+
+/// How often an attach is retried while the JVM is still starting.
+const MAX_ATTACH_RETRIES: u32 = 4;
+
+/// When to look at a process again.
+#[derive(Clone, Copy, Debug)]
+enum Recheck {
+    /// A JVM already handled, or a process that stayed no JVM.
+    Never,
+    /// Not before `when`; `attempts` looks so far.
+    At { when: Instant, attempts: u32 },
+}
+
+impl Recheck {
+    /// After `attempts` looks: again in 0.2, 0.4, 0.8... seconds, then never.
+    fn after(attempts: u32) -> Self {
+        if attempts >= MAX_RECHECKS {
+            return Self::Never;
+        }
+        Self::At {
+            when: Instant::now() + Duration::from_millis(200 << attempts),
+            attempts: attempts + 1,
+        }
+    }
+}
+
 /// One JVM with a working agent.
 struct Jvm {
     memory: AgentMemory,
@@ -55,9 +83,14 @@ struct Attached {
 pub struct JavaProfiler {
     to_attach: Option<Sender<u32>>,
     attached: Receiver<Attached>,
-    considered: HashSet<u32>,
+    /// Processes looked at, and when to look again at those that were no
+    /// JVM yet: a starting JVM maps libjvm.so (and installs its signal
+    /// handlers) only after its first samples.
+    considered: HashMap<u32, Recheck>,
     /// Attaches asked for and not yet answered.
     attaching: usize,
+    /// Attaches retried because the JVM was still starting.
+    attach_retries: HashMap<u32, u32>,
     jvms: HashMap<u32, Jvm>,
     merger: Merger,
     summary: JavaSummary,
@@ -86,22 +119,32 @@ impl JavaProfiler {
         Self {
             to_attach: enabled.then_some(to_attach),
             attached,
-            considered: HashSet::new(),
+            considered: HashMap::new(),
             attaching: 0,
+            attach_retries: HashMap::new(),
             jvms: HashMap::new(),
             merger: Merger::default(),
             summary: JavaSummary::default(),
         }
     }
 
-    /// A process was sampled: if it is a JVM seen for the first time, load
-    /// the agent into it.
+    /// A process was sampled: if it is a JVM not attached yet, load the
+    /// agent into it.
     pub fn consider(&mut self, pid: u32) {
-        let Some(to_attach) = &self.to_attach else {
-            return;
+        let Some(to_attach) = &self.to_attach else { return };
+        let attempts = match self.considered.get(&pid) {
+            None => 0,
+            Some(Recheck::Never) => return,
+            Some(Recheck::At { when, .. }) if Instant::now() < *when => return,
+            Some(Recheck::At { attempts, .. }) => *attempts,
         };
-        if self.considered.insert(pid) && maps_libjvm(pid) && to_attach.send(pid).is_ok() {
-            self.attaching += 1;
+        if maps_libjvm(pid) {
+            self.considered.insert(pid, Recheck::Never);
+            if to_attach.send(pid).is_ok() {
+                self.attaching += 1;
+            }
+        } else {
+            self.considered.insert(pid, Recheck::after(attempts));
         }
     }
 
@@ -185,7 +228,24 @@ impl JavaProfiler {
                 );
             }
             Err(error) => {
-                eprintln!("stoke: warning: JVM {pid}: {error:#}; its stacks stay native-only");
+                let starting = matches!(
+                    error.downcast_ref::<attach::AttachError>(),
+                    Some(attach::AttachError::SigquitUnsafe { .. })
+                );
+                let attempts = self.attach_retries.entry(pid).or_default();
+                if starting && *attempts < MAX_ATTACH_RETRIES {
+                    // A JVM still starting has no SIGQUIT handler yet.
+                    *attempts += 1;
+                    self.considered.insert(pid, Recheck::after(*attempts));
+                    return Ok(());
+                }
+                let message = format!("{error:#}");
+                let named = if message.starts_with(&format!("JVM {pid}")) {
+                    message
+                } else {
+                    format!("JVM {pid}: {message}")
+                };
+                eprintln!("stoke: warning: {named}; its stacks stay native-only");
             }
         }
         Ok(())
