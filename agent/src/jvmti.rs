@@ -91,6 +91,38 @@ impl Jvmti {
         check(unsafe { call!(self.0, AddCapabilities, &capabilities) })
     }
 
+    /// Asks, separately, for retransforming classes: optional, a JVM that
+    /// refuses it still gets Java stacks.
+    pub fn add_retransform_capability(self) -> bool {
+        // SAFETY: a zeroed capability set is empty.
+        let mut capabilities: jvmtiCapabilities = unsafe { std::mem::zeroed() };
+        capabilities.set_can_retransform_classes(1);
+        // SAFETY: valid environment and capability set.
+        check(unsafe { call!(self.0, AddCapabilities, &capabilities) }).is_ok()
+    }
+
+    /// Retransforms the class of `method` without changing its bytes, which
+    /// makes HotSpot throw away its compiled code. Recompiled while an agent
+    /// listens for compiled methods, the code gets the debug information
+    /// AsyncGetCallTrace needs to walk past it.
+    ///
+    /// # Safety
+    /// `method` is a jmethodID of this JVM; `jni` is the calling thread's.
+    pub unsafe fn recompile_class_of(self, jni: *mut JNIEnv, method: jmethodID) -> bool {
+        let mut class: jclass = ptr::null_mut();
+        if check(call!(self.0, GetMethodDeclaringClass, method, &mut class)).is_err() {
+            return false;
+        }
+        let mut modifiable: jboolean = 0;
+        let done = check(call!(self.0, IsModifiableClass, class, &mut modifiable)).is_ok()
+            && modifiable != 0
+            && check(call!(self.0, RetransformClasses, 1, &class)).is_ok();
+        if let Some(delete) = (**jni).DeleteLocalRef {
+            delete(jni, class);
+        }
+        done
+    }
+
     /// Registers the callbacks and enables their events (VMInit only when
     /// `at_startup`).
     pub fn enable_events(self, callbacks: &Callbacks, at_startup: bool) -> Result<(), JvmtiError> {

@@ -29,7 +29,7 @@ use std::{
     time::Duration,
 };
 
-use profiler_common::jvm::{AgentState, Event, MethodInfo};
+use profiler_common::jvm::{AgentState, Event, MethodInfo, RECOMPILE_REQUEST};
 
 use crate::{
     jvmti::{Callbacks, Jvmti},
@@ -51,6 +51,8 @@ enum StartError {
 }
 
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// Whether this JVM lets the agent retransform classes.
+static RETRANSFORM: AtomicBool = AtomicBool::new(false);
 static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
 static JVMTI: OnceLock<Jvmti> = OnceLock::new();
 static SHARED: OnceLock<&'static SharedMemory> = OnceLock::new();
@@ -104,6 +106,7 @@ unsafe fn start_agent(vm: *mut JavaVM, live: bool) -> Result<(), StartError> {
     jvmti
         .add_capabilities()
         .map_err(|_| StartError::Capabilities)?;
+    RETRANSFORM.store(jvmti.add_retransform_capability(), Ordering::Release);
     let shared: &'static SharedMemory = Box::leak(Box::new(
         SharedMemory::create().map_err(|_| StartError::SharedMemory)?,
     ));
@@ -183,20 +186,30 @@ fn worker(shared: &'static SharedMemory) {
     };
     let Some(&jvmti) = JVMTI.get() else { return };
     let mut described = HashSet::new();
+    let mut recompiled = HashSet::new();
     loop {
         std::thread::sleep(WORKER_PERIOD);
         if !handler::is_installed() {
             shared.set_state(AgentState::HandlerLost);
         }
-        shared.take_requests(|method_id| {
+        shared.take_requests(|request| {
+            let method_id = request & !RECOMPILE_REQUEST;
             let known = lock_known_methods()
                 .as_ref()
                 .is_some_and(|known| known.contains(&method_id));
-            if known && described.insert(method_id) {
-                let _ = catch_unwind(AssertUnwindSafe(|| {
-                    publish_method(jvmti, jni, shared, method_id)
-                }));
+            if !known {
+                return;
             }
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                if request & RECOMPILE_REQUEST == 0 {
+                    if described.insert(method_id) {
+                        publish_method(jvmti, jni, shared, method_id);
+                    }
+                } else if RETRANSFORM.load(Ordering::Acquire) && recompiled.insert(method_id) {
+                    // SAFETY: a method id the JVM handed out; jni is ours.
+                    unsafe { jvmti.recompile_class_of(jni, method_id as jmethodID) };
+                }
+            }));
         });
     }
 }

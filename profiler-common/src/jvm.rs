@@ -37,6 +37,10 @@ pub const MAX_JAVA_FRAMES: usize = 256;
 pub const SAMPLE_SLOTS: usize = 1024;
 /// Slots of the method-request ring.
 pub const REQUEST_SLOTS: usize = 4096;
+/// Bit 63 of a method request: not "describe this method" but "have the
+/// JIT recompile its class" (jmethodIDs are user-space pointers, so the bit
+/// is free).
+pub const RECOMPILE_REQUEST: u64 = 1 << 63;
 /// Bytes of the event log.
 pub const EVENTS_SIZE: usize = 16 << 20;
 

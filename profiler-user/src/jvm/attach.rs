@@ -575,7 +575,7 @@ fn remove_stale_socket(handle: &TargetHandle, refused: &File) -> Result<bool, At
         Err(error) => return Err(handle.fs_error(format!("stat /tmp/{name}"), error)),
     };
     let same_socket = found.st_mode & libc::S_IFMT == libc::S_IFSOCK
-
+        && found.st_uid == target.uid
         && (found.st_dev, found.st_ino) == (refused.dev(), refused.ino());
     if !same_socket {
         return Ok(false);

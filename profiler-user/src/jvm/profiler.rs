@@ -10,7 +10,9 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use profiler_common::jvm::{agct_failure, AgentState, NOT_A_JAVA_THREAD, SIGNAL};
+use profiler_common::jvm::{
+    agct_failure, AgentState, NOT_A_JAVA_THREAD, RECOMPILE_REQUEST, SIGNAL,
+};
 
 use super::{
     agent_memory::{AgentMemory, JavaSample},
@@ -34,6 +36,9 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long, after sampling stops, the agents get to answer the last
 /// signals and name the last methods.
 const FINAL_ANSWER_WAIT: Duration = Duration::from_millis(300);
+
+/// Samples cut short after one method before its class is recompiled.
+const RECOMPILE_AFTER: u32 = 1;
 
 /// How often a process that is no JVM (yet) is looked at again.
 const MAX_RECHECKS: u32 = 6;
@@ -70,6 +75,8 @@ struct Jvm {
     /// The JVM's own thread ids (its pid namespace) to the host's.
     host_tids: HashMap<u32, u32>,
     signalled: bool,
+    /// Java stacks cut short after their innermost method, by method.
+    cut_short: HashMap<u64, u32>,
 }
 
 /// The result of loading the agent into one JVM.
@@ -131,7 +138,9 @@ impl JavaProfiler {
     /// A process was sampled: if it is a JVM not attached yet, load the
     /// agent into it.
     pub fn consider(&mut self, pid: u32) {
-        let Some(to_attach) = &self.to_attach else { return };
+        let Some(to_attach) = &self.to_attach else {
+            return;
+        };
         let attempts = match self.considered.get(&pid) {
             None => 0,
             Some(Recheck::Never) => return,
@@ -224,6 +233,7 @@ impl JavaProfiler {
                         symbols: JavaSymbols::default(),
                         host_tids: HashMap::new(),
                         signalled: true,
+                        cut_short: HashMap::new(),
                     },
                 );
             }
@@ -253,6 +263,7 @@ impl JavaProfiler {
 
     fn settle(&mut self, now_ns: u64, flush: bool, aggregator: &mut Aggregator) {
         let mut wanted: HashMap<u32, Vec<u64>> = HashMap::new();
+        let mut cut_short = Vec::new();
         let (jvms, summary) = (&self.jvms, &mut self.summary);
         self.merger.settle(now_ns, flush, |outcome| match outcome {
             Outcome::Paired(sample, java) => {
@@ -265,6 +276,9 @@ impl JavaProfiler {
                     _ if !frames.is_empty() => summary.java_samples += 1,
                     NOT_A_JAVA_THREAD => summary.non_java_samples += 1,
                     code => *summary.native_only.entry(agct_failure(code)).or_default() += 1,
+                }
+                if let [only] = frames.as_slice() {
+                    cut_short.push((sample.tgid, only.method_id));
                 }
                 let ids = wanted.entry(sample.tgid).or_default();
                 ids.extend(frames.iter().map(|frame| frame.method_id));
@@ -280,6 +294,19 @@ impl JavaProfiler {
                 aggregator.add(sample, Vec::new());
             }
         });
+        for (pid, method_id) in cut_short {
+            let Some(jvm) = self.jvms.get_mut(&pid) else {
+                continue;
+            };
+            let count = jvm.cut_short.entry(method_id).or_default();
+            *count += 1;
+            // Code compiled before the agent came lacks the debug information
+            // AsyncGetCallTrace needs to walk past it: one frame is all it
+            // finds. Have it recompiled, once.
+            if *count == RECOMPILE_AFTER {
+                jvm.memory.request_methods(&[method_id | RECOMPILE_REQUEST]);
+            }
+        }
         for (pid, ids) in wanted {
             if let Some(jvm) = self.jvms.get_mut(&pid) {
                 let new = jvm.symbols.newly_wanted(ids);
