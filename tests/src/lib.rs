@@ -3,6 +3,10 @@
 //! The tests in `tests/tests/` run the real `stoke` binary (as root, with
 //! real BPF) against small C programs from `tests/workloads/`, which are
 //! compiled at test time with `cc`, and assert on the profiles it writes.
+//! The Java tests (`java_*.rs`) run Java programs from
+//! `tests/workloads/java/`, compiled at test time with the `javac` of each
+//! JDK under test ([`JDK_17`], [`TEMURIN_25`]) and started with no JVM
+//! option, so that stoke has to attach to them as they run.
 //!
 //! The binary is taken from the `STOKE_BIN` environment variable, or else
 //! from `<workspace root>/target/release/stoke` (run `cargo build --release`
@@ -21,7 +25,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -227,58 +230,11 @@ impl Workload {
     /// `cwd`.
     pub fn spawn_in<S: AsRef<OsStr>>(&self, args: &[S], cwd: Option<&Path>) -> Running {
         let mut command = Command::new(&self.exe);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.args(args);
         if let Some(cwd) = cwd {
             command.current_dir(cwd);
         }
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", self.exe.display()));
-        let stderr = Arc::new(Mutex::new(String::new()));
-        {
-            let mut pipe = child.stderr.take().expect("stderr is piped");
-            let stderr = Arc::clone(&stderr);
-            thread::spawn(move || {
-                let mut text = String::new();
-                let _ = pipe.read_to_string(&mut text);
-                stderr.lock().unwrap().push_str(&text);
-            });
-        }
-        let (ready_tx, ready_rx) = mpsc::channel();
-        {
-            let pipe = child.stdout.take().expect("stdout is piped");
-            thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    match line {
-                        Ok(line) if line.trim() == "ready" => {
-                            let _ = ready_tx.send(());
-                        }
-                        Ok(_) => {}
-                        Err(_) => break,
-                    }
-                }
-            });
-        }
-        let mut running = Running {
-            name: self.name.clone(),
-            comm: self.comm(),
-            child,
-            exited: None,
-            stderr,
-        };
-        if ready_rx.recv_timeout(Duration::from_secs(20)).is_err() {
-            let status = running.child.try_wait().ok().flatten();
-            panic!(
-                "workload {} did not become ready (exit status {status:?}); stderr:\n{}",
-                self.name,
-                running.stderr()
-            );
-        }
-        running
+        Running::start(command, &self.name, &self.comm())
     }
 }
 
@@ -290,9 +246,61 @@ pub struct Running {
     child: Child,
     exited: Option<ExitStatus>,
     stderr: Arc<Mutex<String>>,
+    stdout: Arc<Mutex<Vec<Line>>>,
+}
+
+/// One line a workload printed on stdout, and when the harness read it.
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// When the line was read.
+    pub at: Instant,
+    /// The line, without its newline.
+    pub text: String,
 }
 
 impl Running {
+    /// Starts `command` (stdin closed, stdout and stderr captured) as the
+    /// workload `name` whose process is called `comm`, and waits, at most
+    /// 20 s, until it prints `ready` on stdout.
+    ///
+    /// # Panics
+    ///
+    /// If it cannot be started, or exits or stays silent instead of getting
+    /// ready; the message carries its stderr.
+    pub fn start(mut command: Command, name: &str, comm: &str) -> Running {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        read_as_it_comes(child.stderr.take().expect("stderr is piped"), &stderr);
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        {
+            let pipe = child.stdout.take().expect("stdout is piped");
+            let stdout = Arc::clone(&stdout);
+            thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(text) = line else { break };
+                    let at = Instant::now();
+                    stdout.lock().unwrap().push(Line { at, text });
+                }
+            });
+        }
+        let mut running = Running {
+            name: name.to_owned(),
+            comm: comm.to_owned(),
+            child,
+            exited: None,
+            stderr,
+            stdout,
+        };
+        running.wait_for_line("ready", Duration::from_secs(20));
+        running
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -311,6 +319,106 @@ impl Running {
     /// What the workload wrote on stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The lines the workload wrote on stdout so far.
+    pub fn stdout_lines(&self) -> Vec<Line> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// The number of stdout lines starting with `prefix` that were read
+    /// after `since`.
+    pub fn lines_since(&self, prefix: &str, since: Instant) -> usize {
+        self.stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.at > since && line.text.starts_with(prefix))
+            .count()
+    }
+
+    /// Waits at most `timeout` for a stdout line that starts with `prefix`,
+    /// and returns it (the first such line, if it was printed already).
+    ///
+    /// # Panics
+    ///
+    /// If the process exits or `timeout` passes first; the message carries
+    /// its stderr.
+    pub fn wait_for_line(&mut self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        let mut last_look = false;
+        loop {
+            if let Some(line) = self
+                .stdout
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|line| line.text.starts_with(prefix))
+            {
+                return line.text.clone();
+            }
+            if last_look {
+                panic!(
+                    "workload {} (pid {}) printed no line starting with {prefix:?} \
+                     (exit status {:?}); stdout:\n{}\nstderr:\n{}",
+                    self.name,
+                    self.pid(),
+                    self.exited,
+                    self.stdout_text(),
+                    self.stderr()
+                );
+            }
+            if !self.is_alive() || Instant::now() >= deadline {
+                // One more look once the readers caught up with what it
+                // printed before.
+                last_look = true;
+                thread::sleep(Duration::from_millis(100));
+            } else {
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// The thread id a workload printed as `tid N` (the Java workloads
+    /// print the thread that runs their hot loop, see `Support.java`).
+    pub fn printed_tid(&mut self) -> u32 {
+        let line = self.wait_for_line("tid ", Duration::from_secs(20));
+        line["tid ".len()..]
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("bad `tid N` line {line:?}: {e}"))
+    }
+
+    /// Waits at most `timeout` for the process to exit on its own
+    /// ([`Running::wait_exit`]) and panics unless it exited with status 0;
+    /// the message carries its stdout and stderr.
+    pub fn wait_success(&mut self, timeout: Duration) {
+        let status = self.wait_exit(timeout);
+        assert!(
+            status.success(),
+            "workload {} failed ({status}); stdout:\n{}\nstderr:\n{}",
+            self.name,
+            self.stdout_text(),
+            self.stderr()
+        );
+    }
+
+    /// Everything the workload wrote on stdout so far, as text.
+    pub fn stdout_text(&self) -> String {
+        let lines = self.stdout.lock().unwrap();
+        lines
+            .iter()
+            .map(|line| format!("{}\n", line.text))
+            .collect()
+    }
+
+    /// Whether the process is still running (not exited, not a zombie
+    /// waiting to be reaped).
+    pub fn is_alive(&mut self) -> bool {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().expect("waiting for a workload");
+        }
+        self.exited.is_none()
     }
 
     /// The process's threads as `(tid, thread comm)`, read from
@@ -363,6 +471,228 @@ impl Drop for Running {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A JDK the Java tests run their workloads on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Jdk {
+    /// A short name for messages and directory names.
+    pub label: &'static str,
+    /// The JDK's home directory (holding `bin/java` and `bin/javac`).
+    pub home: &'static str,
+}
+
+/// Debian's OpenJDK 17.
+pub const JDK_17: Jdk = Jdk {
+    label: "jdk17",
+    home: "/usr/lib/jvm/java-17-openjdk-amd64",
+};
+
+/// Eclipse Temurin 25.
+pub const TEMURIN_25: Jdk = Jdk {
+    label: "temurin25",
+    home: "/usr/lib/jvm/temurin-25-jdk-amd64",
+};
+
+impl Jdk {
+    /// The path of `bin/<tool>` in this JDK.
+    ///
+    /// # Panics
+    ///
+    /// If it does not exist: a missing JDK fails the test, it is never
+    /// silently skipped.
+    pub fn tool(&self, tool: &str) -> PathBuf {
+        let path = Path::new(self.home).join("bin").join(tool);
+        assert!(
+            path.is_file(),
+            "{} is missing: the Java tests need the JDK {} at {}",
+            path.display(),
+            self.label,
+            self.home
+        );
+        path
+    }
+
+    /// HotSpot's `libjvm.so` in this JDK.
+    pub fn libjvm(&self) -> PathBuf {
+        let path = Path::new(self.home).join("lib/server/libjvm.so");
+        assert!(path.is_file(), "{} is missing", path.display());
+        path
+    }
+}
+
+/// The directory holding the Java workloads.
+pub fn java_workloads_dir() -> PathBuf {
+    workloads_dir().join("java")
+}
+
+/// A Java program from `tests/workloads/java/`, compiled with one JDK.
+#[derive(Debug, Clone)]
+pub struct JavaWorkload {
+    class: String,
+    classes: PathBuf,
+    jdk: Jdk,
+}
+
+impl JavaWorkload {
+    /// Compiles `tests/workloads/java/<class>.java`, with the `Support`
+    /// class every workload uses, with `jdk`'s javac into
+    /// `dir/<jdk label>-<class>/`.
+    ///
+    /// # Panics
+    ///
+    /// If javac fails; the panic message carries its output.
+    pub fn build(class: &str, jdk: Jdk, dir: &Path) -> Self {
+        let classes = dir.join(format!("{}-{class}", jdk.label));
+        fs::create_dir_all(&classes)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", classes.display()));
+        let sources =
+            [class, "Support"].map(|name| java_workloads_dir().join(format!("{name}.java")));
+        let output = Command::new(jdk.tool("javac"))
+            .arg("-d")
+            .arg(&classes)
+            .args(&sources)
+            .output()
+            .unwrap_or_else(|e| panic!("running javac for {class}: {e}"));
+        assert!(
+            output.status.success(),
+            "javac ({}) failed to build {class}:\n{}",
+            jdk.label,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        JavaWorkload {
+            class: class.to_owned(),
+            classes,
+            jdk,
+        }
+    }
+
+    /// The workload's main class.
+    pub fn class(&self) -> &str {
+        &self.class
+    }
+
+    /// The JDK it runs on.
+    pub fn jdk(&self) -> Jdk {
+        self.jdk
+    }
+
+    /// Starts `java -cp <classes> <class> <args>` with no JVM option at all
+    /// (stoke must attach to JVMs as they are) and waits, at most 20 s,
+    /// until it prints `ready`. The JVM is killed when the returned handle
+    /// is dropped.
+    pub fn spawn<S: AsRef<OsStr>>(&self, args: &[S]) -> Running {
+        let mut command = Command::new(self.jdk.tool("java"));
+        command
+            .arg("-cp")
+            .arg(&self.classes)
+            .arg(&self.class)
+            .args(args)
+            // The JVM's own settings must not come from the environment.
+            .env_remove("JAVA_TOOL_OPTIONS")
+            .env_remove("JDK_JAVA_OPTIONS")
+            .env_remove("_JAVA_OPTIONS");
+        let name = format!("{} ({})", self.class, self.jdk.label);
+        Running::start(command, &name, "java")
+    }
+}
+
+/// The method of a Java frame (`pkg.Class.method_[j]` JIT-compiled, or
+/// `pkg.Class.method_[0]` interpreted): the name without its suffix, or
+/// `None` for any other frame.
+pub fn java_method(frame: &str) -> Option<&str> {
+    frame
+        .strip_suffix("_[j]")
+        .or_else(|| frame.strip_suffix("_[0]"))
+        .filter(|method| !method.is_empty())
+}
+
+/// Whether a frame is a Java frame ([`java_method`]).
+pub fn is_java_frame(frame: &str) -> bool {
+    java_method(frame).is_some()
+}
+
+/// The common start of a Java test: [`require_root`], then a fresh
+/// [`TempDir`] named after `label` and `jdk` with
+/// `tests/workloads/java/<class>.java` built in it by `jdk`
+/// ([`JavaWorkload::build`]).
+pub fn prepare_java(label: &str, class: &str, jdk: Jdk) -> (TempDir, JavaWorkload) {
+    require_root();
+    let dir = TempDir::new(&format!("{label}-{}", jdk.label));
+    let workload = JavaWorkload::build(class, jdk, dir.path());
+    (dir, workload)
+}
+
+/// The Java summary lines of a txt report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JavaReport {
+    /// `JVMs profiled: N`.
+    pub jvms: u64,
+    /// `Samples with Java frames: N`.
+    pub java_samples: u64,
+    /// `Samples of non-Java JVM threads: N`.
+    pub non_java_samples: u64,
+    /// The `Java stack missing (<reason>): N` lines.
+    pub missing: Vec<(String, u64)>,
+}
+
+impl JavaReport {
+    /// Reads the Java lines of a txt report's header.
+    ///
+    /// # Panics
+    ///
+    /// If the report has no `JVMs profiled:` line (stoke writes the Java
+    /// lines only when it profiled a JVM), or a Java line has no count.
+    pub fn parse(txt: &str) -> Self {
+        let value = |line: &str| -> u64 {
+            let (_, rest) = line.split_once(':').expect("a summary line has a colon");
+            rest.split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no count on the txt line {line:?}"))
+        };
+        let mut report = JavaReport::default();
+        let mut found = false;
+        for line in txt.lines() {
+            if line.starts_with("JVMs profiled:") {
+                found = true;
+                report.jvms = value(line);
+            } else if line.starts_with("Samples with Java frames:") {
+                report.java_samples = value(line);
+            } else if line.starts_with("Samples of non-Java JVM threads:") {
+                report.non_java_samples = value(line);
+            } else if let Some(rest) = line.strip_prefix("Java stack missing (") {
+                let (reason, _) = rest
+                    .split_once("):")
+                    .expect("`Java stack missing (<reason>): N`");
+                report.missing.push((reason.to_owned(), value(line)));
+            }
+        }
+        assert!(found, "the txt report has no `JVMs profiled:` line:\n{txt}");
+        report
+    }
+
+    /// The samples of JVM threads whose Java stack is missing, all reasons
+    /// together.
+    pub fn missing_total(&self) -> u64 {
+        self.missing.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The distinct paths of Stoke's agent (`.../libstoke_agent*.so`) that
+/// process `pid` maps: empty before any attach, one path once attached.
+pub fn agent_paths(pid: u32) -> Vec<String> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_else(|e| panic!("reading /proc/{pid}/maps: {e}"));
+    let mut paths: Vec<String> = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .filter(|path| path.contains("/libstoke_agent"))
+        .map(str::to_owned)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
 }
 
 /// What a finished `stoke` run left behind.
@@ -498,7 +828,8 @@ pub struct Stoke {
     child: Option<Child>,
     started: Instant,
     stdout: Option<JoinHandle<String>>,
-    stderr: Option<JoinHandle<String>>,
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<JoinHandle<()>>,
 }
 
 impl Stoke {
@@ -522,12 +853,42 @@ impl Stoke {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
         let stdout = read_in_background(child.stdout.take().expect("stdout is piped"));
-        let stderr = read_in_background(child.stderr.take().expect("stderr is piped"));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let stderr_reader =
+            read_as_it_comes(child.stderr.take().expect("stderr is piped"), &stderr);
         Stoke {
             child: Some(child),
             started,
             stdout: Some(stdout),
-            stderr: Some(stderr),
+            stderr,
+            stderr_reader: Some(stderr_reader),
+        }
+    }
+
+    /// What stoke wrote on stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits at most `timeout` (from now) until stoke's stderr contains
+    /// `text`, e.g. `stoke: sampling` once its BPF programs are attached.
+    ///
+    /// # Panics
+    ///
+    /// If stoke exits or `timeout` passes first, with its stderr.
+    pub fn wait_for_stderr(&mut self, text: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.stderr_so_far().contains(text) {
+            let child = self.child.as_mut().expect("stoke is running");
+            let status = child.try_wait().expect("waiting for stoke");
+            if status.is_some() || Instant::now() >= deadline {
+                thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "stoke did not print {text:?} (exit status {status:?}); stderr:\n{}",
+                    self.stderr_so_far()
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -576,7 +937,8 @@ impl Stoke {
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                let stderr = self.stderr.take().unwrap().join().unwrap_or_default();
+                let _ = self.stderr_reader.take().unwrap().join();
+                let stderr = self.stderr_so_far();
                 panic!("stoke did not finish within {timeout:?} and was killed; stderr:\n{stderr}");
             }
             thread::sleep(Duration::from_millis(10));
@@ -585,7 +947,10 @@ impl Stoke {
         StokeOutput {
             status,
             stdout: self.stdout.take().unwrap().join().unwrap_or_default(),
-            stderr: self.stderr.take().unwrap().join().unwrap_or_default(),
+            stderr: {
+                let _ = self.stderr_reader.take().unwrap().join();
+                self.stderr_so_far()
+            },
             elapsed,
         }
     }
@@ -598,6 +963,23 @@ impl Drop for Stoke {
             let _ = child.wait();
         }
     }
+}
+
+/// Appends what `pipe` yields to `text` as it comes (not only at the end:
+/// a test may look at what a process that is still running said so far).
+fn read_as_it_comes(
+    mut pipe: impl Read + Send + 'static,
+    text: &Arc<Mutex<String>>,
+) -> JoinHandle<()> {
+    let text = Arc::clone(text);
+    thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(n @ 1..) = pipe.read(&mut buffer) {
+            text.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+    })
 }
 
 fn read_in_background(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
@@ -667,6 +1049,25 @@ impl Stack {
     /// The index of the first frame that is exactly `frame`.
     pub fn position(&self, frame: &str) -> Option<usize> {
         self.frames.iter().position(|f| f == frame)
+    }
+
+    /// The index of the first Java frame of `method` (`pkg.Class.method`,
+    /// JIT-compiled or interpreted: see [`java_method`]).
+    pub fn java_position(&self, method: &str) -> Option<usize> {
+        self.frames
+            .iter()
+            .position(|frame| java_method(frame) == Some(method))
+    }
+
+    /// The Java method of frame `index` ([`java_method`]), if that frame
+    /// exists and is a Java frame.
+    pub fn java_at(&self, index: usize) -> Option<&str> {
+        self.frames.get(index).and_then(|frame| java_method(frame))
+    }
+
+    /// Whether some frame is a Java frame of `method` ([`java_method`]).
+    pub fn has_java(&self, method: &str) -> bool {
+        self.java_position(method).is_some()
     }
 
     /// The leaf (last) frame.
@@ -776,6 +1177,20 @@ pub fn stacks_of<'a>(stacks: &'a [Stack], root: &str) -> Vec<&'a Stack> {
     stacks.iter().filter(|s| s.root() == root).collect()
 }
 
+/// The stacks of thread `tid`, in a profile recorded with `-t` (whose
+/// second frame is `<thread comm> [tid N]`).
+pub fn stacks_of_thread(stacks: &[Stack], tid: u32) -> Vec<&Stack> {
+    stacks
+        .iter()
+        .filter(|s| {
+            s.frames
+                .get(1)
+                .and_then(|frame| parse_thread_frame(frame))
+                .is_some_and(|(_, t)| t == tid)
+        })
+        .collect()
+}
+
 /// Panics unless every stack's root frame is `root`: a recording with
 /// `-p <pid>` holds that process's stacks and nothing else.
 pub fn assert_all_of_process(stacks: &[Stack], root: &str) {
@@ -796,6 +1211,24 @@ pub fn assert_share(part: u64, whole: u64, fraction: f64, what: impl std::fmt::D
     assert!(
         part as f64 >= fraction * whole as f64,
         "only {part} of {whole} samples {what}"
+    );
+}
+
+/// Panics unless at least `fraction` of the samples in `stacks` (those of
+/// the process frame `root`) have the frames `run` in a row, e.g.
+/// `["main", "other_work", "other_spin"]`.
+pub fn assert_run_share(stacks: &[&Stack], root: &str, run: &[&str], fraction: f64) {
+    let total = total_samples(stacks.iter().copied());
+    let in_run = samples_where(stacks.iter().copied(), |s| s.contains_run(run));
+    assert_share(
+        in_run,
+        total,
+        fraction,
+        format_args!(
+            "of {root} are in {}\n{}",
+            run.join(";"),
+            describe(stacks.iter().copied(), 10)
+        ),
     );
 }
 

@@ -96,8 +96,9 @@ pub struct JavaProfiler {
     considered: HashMap<u32, Recheck>,
     /// Attaches asked for and not yet answered.
     attaching: usize,
-    /// Attaches retried because the JVM was still starting.
-    attach_retries: HashMap<u32, u32>,
+    /// Attaches retried because the JVM was still starting: how often, and
+    /// the last failure, said at the end if no retry succeeds.
+    attach_retries: HashMap<u32, (u32, String)>,
     jvms: HashMap<u32, Jvm>,
     merger: Merger,
     summary: JavaSummary,
@@ -193,6 +194,9 @@ impl JavaProfiler {
         mut self,
         aggregator: &mut Aggregator,
     ) -> (HashMap<u32, JavaSymbols>, JavaSummary) {
+        for (_, last) in self.attach_retries.values() {
+            warn_native_only(last);
+        }
         std::thread::sleep(FINAL_ANSWER_WAIT);
         for (&pid, jvm) in &mut self.jvms {
             take_in(pid, jvm, &mut self.merger);
@@ -221,6 +225,7 @@ impl JavaProfiler {
         let pid = attached.pid;
         match attached.result {
             Ok(memory) => {
+                self.attach_retries.remove(&pid);
                 sampler.allow_signals(pid, SIGNAL as u32)?;
                 self.summary.jvms += 1;
                 self.summary
@@ -242,20 +247,23 @@ impl JavaProfiler {
                     error.downcast_ref::<attach::AttachError>(),
                     Some(attach::AttachError::SigquitUnsafe { .. })
                 );
-                let attempts = self.attach_retries.entry(pid).or_default();
+                // Attach errors name the JVM themselves: name it once.
+                let message = format!("{error:#}");
+                let own_name = format!("JVM {pid}");
+                let reason = message
+                    .strip_prefix(&own_name)
+                    .map_or(message.as_str(), |rest| rest.trim_start_matches([':', ' ']));
+                let named = format!("{own_name}: {reason}");
+                let (attempts, last) = self.attach_retries.entry(pid).or_default();
                 if starting && *attempts < MAX_ATTACH_RETRIES {
                     // A JVM still starting has no SIGQUIT handler yet.
                     *attempts += 1;
+                    *last = named;
                     self.considered.insert(pid, Recheck::after(*attempts));
                     return Ok(());
                 }
-                let message = format!("{error:#}");
-                let named = if message.starts_with(&format!("JVM {pid}")) {
-                    message
-                } else {
-                    format!("JVM {pid}: {message}")
-                };
-                eprintln!("stoke: warning: {named}; its stacks stay native-only");
+                self.attach_retries.remove(&pid);
+                warn_native_only(&named);
             }
         }
         Ok(())
@@ -315,6 +323,11 @@ impl JavaProfiler {
             }
         }
     }
+}
+
+/// Says why a JVM keeps native stacks only.
+fn warn_native_only(why: &str) {
+    eprintln!("stoke: warning: {why}; its stacks stay native-only");
 }
 
 /// Drains one JVM's events and Java samples into the symbols and merger.

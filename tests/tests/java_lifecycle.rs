@@ -1,0 +1,213 @@
+//! JVMs that come and go during a recording, and a stoke that dies: a JVM
+//! that exits mid-recording keeps its Java names, one started mid-recording
+//! gets Java frames, and a stoke killed with SIGKILL leaves its JVMs running
+//! with an agent that the next recording reuses.
+
+use std::fs;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use stoke_tests::{
+    agent_paths, args, assert_share, describe, prepare_java, process_stacks, read_folded,
+    record_args, record_to, require_root, samples_where, JavaReport, JavaWorkload, Running, Stack,
+    Stoke, TempDir, JDK_17, TEMURIN_25,
+};
+
+/// Panics unless more than `min` samples of `root` are JavaBusy's, with
+/// its Java methods named from the root on (`JavaBusy.main_[..];...`, or
+/// `JavaBusy.crunch_[..]` where AsyncGetCallTrace cut the stack short: see
+/// java_split.rs), and none names a method by its number only
+/// (`[unknown Java method 0x...]`).
+fn assert_busy_java_frames(stacks: &[Stack], root: &str, min: u64) {
+    let (mine, total) = process_stacks(stacks, root, min);
+    let named = samples_where(mine.iter().copied(), |s| {
+        s.java_at(1).is_some_and(|m| m.starts_with("JavaBusy.")) && s.has_java("JavaBusy.crunch")
+    });
+    println!("{root}: {total} samples, {named} in JavaBusy.*;...;JavaBusy.crunch");
+    assert!(
+        named > min,
+        "only {named} samples of {root} in `JavaBusy.*_[..];...;JavaBusy.crunch_[..]` \
+         (more than {min} expected)\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+    let unknown = samples_where(mine.iter().copied(), |s| {
+        s.frames.iter().any(|f| f.contains("unknown Java method"))
+    });
+    assert_eq!(
+        unknown,
+        0,
+        "Java methods of {root} left unnamed\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+}
+
+#[test]
+fn jvm_exiting_mid_recording_keeps_its_java_names() {
+    let (dir, workload) = prepare_java("java-exit", "JavaBusy", TEMURIN_25);
+    // Runs until stoke's agent shows up in it, then 1.5 s more.
+    let mut running = workload.spawn(&["1.5", "after-attach"]);
+    let root = running.root_frame();
+    let out = dir.join("exit.folded");
+
+    let stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 4.0, &out));
+    let started = Instant::now();
+    running.wait_for_line("attached", Duration::from_secs(10));
+    running.wait_success(Duration::from_secs(10));
+    let exited_after = started.elapsed();
+    println!("the JVM exited {exited_after:?} after stoke started");
+    assert!(
+        exited_after < Duration::from_secs_f64(3.5),
+        "the JVM exited {exited_after:?} after stoke started, not during the 4 s recording"
+    );
+
+    let output = stoke.wait_recording(4.0);
+    println!("{}", output.stderr);
+    let stacks = read_folded(&out);
+    // 1.5 s of one busy thread at 499 Hz is about 750 samples.
+    assert_busy_java_frames(&stacks, &root, 300);
+}
+
+#[test]
+fn jvm_started_mid_recording_gets_java_frames() {
+    let (dir, workload) = prepare_java("java-late", "JavaBusy", JDK_17);
+    let out = dir.join("late.folded");
+
+    let mut stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 4.0, &out));
+    let started = Instant::now();
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(10));
+    thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
+    let running = workload.spawn(&["30"]);
+    let root = running.root_frame();
+    println!(
+        "the JVM was ready {:?} after stoke started",
+        started.elapsed()
+    );
+
+    let output = stoke.wait_recording(4.0);
+    println!("{}", output.stderr);
+    assert!(
+        !output
+            .stderr
+            .contains(&format!("stoke: warning: JVM {}:", running.pid())),
+        "stoke could not attach to the JVM started mid-recording:\n{}",
+        output.stderr
+    );
+    let stacks = read_folded(&out);
+    // It ran for the last ~2.5 s of the recording, less its start and the
+    // attach: at 499 Hz, well over 300 samples with Java frames.
+    assert_busy_java_frames(&stacks, &root, 300);
+}
+
+/// Waits at most `timeout` until `running` maps stoke's agent, and returns
+/// its path(s).
+fn wait_for_agent(running: &Running, timeout: Duration) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let paths = agent_paths(running.pid());
+        if !paths.is_empty() {
+            return paths;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agent loaded into JVM {} within {timeout:?}",
+            running.pid()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn jvms_survive_a_killed_stoke_and_the_next_recording_reuses_the_agent() {
+    require_root();
+    let dir = TempDir::new("java-sigkill");
+    let mut jvms: Vec<Running> = [JDK_17, TEMURIN_25]
+        .into_iter()
+        .map(|jdk| JavaWorkload::build("JavaBusy", jdk, dir.path()).spawn(&["60"]))
+        .collect();
+
+    // A recording without -d, killed once both JVMs are attached and have
+    // been answering signals for a while.
+    let mut stoke = Stoke::spawn(&args![
+        "record",
+        "-a",
+        "-F",
+        499,
+        "-o",
+        dir.join("killed.txt").display()
+    ]);
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(10));
+    let agents: Vec<Vec<String>> = jvms
+        .iter()
+        .map(|jvm| wait_for_agent(jvm, Duration::from_secs(10)))
+        .collect();
+    println!("agents loaded: {agents:?}");
+    thread::sleep(Duration::from_secs(2));
+    stoke.signal(libc::SIGKILL);
+    let killed_at = Instant::now();
+    let output = stoke.wait(Duration::from_secs(120));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&output.status),
+        Some(libc::SIGKILL),
+        "stoke was not killed by SIGKILL: {}",
+        output.status
+    );
+
+    // Every JVM keeps running and working: a beat every 100 ms.
+    thread::sleep(Duration::from_millis(2200));
+    for jvm in &mut jvms {
+        let beats = jvm.lines_since("beat", killed_at);
+        println!("JVM {}: {beats} beats in 2.2 s after SIGKILL", jvm.pid());
+        assert!(
+            jvm.is_alive(),
+            "JVM {} died after stoke was killed; stderr:\n{}",
+            jvm.pid(),
+            jvm.stderr()
+        );
+        assert!(
+            beats >= 18,
+            "JVM {} printed {beats} heartbeats in the 2.2 s after stoke was killed (22 expected); stderr:\n{}",
+            jvm.pid(),
+            jvm.stderr()
+        );
+    }
+
+    // The next recording of the same JVMs reuses their agents.
+    let txt = dir.join("again.txt");
+    let pids = format!("{},{}", jvms[0].pid(), jvms[1].pid());
+    let output = record_to(&args!["-p", pids], 499, 2.0, &txt);
+    let report = fs::read_to_string(&txt).expect("reading the txt report");
+    println!("{}\n{report}", output.stderr);
+    assert!(
+        !output.stderr.contains("stoke: warning: JVM"),
+        "the second recording could not use a JVM:\n{}",
+        output.stderr
+    );
+    let java = JavaReport::parse(&report);
+    assert_eq!(java.jvms, 2, "JVMs profiled:\n{report}");
+    let total = java.java_samples + java.non_java_samples + java.missing_total();
+    // Two busy threads on two CPUs for 2 s at 499 Hz: about 2000 samples,
+    // fewer on a loaded host.
+    assert!(
+        java.java_samples > 300,
+        "only {} samples with Java frames in the second recording:\n{report}",
+        java.java_samples
+    );
+    assert_share(
+        java.java_samples,
+        total,
+        0.9,
+        format_args!("of the JVMs have Java frames in the second recording:\n{report}"),
+    );
+    assert!(
+        report.contains("JavaBusy.crunch"),
+        "JavaBusy's methods are not named in the second recording:\n{report}"
+    );
+    for (jvm, before) in jvms.iter().zip(&agents) {
+        assert_eq!(
+            &agent_paths(jvm.pid()),
+            before,
+            "JVM {} loaded another agent instead of reusing its own",
+            jvm.pid()
+        );
+    }
+}

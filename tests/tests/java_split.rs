@@ -1,0 +1,149 @@
+//! Two Java methods at a known 70:30 split of CPU time, in a JVM started
+//! with no option and attached by stoke while it runs, come out at 70 ± 3 %
+//! on both JDKs, with merged stacks rooted at the workload's `main`:
+//! `java [PID];JavaSplit.main_[0];JavaSplit.seventy_[j];...`.
+
+use std::time::Duration;
+
+use stoke_tests::{
+    args, assert_all_of_process, assert_share, describe, prepare_java, read_folded, record_to,
+    samples_where, stacks_of_thread, total_samples, Jdk, JDK_17, TEMURIN_25,
+};
+
+const MAIN: &str = "JavaSplit.main";
+const SEVENTY: &str = "JavaSplit.seventy";
+const THIRTY: &str = "JavaSplit.thirty";
+
+fn seventy_thirty_on(jdk: Jdk) {
+    let label = jdk.label;
+    let (dir, workload) = prepare_java("java-split", "JavaSplit", jdk);
+    // Long enough for stoke's start, attach and 4 s of recording, short
+    // enough to exit on its own afterwards and report its own split.
+    let mut running = workload.spawn(&["9"]);
+    let tid = running.printed_tid();
+    let root = running.root_frame();
+    let out = dir.join("split.folded");
+
+    record_to(&args!["-p", running.pid(), "-t"], 499, 4.0, &out);
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 15));
+    assert_all_of_process(&stacks, &root);
+
+    // The thread running main() burns a CPU: every one of its samples is
+    // inside JavaSplit.main. With -t, frames are: process, thread, then the
+    // Java frames outermost first.
+    let hot = stacks_of_thread(&stacks, tid);
+    let hot_total = total_samples(hot.iter().copied());
+    let with_java = samples_where(hot.iter().copied(), |s| s.java_at(2).is_some());
+    let rooted = samples_where(hot.iter().copied(), |s| s.java_at(2) == Some(MAIN));
+    println!("{label}: main thread {tid}: {hot_total} samples, {with_java} with Java frames, {rooted} rooted at {MAIN}");
+    // 499 Hz x 4 s x one busy thread is about 2000 samples.
+    assert!(
+        hot_total > 1000,
+        "only {hot_total} samples of the main thread (tid {tid}) in 4 s at 499 Hz (about 2000 expected)\n{}",
+        describe(&stacks, 15)
+    );
+    assert_share(
+        with_java,
+        hot_total,
+        0.99,
+        format_args!(
+            "of the main thread (tid {tid}) have Java frames ({label})\n{}",
+            describe(hot.iter().copied(), 15)
+        ),
+    );
+    // A Java stack cut short still has Java frames but loses main:
+    // AsyncGetCallTrace returns only the top frame when it cannot walk on
+    // from it, as `java [PID];java [tid N];JavaSplit.spin_[j]`. Allowed only
+    // rarely: the workload's hot code was compiled before stoke attached,
+    // as in any JVM that has run for a while, and its stacks must be whole
+    // all the same.
+    let top_only = samples_where(hot.iter().copied(), |s| {
+        s.frames.len() == 3 && s.java_at(2).is_some()
+    });
+    assert_share(
+        rooted,
+        hot_total,
+        0.97,
+        format_args!(
+            "of the main thread (tid {tid}) start with `{root};java [tid {tid}];{MAIN}_[..]` \
+             ({label}; {top_only} have the top Java frame only)\n{}",
+            describe(hot.iter().copied(), 15)
+        ),
+    );
+
+    let seventy = samples_where(hot.iter().copied(), |s| s.has_java(SEVENTY));
+    let thirty = samples_where(hot.iter().copied(), |s| s.has_java(THIRTY));
+    let both = samples_where(hot.iter().copied(), |s| {
+        s.has_java(SEVENTY) && s.has_java(THIRTY)
+    });
+    let share = 100.0 * seventy as f64 / (seventy + thirty).max(1) as f64;
+    println!("{label}: seventy {seventy}, thirty {thirty}, share {share:.2}%");
+    assert_eq!(both, 0, "seventy() and thirty() never call each other");
+    assert_share(
+        seventy + thirty,
+        hot_total,
+        0.9,
+        format_args!(
+            "of the main thread are under {SEVENTY} or {THIRTY}\n{}",
+            describe(hot.iter().copied(), 15)
+        ),
+    );
+    assert!(
+        (67.0..=73.0).contains(&share),
+        "{SEVENTY} has {share:.2}% of the hot samples ({seventy} vs {thirty}) on {label}, expected 70 ± 3\n{}",
+        describe(hot.iter().copied(), 15)
+    );
+
+    // Root first: main, then the hot method right under it, each a Java
+    // frame with its kind suffix.
+    for method in [SEVENTY, THIRTY] {
+        let under = samples_where(hot.iter().copied(), |s| s.has_java(method));
+        let shaped = samples_where(hot.iter().copied(), |s| {
+            s.java_at(2) == Some(MAIN) && s.java_at(3) == Some(method)
+        });
+        assert_share(
+            shaped,
+            under,
+            0.95,
+            format_args!(
+                "under {method} have the stack `{root};java [tid {tid}];{MAIN}_[..];{method}_[..];...`\n{}",
+                describe(hot.iter().copied(), 15)
+            ),
+        );
+    }
+    let reversed = samples_where(&stacks, |s| {
+        matches!(
+            (s.java_position(MAIN), s.java_position(SEVENTY).or(s.java_position(THIRTY))),
+            (Some(main), Some(hot)) if main > hot
+        )
+    });
+    assert_eq!(
+        reversed, 0,
+        "stacks with a hot method rootward of main: Java frames are not root first"
+    );
+
+    // The workload measured its own split by thread CPU time.
+    running.wait_success(Duration::from_secs(30));
+    let stderr = running.stderr();
+    println!("{}", stderr.trim());
+    let measured: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("JavaSplit: ")?.split("share ").nth(1))
+        .and_then(|s| s.trim().trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("JavaSplit printed no share:\n{stderr}"));
+    assert!(
+        (69.0..=71.0).contains(&measured),
+        "the workload itself measured {measured}% in seventy(): it does not do its 70:30 split"
+    );
+}
+
+#[test]
+fn java_seventy_thirty_split_on_jdk_17() {
+    seventy_thirty_on(JDK_17);
+}
+
+#[test]
+fn java_seventy_thirty_split_on_temurin_25() {
+    seventy_thirty_on(TEMURIN_25);
+}
