@@ -188,7 +188,9 @@ impl StackQuality {
     fn count(&mut self, outermost: &str, stop: StopReason, samples: u64) {
         self.samples += samples;
         let function = outermost.split(" (").next().unwrap_or(outermost);
-        if ROOT_FUNCTIONS.contains(&function) {
+        // Unwind tables mark the outermost frame themselves, which also
+        // knows a stripped binary's entry point, nameless as it is.
+        if stop == StopReason::End || ROOT_FUNCTIONS.contains(&function) {
             self.reached_root += samples;
         } else {
             *self.truncated.entry(stop.describe()).or_default() += samples;

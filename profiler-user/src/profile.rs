@@ -72,7 +72,8 @@ pub struct StackQuality {
     /// Samples with a native user stack.
     pub samples: u64,
     /// Of those, the ones whose outermost frame is a process or thread
-    /// start (`_start`, `__libc_start_main`, `start_thread`, `clone3`...).
+    /// start: marked so by the unwind tables, or named `_start`,
+    /// `__libc_start_main`, `start_thread`, `clone3`...
     pub reached_root: u64,
     /// The others, by why the unwinder stopped.
     pub truncated: BTreeMap<&'static str, u64>,

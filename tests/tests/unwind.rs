@@ -1,0 +1,931 @@
+//! Unwinding without frame pointers: stoke compiles each sampled process's
+//! `.eh_frame`/`.debug_frame` into tables that its BPF unwinder walks, so
+//! code built without frame pointers still unwinds to the process's (or
+//! thread's) start.
+//!
+//! - A C call chain built `-O2 -fomit-frame-pointer` reaches `main` and
+//!   libc's start in at least 95% of its samples, with its 70:30 split
+//!   intact; with `--frame-pointers` (no tables) it does not.
+//! - Debian's stripped `xz`, working in liblzma (no frame pointers either),
+//!   reaches libc's start frame in at least 90% of its samples, no worse
+//!   than `perf record --call-graph dwarf` on the same process.
+//! - The worker threads of a program without frame pointers reach their
+//!   thread start (`clone3;start_thread`).
+//! - The txt summary reports the share of stacks reaching a root and the
+//!   unwind tables loaded, and counts whole stacks as whole.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use stoke_tests::{
+    args, describe, read_folded, record_args, record_process, record_to, require_root,
+    samples_where, stacks_of_thread, total_samples, Stack, Stoke, TempDir, Workload,
+};
+
+/// Optimized, and no frame pointer in any function: only unwind tables can
+/// walk these stacks. No `-g` either: the tables come from `.eh_frame`,
+/// which GCC emits on x86-64 regardless.
+const NO_FRAME_POINTER_FLAGS: &[&str] = &["-O2", "-fomit-frame-pointer"];
+
+/// libc's functions at the root of a process's main thread, as stoke and
+/// perf name them: `_start` calls `__libc_start_main` (called
+/// `__libc_start_main_impl` in libc's debug symbols), which calls
+/// `__libc_start_call_main`, which calls `main`.
+const LIBC_START: &[&str] = &[
+    "__libc_start_call_main",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+];
+
+/// The functions a thread other than the main thread starts in: glibc 2.36
+/// starts threads with `clone3`, which calls `start_thread`.
+const THREAD_START: &[&str] = &["start_thread", "clone3", "__clone3", "clone", "__clone"];
+
+/// Debian's xz: stripped (no `.symtab`), its work done in liblzma.
+const XZ: &str = "/usr/bin/xz";
+
+/// Linux perf, from Debian's `linux-perf` (installed by `cargo xtask setup`).
+const PERF: &str = "/usr/bin/perf";
+
+/// The deep_split workload's chain from `main`, root first: every whole
+/// stack has it.
+const DEEP_CHAIN: &[&str] = &["main", "level1", "level2", "level3"];
+/// deep_split's functions, none of which may set up a frame pointer.
+const DEEP_FUNCTIONS: &[&str] = &[
+    "main",
+    "level1",
+    "level2",
+    "level3",
+    "hot_seventy",
+    "hot_thirty",
+    "spin",
+];
+
+#[test]
+fn deep_chain_without_frame_pointers_reaches_main() {
+    let (dir, workload) = prepare_no_fp("unwind-deep", "deep_split", DEEP_FUNCTIONS);
+    let running = workload.spawn(&["60"]);
+    let root = running.root_frame();
+
+    let stacks = record_process(&running, 499, 4.0, &dir.join("tables.folded"));
+    let total = total_samples(&stacks);
+    // 499 Hz x 4 s x one busy CPU is about 2000 samples; the split's ± 3
+    // points need about a thousand.
+    assert!(
+        total > 800,
+        "only {total} samples of a busy process in 4 s at 499 Hz (about 2000 expected)\n{}",
+        describe(&stacks, 15)
+    );
+
+    // Whole stacks: _start (the executable's entry) outermost, libc's start
+    // under it, then main and the whole chain.
+    let whole = samples_where(&stacks, |s| {
+        s.frames.get(1).is_some_and(|f| f == "_start")
+            && s.frames.iter().any(|f| LIBC_START.contains(&f.as_str()))
+            && s.contains_run(DEEP_CHAIN)
+    });
+    let with_main = samples_where(&stacks, |s| s.contains("main"));
+    println!(
+        "with unwind tables: {whole} of {total} samples ({:.1}%) run _start;...;{}; \
+         {with_main} ({:.1}%) contain main",
+        percent(whole, total),
+        DEEP_CHAIN.join(";"),
+        percent(with_main, total)
+    );
+    assert_fraction(
+        whole,
+        total,
+        0.95,
+        format_args!(
+            "of {root} reach _start through {} (stacks built without frame pointers \
+             must unwind with the tables)\n{}",
+            DEEP_CHAIN.join(";"),
+            describe(&stacks, 15)
+        ),
+    );
+
+    // The split, and the hot functions right under level3, above spin.
+    let seventy = samples_where(&stacks, |s| s.contains("hot_seventy"));
+    let thirty = samples_where(&stacks, |s| s.contains("hot_thirty"));
+    let share = percent(seventy, seventy + thirty);
+    println!("hot_seventy {seventy}, hot_thirty {thirty}: {share:.2}% (70 ± 3 expected)");
+    assert_eq!(
+        samples_where(&stacks, |s| s.contains("hot_seventy")
+            && s.contains("hot_thirty")),
+        0,
+        "hot_seventy and hot_thirty never call each other\n{}",
+        describe(&stacks, 15)
+    );
+    assert_fraction(
+        seventy + thirty,
+        total,
+        0.9,
+        format_args!(
+            "are under hot_seventy or hot_thirty\n{}",
+            describe(&stacks, 15)
+        ),
+    );
+    assert!(
+        (67.0..=73.0).contains(&share),
+        "hot_seventy has {share:.2}% of the hot samples ({seventy} vs {thirty}), \
+         expected 70 ± 3\n{}",
+        describe(&stacks, 15)
+    );
+    for hot in ["hot_seventy", "hot_thirty"] {
+        let under = samples_where(&stacks, |s| s.contains(hot));
+        let exact = samples_where(&stacks, |s| s.contains_run(&["level3", hot, "spin"]));
+        assert_fraction(
+            exact,
+            under,
+            0.9,
+            format_args!(
+                "under {hot} have level3;{hot};spin (no frame skipped or made up)\n{}",
+                describe(&stacks, 15)
+            ),
+        );
+    }
+
+    // The same process with --frame-pointers: the chain has none, so the
+    // walk stops in the first frame or two and main is out of reach. This
+    // is what proves the tables did the work above.
+    let fp_out = dir.join("frame-pointers.folded");
+    record_to(
+        &args!["-p", running.pid(), "--frame-pointers"],
+        499,
+        2.0,
+        &fp_out,
+    );
+    let fp_stacks = read_folded(&fp_out);
+    let fp_total = total_samples(&fp_stacks);
+    let fp_main = samples_where(&fp_stacks, |s| s.contains("main"));
+    println!(
+        "with --frame-pointers: {fp_main} of {fp_total} samples ({:.1}%) contain main\n{}",
+        percent(fp_main, fp_total),
+        describe(&fp_stacks, 5)
+    );
+    assert!(
+        fp_total > 300,
+        "only {fp_total} samples with --frame-pointers in 2 s at 499 Hz\n{}",
+        describe(&fp_stacks, 10)
+    );
+    assert!(
+        (fp_main as f64) < 0.5 * fp_total as f64,
+        "with --frame-pointers, {fp_main} of {fp_total} samples still reach main: \
+         either the workload has frame pointers after all or --frame-pointers \
+         did not turn the tables off\n{}",
+        describe(&fp_stacks, 10)
+    );
+}
+
+#[test]
+fn stripped_xz_reaches_libc_start_like_perf() {
+    require_root();
+    let perf = Path::new(PERF);
+    assert!(
+        perf.is_file(),
+        "{PERF} is missing: this test compares stoke with `perf record --call-graph dwarf` \
+         (Debian's linux-perf; `cargo xtask setup` installs it)"
+    );
+    let entry = EntryPoint::of(Path::new(XZ));
+    assert_no_frame_pointers_in_library("liblzma.so.5");
+    let dir = TempDir::new("unwind-xz");
+    let mut xz = Xz::start(&dir);
+    let pid = xz.pid();
+
+    // stoke and perf sample the same xz at the same time, 3 s each.
+    let stoke_out = dir.join("xz.folded");
+    let stoke = Stoke::spawn(&record_args(&args!["-p", pid], 499, 3.0, &stoke_out));
+    let perf_data = dir.join("perf.data");
+    let perf_record = Command::new(perf)
+        .args(["record", "--call-graph", "dwarf", "-F", "499", "-p"])
+        .arg(pid.to_string())
+        .arg("-o")
+        .arg(&perf_data)
+        .args(["--", "sleep", "3"])
+        .output()
+        .expect("running perf record");
+    assert!(
+        perf_record.status.success(),
+        "perf record failed ({}):\n{}",
+        perf_record.status,
+        String::from_utf8_lossy(&perf_record.stderr)
+    );
+    stoke.wait_recording(3.0);
+    assert!(
+        xz.is_running(),
+        "xz finished before the recordings did: its input is too small"
+    );
+
+    let root = format!("xz [{pid}]");
+    let stacks = read_folded(&stoke_out);
+    println!("stoke: {}", describe(&stacks, 5));
+    let stoke_stacks: Vec<(Vec<String>, u64)> = stacks
+        .iter()
+        .map(|s| {
+            assert_eq!(s.root(), root, "with -p, a stack of another process");
+            (s.frames[1..].to_vec(), s.count)
+        })
+        .collect();
+    let perf_stacks = perf_stacks(&perf_data, pid);
+
+    let (stoke_total, stoke_whole) = count_whole(&stoke_stacks, &entry);
+    let (perf_total, perf_whole) = count_whole(&perf_stacks, &entry);
+    let stoke_share = percent(stoke_whole, stoke_total);
+    let perf_share = percent(perf_whole, perf_total);
+    for (tool, stacks) in [("stoke", &stoke_stacks), ("perf", &perf_stacks)] {
+        let broken: Vec<(Vec<String>, u64)> = stacks
+            .iter()
+            .filter(|(frames, _)| !is_whole(frames, &entry))
+            .cloned()
+            .collect();
+        println!(
+            "{tool}'s stacks of xz not reaching libc's start:\n{}",
+            describe_frames(&broken, 8)
+        );
+    }
+    let in_lzma = |frames: &[String]| frames.iter().any(|f| is_liblzma_frame(f));
+    let stoke_lzma: u64 = stoke_stacks
+        .iter()
+        .filter(|(f, _)| in_lzma(f))
+        .map(|(_, n)| n)
+        .sum();
+    let perf_lzma: u64 = perf_stacks
+        .iter()
+        .filter(|(f, _)| in_lzma(f))
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "xz reaching libc's start (_start outermost, under {}):\n  \
+         stoke: {stoke_whole} of {stoke_total} ({stoke_share:.1}%), {stoke_lzma} in liblzma\n  \
+         perf:  {perf_whole} of {perf_total} ({perf_share:.1}%), {perf_lzma} in liblzma",
+        LIBC_START.join(" or ")
+    );
+
+    assert!(
+        stoke_total > 500,
+        "only {stoke_total} stoke samples of a busy xz in 3 s at 499 Hz\n{}",
+        describe(&stacks, 10)
+    );
+    assert_fraction(
+        stoke_lzma,
+        stoke_total,
+        0.9,
+        format_args!("of xz have a liblzma frame\n{}", describe(&stacks, 10)),
+    );
+    // perf unwinding well is the premise of the comparison: if it did not,
+    // the perf script output was probably misread.
+    assert!(
+        perf_total > 200 && perf_share > 50.0,
+        "perf's own stacks reach libc's start in only {perf_whole} of {perf_total} samples: \
+         the comparison needs perf to unwind xz\n{}",
+        describe_frames(&perf_stacks, 5)
+    );
+    assert!(
+        stoke_share >= 90.0,
+        "stoke's stacks of xz reach libc's start in only {stoke_whole} of {stoke_total} \
+         samples ({stoke_share:.1}%, 90% expected; perf: {perf_share:.1}%)\n{}",
+        describe(&stacks, 10)
+    );
+    assert!(
+        stoke_share >= perf_share - 5.0,
+        "stoke's stacks of xz reach libc's start in {stoke_share:.1}% of its samples, \
+         more than 5 points below perf's {perf_share:.1}%\n{}",
+        describe(&stacks, 10)
+    );
+}
+
+#[test]
+fn threads_without_frame_pointers_reach_thread_start() {
+    require_libc_debug_symbols();
+    let (dir, workload) = prepare_no_fp(
+        "unwind-threads",
+        "nofp_threads",
+        &[
+            "thread_a_entry",
+            "thread_b_entry",
+            "burn_a",
+            "burn_b",
+            "mix",
+        ],
+    );
+    let running = workload.spawn(&["60"]);
+    let threads = running.threads();
+    let worker = |name: &str| {
+        threads
+            .iter()
+            .find(|(_, comm)| comm == name)
+            .unwrap_or_else(|| panic!("no thread named {name}: {threads:?}"))
+            .0
+    };
+    let workers = [
+        (worker("nofp_a"), ["thread_a_entry", "burn_a", "mix"]),
+        (worker("nofp_b"), ["thread_b_entry", "burn_b", "mix"]),
+    ];
+
+    let out = dir.join("threads.folded");
+    record_to(&args!["-p", running.pid(), "-t"], 499, 3.0, &out);
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 15));
+
+    for (tid, chain) in workers {
+        let mine: Vec<Stack> = stacks_of_thread(&stacks, tid)
+            .into_iter()
+            .cloned()
+            .collect();
+        let total = total_samples(&mine);
+        // Frames: process, thread, then the outermost native frame.
+        let outermost: HashMap<&str, u64> = mine.iter().fold(HashMap::new(), |mut acc, s| {
+            *acc.entry(s.frames.get(2).map_or("(none)", String::as_str))
+                .or_default() += s.count;
+            acc
+        });
+        let whole = samples_where(&mine, |s| {
+            s.frames
+                .get(2)
+                .is_some_and(|f| THREAD_START.contains(&f.as_str()))
+                && s.contains_run(&["start_thread", chain[0]])
+        });
+        let in_chain = samples_where(&mine, |s| s.contains_run(&chain));
+        println!(
+            "tid {tid}: {whole} of {total} samples ({:.1}%) reach the thread start; \
+             {in_chain} run {}; outermost frames: {outermost:?}",
+            percent(whole, total),
+            chain.join(";")
+        );
+        assert!(
+            total > 300,
+            "only {total} samples of the busy thread {tid} in 3 s at 499 Hz\n{}",
+            describe(&stacks, 15)
+        );
+        assert_fraction(
+            whole,
+            total,
+            0.9,
+            format_args!(
+                "of thread {tid} reach its start (outermost one of {THREAD_START:?}, \
+                 then start_thread;{})\n{}",
+                chain[0],
+                describe(&mine, 10)
+            ),
+        );
+        assert_fraction(
+            in_chain,
+            total,
+            0.8,
+            format_args!(
+                "of thread {tid} run {}\n{}",
+                chain.join(";"),
+                describe(&mine, 10)
+            ),
+        );
+    }
+}
+
+#[test]
+fn txt_reports_roots_and_tables() {
+    let (dir, workload) = prepare_no_fp("unwind-txt", "deep_split", DEEP_FUNCTIONS);
+    let running = workload.spawn(&["60"]);
+    let out = dir.join("deep.txt");
+    record_to(&args!["-p", running.pid()], 499, 2.0, &out);
+    let txt = fs::read_to_string(&out).expect("reading the txt report");
+    let report = UnwindReport::parse(&txt);
+    println!("{report:?}");
+
+    assert!(
+        report.samples > 300,
+        "only {} native stacks counted in 2 s at 499 Hz:\n{txt}",
+        report.samples
+    );
+    assert_fraction(
+        report.reached_root,
+        report.samples,
+        0.9,
+        format_args!("reach a root according to the txt report:\n{txt}"),
+    );
+    // The executable and libc at least (and ld.so, the vdso...).
+    assert!(
+        report.files >= 2,
+        "the txt report has unwind tables for {} files, at least 2 expected \
+         (deep_split and libc):\n{txt}",
+        report.files
+    );
+    assert!(
+        report.rows > 0,
+        "the txt report has no unwind table rows:\n{txt}"
+    );
+    assert!(
+        report.processes >= 1,
+        "the txt report has unwind tables for no process:\n{txt}"
+    );
+}
+
+/// The summary's share of stacks reaching a root must agree with the
+/// stacks: xz's stacks end at its entry point (`_start`, unnamed in a
+/// stripped binary, whose CFI marks the end of the stack), so they are
+/// whole, and they must count as reaching a root.
+#[test]
+fn txt_counts_stripped_entry_point_as_root() {
+    require_root();
+    let dir = TempDir::new("unwind-xz-txt");
+    let xz = Xz::start(&dir);
+    let out = dir.join("xz.txt");
+    record_to(&args!["-p", xz.pid()], 499, 2.0, &out);
+    let txt = fs::read_to_string(&out).expect("reading the txt report");
+    let report = UnwindReport::parse(&txt);
+    println!("{report:?}");
+    assert!(
+        report.samples > 300,
+        "only {} native stacks of a busy xz counted in 2 s at 499 Hz:\n{txt}",
+        report.samples
+    );
+    assert_fraction(
+        report.reached_root,
+        report.samples,
+        0.9,
+        format_args!(
+            "of xz reach a root according to the txt report, though its stacks end at \
+             its entry point (`_start`, which a stripped binary does not name; see \
+             stripped_xz_reaches_libc_start_like_perf):\n{txt}"
+        ),
+    );
+}
+
+/// Builds `tests/workloads/<name>.c` without frame pointers
+/// ([`NO_FRAME_POINTER_FLAGS`]) in a fresh [`TempDir`], after
+/// [`require_root`], and checks that none of `functions` sets one up.
+fn prepare_no_fp(label: &str, name: &str, functions: &[&str]) -> (TempDir, Workload) {
+    require_root();
+    let dir = TempDir::new(label);
+    let workload = Workload::build_with(name, dir.path(), NO_FRAME_POINTER_FLAGS);
+    assert_no_frame_pointers(workload.exe(), functions);
+    (dir, workload)
+}
+
+/// The disassembly of `path` (`objdump -d`), by function: each symbol's
+/// instructions, whitespace collapsed (`mov %rsp,%rbp`).
+fn disassemble(path: &Path) -> HashMap<String, Vec<String>> {
+    let output = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(path)
+        .output()
+        .expect("running objdump (binutils)");
+    assert!(
+        output.status.success(),
+        "objdump -d {} failed:\n{}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut functions: HashMap<String, Vec<String>> = HashMap::new();
+    let mut current: Option<String> = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        // `0000000000001380 <hot_seventy>:` starts a function.
+        if let Some(name) = line
+            .strip_suffix(">:")
+            .and_then(|l| l.split_once(" <"))
+            .map(|(_, name)| name)
+        {
+            current = Some(name.to_owned());
+            functions.entry(name.to_owned()).or_default();
+        } else if let (Some(name), Some((_, instruction))) = (&current, line.split_once(":\t")) {
+            let instruction = instruction.split_whitespace().collect::<Vec<_>>().join(" ");
+            functions.get_mut(name).unwrap().push(instruction);
+        }
+    }
+    functions
+}
+
+/// Whether an instruction sets up a frame pointer (`mov %rsp,%rbp`, after
+/// `push %rbp`): code that does can be walked without tables.
+fn sets_up_frame_pointer(instruction: &str) -> bool {
+    instruction == "mov %rsp,%rbp"
+}
+
+/// Panics unless each of `functions` is in `exe` under that exact name
+/// (not inlined, not renamed to a `.isra` clone) and none sets up a frame
+/// pointer: the premise of these tests.
+fn assert_no_frame_pointers(exe: &Path, functions: &[&str]) {
+    let disassembly = disassemble(exe);
+    for name in functions {
+        let instructions = disassembly.get(*name).unwrap_or_else(|| {
+            panic!(
+                "{name} is not a function of {} (inlined or renamed by the compiler?)",
+                exe.display()
+            )
+        });
+        assert!(
+            !instructions.iter().any(|i| sets_up_frame_pointer(i)),
+            "{name} in {} sets up a frame pointer, built with {NO_FRAME_POINTER_FLAGS:?}:\n{}",
+            exe.display(),
+            instructions.join("\n")
+        );
+    }
+}
+
+/// Panics unless the shared library `name` (as this test process maps it,
+/// e.g. `liblzma.so.5`) sets up a frame pointer in at most 5% of its
+/// functions (counted as `ret` instructions: it is stripped): Debian builds
+/// it without frame pointers, which is what makes xz a test of the tables.
+fn assert_no_frame_pointers_in_library(name: &str) {
+    let path = library_path(name);
+    let disassembly = disassemble(&path);
+    let instructions = disassembly.values().flatten();
+    let (mut setups, mut returns) = (0, 0);
+    for instruction in instructions {
+        setups += usize::from(sets_up_frame_pointer(instruction));
+        returns += usize::from(instruction == "ret");
+    }
+    println!(
+        "{}: {setups} frame pointer setups, {returns} ret",
+        path.display()
+    );
+    assert!(
+        returns > 100 && setups * 20 <= returns,
+        "{} sets up a frame pointer {setups} times for {returns} `ret`s: \
+         this test needs a library built without frame pointers",
+        path.display()
+    );
+}
+
+/// Where the dynamic linker finds library `name` (from `ldconfig -p`).
+fn library_path(name: &str) -> PathBuf {
+    let output = Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .expect("running ldconfig -p");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .filter_map(|line| line.trim().split_once(" => "))
+        .find(|(left, _)| left.split_whitespace().next() == Some(name))
+        .map(|(_, path)| PathBuf::from(path.trim()))
+        .unwrap_or_else(|| panic!("{name} is not installed (ldconfig -p does not list it)"))
+}
+
+/// Panics unless libc's debug symbols (Debian's libc6-dbg) are installed:
+/// `start_thread` and `clone3` are local functions, named only there, and
+/// the thread test checks stacks by those names.
+fn require_libc_debug_symbols() {
+    let libc = library_path("libc.so.6");
+    let output = Command::new("readelf")
+        .arg("-n")
+        .arg(&libc)
+        .output()
+        .expect("running readelf (binutils)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let build_id = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("{} has no build ID", libc.display()));
+    let debug = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &build_id[..2],
+        &build_id[2..]
+    ));
+    assert!(
+        debug.is_file(),
+        "{} is missing: install libc6-dbg (libc's debug symbols name start_thread and \
+         clone3, which this test looks for)",
+        debug.display()
+    );
+}
+
+/// A running `xz -T1 -6 -c <input> > /dev/null` over generated input,
+/// killed on drop.
+struct Xz {
+    child: Child,
+}
+
+impl Xz {
+    /// Writes [`XZ_INPUT_BYTES`] of compressible text into `dir` and starts
+    /// one xz thread compressing it. xz -6 takes 20 s or more for that much,
+    /// much longer than any recording here.
+    fn start(dir: &TempDir) -> Xz {
+        assert!(
+            Path::new(XZ).is_file(),
+            "{XZ} is missing (Debian's xz-utils)"
+        );
+        let input = dir.join("input.txt");
+        write_compressible(&input, XZ_INPUT_BYTES);
+        let child = Command::new(XZ)
+            .args(["-T1", "-6", "-c"])
+            .arg(&input)
+            .stdin(Stdio::null())
+            .stdout(File::create("/dev/null").expect("opening /dev/null"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {XZ}: {e}"));
+        let mut xz = Xz { child };
+        // Past exec and the dynamic linker, into liblzma's work.
+        thread::sleep(Duration::from_millis(300));
+        assert!(xz.is_running(), "xz exited at once");
+        xz
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("waiting for xz").is_none()
+    }
+}
+
+impl Drop for Xz {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// How much input xz gets.
+const XZ_INPUT_BYTES: usize = 128 << 20;
+
+/// Writes `bytes` of text that compresses about 3:1, as logs do: lines of
+/// words from a small vocabulary and numbers, from a fixed-seed xorshift
+/// (the same input every run).
+fn write_compressible(path: &Path, bytes: usize) {
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let vocabulary: Vec<Vec<u8>> = (0..4096)
+        .map(|_| {
+            let len = 2 + (next() % 8) as usize;
+            (0..len).map(|_| b'a' + (next() % 26) as u8).collect()
+        })
+        .collect();
+    let file = File::create(path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut written = 0;
+    let mut line = Vec::with_capacity(256);
+    while written < bytes {
+        line.clear();
+        for _ in 0..12 {
+            line.extend_from_slice(&vocabulary[(next() % 4096) as usize]);
+            line.push(b' ');
+        }
+        let _ = writeln!(line, "{}", next() % 1_000_000);
+        out.write_all(&line).expect("writing xz's input");
+        written += line.len();
+    }
+    out.flush().expect("writing xz's input");
+}
+
+/// An executable's entry point (`_start`), for recognizing it unnamed in a
+/// stripped binary: stoke shows such a frame as `<file>+0x<file offset>`.
+struct EntryPoint {
+    /// The file's name (`xz`).
+    file: String,
+    /// The entry point's virtual address and file offset (perf shows the
+    /// one, stoke the other; equal in most executables).
+    addresses: [u64; 2],
+}
+
+impl EntryPoint {
+    /// `_start` is a few dozen bytes long; its call to `__libc_start_main`
+    /// returns within them.
+    const SIZE: u64 = 0x40;
+
+    /// Reads the entry point from the ELF header and program headers of a
+    /// 64-bit little-endian ELF file.
+    fn of(path: &Path) -> EntryPoint {
+        let data = fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let u16_at =
+            |at: usize| u64::from(u16::from_le_bytes(data[at..at + 2].try_into().unwrap()));
+        let u32_at =
+            |at: usize| u64::from(u32::from_le_bytes(data[at..at + 4].try_into().unwrap()));
+        let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+        assert!(
+            data.starts_with(b"\x7fELF\x02\x01"),
+            "{} is not a 64-bit little-endian ELF file",
+            path.display()
+        );
+        let entry = u64_at(0x18);
+        let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+        let offset = (0..phnum)
+            .map(|i| (phoff + i * phentsize) as usize)
+            .filter(|&ph| u32_at(ph) == 1) // PT_LOAD
+            .find_map(|ph| {
+                let (p_offset, p_vaddr, p_filesz) =
+                    (u64_at(ph + 8), u64_at(ph + 16), u64_at(ph + 32));
+                (p_vaddr..p_vaddr + p_filesz)
+                    .contains(&entry)
+                    .then(|| entry - p_vaddr + p_offset)
+            })
+            .unwrap_or_else(|| panic!("{}: no segment holds the entry point", path.display()));
+        EntryPoint {
+            file: path.file_name().unwrap().to_string_lossy().into_owned(),
+            addresses: [entry, offset],
+        }
+    }
+
+    /// Whether `frame` is this entry point: `_start`, or `<file>+0x<n>`
+    /// with `n` within [`EntryPoint::SIZE`] bytes of it.
+    fn is(&self, frame: &str) -> bool {
+        if frame == "_start" {
+            return true;
+        }
+        frame
+            .strip_prefix(&self.file)
+            .and_then(|rest| rest.strip_prefix("+0x"))
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            .is_some_and(|n| {
+                self.addresses
+                    .iter()
+                    .any(|&a| (a..a + Self::SIZE).contains(&n))
+            })
+    }
+}
+
+/// The samples in `stacks` (native and kernel frames root first, with a
+/// count) and how many of them are whole ([`is_whole`]): the same rule for
+/// stoke's stacks and perf's.
+fn count_whole(stacks: &[(Vec<String>, u64)], entry: &EntryPoint) -> (u64, u64) {
+    let total = stacks.iter().map(|(_, n)| n).sum();
+    let whole = stacks
+        .iter()
+        .filter(|(frames, _)| is_whole(frames, entry))
+        .map(|(_, n)| n)
+        .sum();
+    (total, whole)
+}
+
+/// Whether a stack (frames root first, no process frame) is whole: its
+/// outermost frame is the executable's entry point, and libc's start
+/// ([`LIBC_START`]) is on it.
+fn is_whole(frames: &[String], entry: &EntryPoint) -> bool {
+    frames.first().is_some_and(|f| entry.is(f))
+        && frames.iter().any(|f| LIBC_START.contains(&f.as_str()))
+}
+
+/// Whether a frame is in liblzma: one of its exported functions
+/// (`lzma_code`), or an address in it (`liblzma.so.5.4.1+0x15bc9`).
+fn is_liblzma_frame(frame: &str) -> bool {
+    frame.starts_with("lzma_") || frame.starts_with("liblzma.so")
+}
+
+/// The stacks of process `pid` in a `perf record -g` file, read with
+/// `perf script`, as stoke would name their frames (root first; a frame
+/// with no symbol is `<file name>+0x<address>`, an inlined function a
+/// frame of its own), each with a count of 1.
+fn perf_stacks(perf_data: &Path, pid: u32) -> Vec<(Vec<String>, u64)> {
+    let output = Command::new(PERF)
+        .args(["script", "-F", "pid,tid,ip,sym,dso", "-i"])
+        .arg(perf_data)
+        .output()
+        .expect("running perf script");
+    assert!(
+        output.status.success(),
+        "perf script failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut stacks = Vec::new();
+    // Samples are separated by blank lines: a `pid/tid` header, then one
+    // line per frame, leaf first: `<address> <symbol> (<file>)`.
+    for sample in text.split("\n\n") {
+        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+        let Some(header) = lines.next() else {
+            continue;
+        };
+        let sample_pid = header.trim().split('/').next().and_then(|p| p.parse().ok());
+        if sample_pid != Some(pid) {
+            continue;
+        }
+        let mut frames: Vec<String> = lines.map(perf_frame).collect();
+        frames.reverse();
+        if !frames.is_empty() {
+            stacks.push((frames, 1));
+        }
+    }
+    stacks
+}
+
+/// One frame line of `perf script` (`27249 __libc_start_call_main+0x79
+/// (/usr/lib/x86_64-linux-gnu/libc.so.6)`, `3ac0 [unknown] (/usr/bin/xz)`)
+/// named as stoke names frames.
+fn perf_frame(line: &str) -> String {
+    let line = line.trim();
+    let (address, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let (symbol, file) = rest.rsplit_once(" (").map_or((rest, ""), |(symbol, file)| {
+        (symbol, file.strip_suffix(')').unwrap_or(file))
+    });
+    if symbol == "[unknown]" || symbol.is_empty() {
+        let file = file.rsplit('/').next().unwrap_or(file);
+        let address = u64::from_str_radix(address, 16).unwrap_or(0);
+        if file == "[kernel.kallsyms]" {
+            return format!("{address:#x}_[k]");
+        }
+        format!("{file}+{address:#x}")
+    } else {
+        let symbol = match symbol.rsplit_once("+0x") {
+            Some((name, offset)) if u64::from_str_radix(offset, 16).is_ok() => name,
+            _ => symbol,
+        };
+        if file.contains("kernel.kallsyms") {
+            format!("{symbol}_[k]")
+        } else {
+            symbol.to_owned()
+        }
+    }
+}
+
+/// A summary of the heaviest of `stacks` (frames root first, with counts),
+/// for messages about stacks that are not stoke's.
+fn describe_frames(stacks: &[(Vec<String>, u64)], n: usize) -> String {
+    let mut merged: HashMap<String, u64> = HashMap::new();
+    for (frames, count) in stacks {
+        *merged.entry(frames.join(";")).or_default() += count;
+    }
+    let mut sorted: Vec<(String, u64)> = merged.into_iter().collect();
+    sorted.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
+    sorted
+        .iter()
+        .take(n)
+        .map(|(stack, count)| format!("  {count:>6} {stack}\n"))
+        .collect()
+}
+
+/// The unwinding lines of a txt report's summary.
+#[derive(Debug)]
+struct UnwindReport {
+    /// `Native stacks reaching a root: <reached_root> of <samples> (...)`.
+    reached_root: u64,
+    samples: u64,
+    /// `Unwind tables: <files> files, <rows> rows, ... (<processes> processes)`.
+    files: u64,
+    rows: u64,
+    processes: u64,
+}
+
+impl UnwindReport {
+    /// Reads the `Native stacks reaching a root:` and `Unwind tables:`
+    /// lines.
+    ///
+    /// # Panics
+    ///
+    /// If either is missing or not in the expected form.
+    fn parse(txt: &str) -> UnwindReport {
+        let value = |label: &str| -> &str {
+            txt.lines()
+                .find_map(|line| line.strip_prefix(label))
+                .unwrap_or_else(|| panic!("the txt report has no `{label}` line:\n{txt}"))
+                .trim()
+        };
+        let numbers = |text: &str| -> Vec<u64> {
+            text.split(|c: char| !c.is_ascii_digit() && c != '.')
+                .filter(|word| !word.is_empty() && !word.contains('.'))
+                .map(|word| word.parse().unwrap())
+                .collect()
+        };
+        let roots = value("Native stacks reaching a root:");
+        let (reached_root, samples) = match numbers(roots)[..] {
+            [reached, samples, ..] => (reached, samples),
+            _ => panic!("`Native stacks reaching a root: {roots}`: expected `N of M (P%)`"),
+        };
+        let tables = value("Unwind tables:");
+        let (files, rows, processes) = match numbers(tables)[..] {
+            [files, rows, .., processes] if tables.contains(" files, ") => (files, rows, processes),
+            _ => panic!(
+                "`Unwind tables: {tables}`: expected `N files, R rows, S MB, compiled in T ms \
+                 (P processes)`"
+            ),
+        };
+        UnwindReport {
+            reached_root,
+            samples,
+            files,
+            rows,
+            processes,
+        }
+    }
+}
+
+/// `part` as a percentage of `whole` (0 if `whole` is 0).
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// Panics unless `whole` is positive and `part` is at least `fraction` of
+/// it, with the message `only <part> of <whole> samples (<p>%) <what>`.
+#[track_caller]
+fn assert_fraction(part: u64, whole: u64, fraction: f64, what: impl std::fmt::Display) {
+    assert!(
+        whole > 0 && part as f64 >= fraction * whole as f64,
+        "only {part} of {whole} samples ({:.1}%, at least {:.0}% expected) {what}",
+        percent(part, whole),
+        fraction * 100.0
+    );
+}
