@@ -37,7 +37,7 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Rows of compiled unwind tables the BPF map holds (16 bytes each): room
 /// for libc, libjvm and a few hundred other libraries.
-const UNWIND_ROWS: u32 = 1 << 21;
+const UNWIND_ROWS: u32 = 1 << 20;
 
 /// The wait while a JVM is being attached, so that its agent is put to use
 /// as soon as it is ready.

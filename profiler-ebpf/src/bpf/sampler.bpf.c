@@ -145,28 +145,56 @@ static __always_inline bool announce(__u32 tgid)
 	return true;
 }
 
+/* A binary search for the mapping holding a pc, one step per bpf_loop
+ * iteration, like the row search below. */
+struct mapping_search {
+	struct stoke_process_mappings *process;
+	__u64 pc;
+	__u32 low;
+	__u32 high;
+	__s32 found;
+};
+
+static long mapping_search_step(__u32 index, void *context)
+{
+	struct mapping_search *search = context;
+	struct stoke_mapping *mapping;
+	__u32 middle;
+
+	if (search->low >= search->high)
+		return 1;
+	middle = (search->low + search->high) / 2;
+	if (middle >= STOKE_MAX_MAPPINGS)
+		return 1;
+	mapping = &search->process->mappings[middle];
+	if (search->pc < mapping->start) {
+		search->high = middle;
+	} else if (search->pc >= mapping->end) {
+		search->low = middle + 1;
+	} else {
+		search->found = middle;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline struct stoke_mapping *
 find_mapping(struct stoke_process_mappings *process, __u64 pc)
 {
-	__u32 low = 0, high = process->count;
+	struct mapping_search search = {
+		.process = process,
+		.pc = pc,
+		.low = 0,
+		.high = process->count,
+		.found = -1,
+	};
 
-	if (high > STOKE_MAX_MAPPINGS)
-		high = STOKE_MAX_MAPPINGS;
-	for (int step = 0; step < 9 && low < high; step++) {
-		__u32 middle = (low + high) / 2;
-		struct stoke_mapping *mapping;
-
-		if (middle >= STOKE_MAX_MAPPINGS)
-			return NULL;
-		mapping = &process->mappings[middle];
-		if (pc < mapping->start)
-			high = middle;
-		else if (pc >= mapping->end)
-			low = middle + 1;
-		else
-			return mapping;
-	}
-	return NULL;
+	if (search.high > STOKE_MAX_MAPPINGS)
+		search.high = STOKE_MAX_MAPPINGS;
+	bpf_loop(9, mapping_search_step, &search, 0);
+	if (search.found < 0 || search.found >= STOKE_MAX_MAPPINGS)
+		return NULL;
+	return &process->mappings[search.found];
 }
 
 /* A binary search for the last row at or before a pc, one step per
