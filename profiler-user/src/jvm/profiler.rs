@@ -148,13 +148,20 @@ impl JavaProfiler {
             Some(Recheck::At { when, .. }) if Instant::now() < *when => return,
             Some(Recheck::At { attempts, .. }) => *attempts,
         };
-        if maps_libjvm(pid) {
-            self.considered.insert(pid, Recheck::Never);
-            if to_attach.send(pid).is_ok() {
-                self.attaching += 1;
+        match maps_libjvm(pid) {
+            Some(true) => {
+                self.considered.insert(pid, Recheck::Never);
+                if to_attach.send(pid).is_ok() {
+                    self.attaching += 1;
+                }
             }
-        } else {
-            self.considered.insert(pid, Recheck::after(attempts));
+            Some(false) => {
+                self.considered.insert(pid, Recheck::after(attempts));
+            }
+            // Gone already: a short-lived process needs no second look.
+            None => {
+                self.considered.insert(pid, Recheck::Never);
+            }
         }
     }
 
@@ -384,9 +391,10 @@ fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
     line.split_whitespace().last()?.parse().ok()
 }
 
-fn maps_libjvm(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .is_ok_and(|maps| maps.lines().any(|line| line.ends_with("/libjvm.so")))
+/// Whether process `pid` maps libjvm.so; `None` if it is gone.
+fn maps_libjvm(pid: u32) -> Option<bool> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(maps.lines().any(|line| line.ends_with("/libjvm.so")))
 }
 
 /// Loads the agent into `pid` (or finds it loaded) and waits until it is
