@@ -1,5 +1,7 @@
 //! Developer tasks: `cargo xtask <task>`. See `cargo xtask --help`.
 
+mod bench;
+
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -16,6 +18,12 @@ const PACKAGES: &[&str] = &[
     "bpftool",
     "gcc",
     "util-linux",
+    // perf, which `cargo xtask bench` measures stoke against.
+    "linux-perf",
+    // javac and a JDK for the Java tests and bench workloads.
+    "openjdk-17-jdk-headless",
+    // libc's own symbol names (start_thread, __libc_start_call_main...).
+    "libc6-dbg",
 ];
 
 #[derive(Parser)]
@@ -39,6 +47,9 @@ enum Task {
         #[arg(trailing_var_arg = true)]
         cargo_args: Vec<String>,
     },
+    /// Measure stoke's overhead, cost, accuracy and scale side by side with
+    /// perf, and write bench/RESULTS.md (as root; see bench/README.md).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -47,6 +58,7 @@ fn main() -> Result<()> {
         Task::Vmlinux => vmlinux(),
         Task::Lint => lint(),
         Task::Test { cargo_args } => test(&cargo_args),
+        Task::Bench(args) => bench::run(&args),
     }
 }
 

@@ -1,0 +1,154 @@
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.CyclicBarrier;
+
+/**
+ * The Java counterpart of fixed_work.c for the overhead part of
+ * `cargo xtask bench`: a fixed amount of CPU work on several threads, timed
+ * by itself.
+ *
+ * <pre>
+ *   java FixedWork UNITS [THREADS [WARMUP]]       every thread does UNITS work
+ *                                                 units, then prints "elapsed_s=S"
+ *   java FixedWork -s SECONDS [THREADS [WARMUP]]  every thread works until
+ *                                                 SECONDS pass
+ * </pre>
+ *
+ * THREADS defaults to 2 (one per CPU of the bench machine), WARMUP to 1.5
+ * seconds. A work unit
+ * builds a batch of orders (objects and strings), aggregates them in a
+ * HashMap, sorts the totals and scores them: allocation, hashing, sorting
+ * and arithmetic, through a few layers of calls, as a Java service does.
+ * Before the clock starts every thread warms up for WARMUP seconds so that
+ * the JIT has compiled the hot methods: the timed part measures steady state.
+ * "ready" is printed when the timed part starts.
+ */
+public final class FixedWork {
+    private static final int ORDERS = 64;
+
+    /** Written after every unit so that the JIT cannot drop the work. */
+    static volatile long sink;
+
+    record Order(String customer, long cents, int quantity) {}
+
+    public static void main(String[] args) throws Exception {
+        boolean timed = args.length > 0 && args[0].equals("-s");
+        int first = timed ? 1 : 0;
+        if (args.length <= first) {
+            System.err.println("usage: FixedWork UNITS [THREADS] | FixedWork -s SECONDS [THREADS]");
+            System.exit(2);
+        }
+        double amount = Double.parseDouble(args[first]);
+        int threads = args.length > first + 1 ? Integer.parseInt(args[first + 1]) : 2;
+        double warmup = args.length > first + 2 ? Double.parseDouble(args[first + 2]) : 1.5;
+        CyclicBarrier warmedUp = new CyclicBarrier(threads + 1);
+        long warmupEnd = System.nanoTime() + (long) (warmup * 1e9);
+        long end = warmupEnd + (long) (amount * 1e9);
+        Thread[] workers = new Thread[threads];
+        for (int i = 0; i < threads; i++) {
+            long seed = 0x9e3779b97f4a7c15L + i;
+            long units = timed ? 0 : (long) amount;
+            workers[i] = new Thread(() -> worker(seed, warmedUp, warmupEnd, units, end),
+                    "fixed-work-" + i);
+            workers[i].start();
+        }
+        warmedUp.await();
+        long started = System.nanoTime();
+        System.out.println("ready");
+        System.out.flush();
+        for (Thread worker : workers) {
+            worker.join();
+        }
+        System.out.printf("elapsed_s=%.6f%n", (System.nanoTime() - started) / 1e9);
+    }
+
+    static void worker(long seed, CyclicBarrier warmedUp, long warmupEnd, long units, long end) {
+        Batch batch = new Batch(seed);
+        while (System.nanoTime() - warmupEnd < 0) {
+            serveRequests(batch, 10);
+        }
+        try {
+            warmedUp.await();
+        } catch (Exception e) {
+            throw new RuntimeException(e);
+        }
+        if (units > 0) {
+            serveRequests(batch, units);
+        } else {
+            while (System.nanoTime() - end < 0) {
+                serveRequests(batch, 10);
+            }
+        }
+        sink += batch.digest;
+    }
+
+    static void serveRequests(Batch batch, long count) {
+        for (long i = 0; i < count; i++) {
+            handleRequest(batch);
+        }
+    }
+
+    static void handleRequest(Batch batch) {
+        batch.process();
+        sink += batch.digest & 1;
+    }
+
+    /** One thread's state: a pseudo-random generator and a running digest. */
+    static final class Batch {
+        long random;
+        long digest;
+
+        Batch(long seed) {
+            random = seed;
+        }
+
+        long next() {
+            long x = random;
+            x ^= x << 13;
+            x ^= x >>> 7;
+            x ^= x << 17;
+            return random = x;
+        }
+
+        void process() {
+            Order[] orders = ingest();
+            long[] totals = aggregate(orders);
+            Arrays.sort(totals);
+            digest = mix(digest ^ score(totals));
+        }
+
+        Order[] ingest() {
+            Order[] orders = new Order[ORDERS];
+            for (int i = 0; i < ORDERS; i++) {
+                long value = next();
+                orders[i] = new Order("customer-" + (value & 31), value >>> 40, (int) (value & 7) + 1);
+            }
+            return orders;
+        }
+
+        static long[] aggregate(Order[] orders) {
+            Map<String, Long> byCustomer = new HashMap<>();
+            for (Order order : orders) {
+                byCustomer.merge(order.customer(), order.cents() * order.quantity(), Long::sum);
+            }
+            return byCustomer.values().stream().mapToLong(Long::longValue).toArray();
+        }
+
+        static long score(long[] totals) {
+            long score = 0;
+            for (int i = 0; i < totals.length; i++) {
+                score += mix(totals[i]) * (i + 1);
+            }
+            return score;
+        }
+
+        static long mix(long x) {
+            x ^= x >>> 33;
+            x *= 0xff51afd7ed558ccdL;
+            x ^= x >>> 33;
+            x *= 0xc4ceb9fe1a85ec53L;
+            return x ^ (x >>> 33);
+        }
+    }
+}

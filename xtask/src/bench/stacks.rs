@@ -1,0 +1,182 @@
+//! Stacks from both profilers in one shape: stoke's folded output and
+//! `perf script`'s, so that accuracy and symbolization are judged alike.
+
+use anyhow::{bail, Context, Result};
+
+/// One distinct stack of one process and how many samples had it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stack {
+    pub comm: String,
+    pub pid: u32,
+    /// Frames root first, without the frame naming the process. Kernel
+    /// frames end in `_[k]`, as stoke names them.
+    pub frames: Vec<String>,
+    pub samples: u64,
+}
+
+impl Stack {
+    /// Whether a frame named exactly `function` is on the stack.
+    pub fn contains(&self, function: &str) -> bool {
+        self.frames.iter().any(|frame| frame == function)
+    }
+
+    /// The user-space (non-kernel) frames.
+    pub fn user_frames(&self) -> impl Iterator<Item = &String> {
+        self.frames.iter().filter(|frame| !is_kernel(frame))
+    }
+}
+
+/// A kernel frame, in stoke's naming (perf's is converted to it).
+pub fn is_kernel(frame: &str) -> bool {
+    frame.ends_with("_[k]")
+}
+
+/// A frame that names no function: stoke's `module+0x...` and
+/// `[anon]+0x...`, perf's `[unknown]`.
+pub fn is_unnamed(frame: &str) -> bool {
+    frame.contains("+0x") || frame.starts_with("[unknown]")
+}
+
+/// Parses stoke's folded output: `comm [pid];frame;...;leaf COUNT` lines.
+pub fn parse_folded(text: &str) -> Result<Vec<Stack>> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| parse_folded_line(line).with_context(|| format!("folded line {line:?}")))
+        .collect()
+}
+
+fn parse_folded_line(line: &str) -> Result<Stack> {
+    let (stack, count) = line.rsplit_once(' ').context("no sample count")?;
+    let samples = count.parse().context("the sample count is not a number")?;
+    let mut frames = stack.split(';');
+    let process = frames.next().context("no process frame")?;
+    let (comm, pid) = process
+        .rsplit_once(" [")
+        .and_then(|(comm, rest)| Some((comm, rest.strip_suffix(']')?.parse().ok()?)))
+        .context("the first frame is not `comm [pid]`")?;
+    Ok(Stack {
+        comm: comm.to_owned(),
+        pid,
+        frames: frames.map(str::to_owned).collect(),
+        samples,
+    })
+}
+
+/// Parses `perf script -F comm,pid,ip,sym,dso` output of a `-g` recording:
+/// a `comm pid` line per sample, then its frames leaf first as
+/// `address symbol (dso)`, then a blank line. Every sample is a stack of
+/// its own (count 1).
+pub fn parse_perf_script(text: &str) -> Result<Vec<Stack>> {
+    let mut stacks = Vec::new();
+    let mut current: Option<Stack> = None;
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            stacks.extend(current.take().map(finish_perf_stack));
+        } else if line.starts_with(char::is_whitespace) {
+            let stack = current
+                .as_mut()
+                .with_context(|| format!("perf script: a frame before any sample: {line:?}"))?;
+            stack.frames.push(perf_frame(line.trim()));
+        } else {
+            stacks.extend(current.take().map(finish_perf_stack));
+            current = Some(perf_sample_header(line)?);
+        }
+    }
+    stacks.extend(current.map(finish_perf_stack));
+    Ok(stacks)
+}
+
+/// `comm  pid` (comm may contain spaces; the pid is the last word).
+fn perf_sample_header(line: &str) -> Result<Stack> {
+    let (comm, pid) = line
+        .trim_end()
+        .rsplit_once(char::is_whitespace)
+        .with_context(|| format!("perf script: not a `comm pid` line: {line:?}"))?;
+    let Ok(pid) = pid.parse() else {
+        bail!("perf script: not a `comm pid` line: {line:?}");
+    };
+    Ok(Stack {
+        comm: comm.trim().to_owned(),
+        pid,
+        frames: Vec::new(),
+        samples: 1,
+    })
+}
+
+/// `ffffffff8123 do_idle ([kernel.kallsyms])` or `55d0 spin (/path/bin)`
+/// to a frame name in stoke's style.
+fn perf_frame(line: &str) -> String {
+    let rest = line.split_once(' ').map_or("", |(_, rest)| rest);
+    let (symbol, dso) = match rest.rfind(" (") {
+        Some(at) => (&rest[..at], rest[at + 2..].trim_end_matches(')')),
+        None => (rest, ""),
+    };
+    // perf prints `sym+0x1f` with the `sym` field alone only when asked for
+    // offsets; strip any, so names compare with stoke's.
+    let symbol = symbol.split("+0x").next().unwrap_or(symbol);
+    let kernel = dso.starts_with("[kernel") || dso.ends_with(".ko");
+    if kernel {
+        format!("{symbol}_[k]")
+    } else {
+        symbol.to_owned()
+    }
+}
+
+fn finish_perf_stack(mut stack: Stack) -> Stack {
+    stack.frames.reverse(); // perf prints the leaf first
+    stack
+}
+
+/// Sums samples over stacks that `keep` accepts.
+pub fn samples_where(stacks: &[Stack], keep: impl Fn(&Stack) -> bool) -> u64 {
+    stacks
+        .iter()
+        .filter(|stack| keep(stack))
+        .map(|stack| stack.samples)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_folded_lines() {
+        let stacks =
+            parse_folded("fp split [42];main;hot_seventy;spin 7\nsh [7];do_idle_[k] 1\n").unwrap();
+        assert_eq!(stacks.len(), 2);
+        assert_eq!(stacks[0].comm, "fp split");
+        assert_eq!(stacks[0].pid, 42);
+        assert_eq!(stacks[0].frames, ["main", "hot_seventy", "spin"]);
+        assert_eq!(stacks[0].samples, 7);
+        assert!(stacks[0].contains("hot_seventy"));
+        assert_eq!(stacks[1].user_frames().count(), 0);
+        assert!(parse_folded("no count here\n").is_err());
+        assert!(parse_folded("nopid;main 3\n").is_err());
+    }
+
+    #[test]
+    fn parses_perf_script() {
+        let text = "fp_split 1234\n\
+                    \tffffffff81 asm_sysvec_apic_timer_interrupt ([kernel.kallsyms])\n\
+                    \t    55d0 spin (/tmp/fp_split)\n\
+                    \t    55d1 hot_thirty (/tmp/fp_split)\n\
+                    \n\
+                    swapper     0\n\
+                    \t ffffffff82 do_idle ([kernel.kallsyms])\n\
+                    \t 7f00 [unknown] ([unknown])\n";
+        let stacks = parse_perf_script(text).unwrap();
+        assert_eq!(stacks.len(), 2);
+        assert_eq!(stacks[0].pid, 1234);
+        assert_eq!(
+            stacks[0].frames,
+            ["hot_thirty", "spin", "asm_sysvec_apic_timer_interrupt_[k]"]
+        );
+        assert_eq!(stacks[1].comm, "swapper");
+        assert_eq!(stacks[1].frames, ["[unknown]", "do_idle_[k]"]);
+        assert!(is_unnamed(&stacks[1].frames[0]));
+        assert!(is_kernel(&stacks[1].frames[1]));
+        assert!(!is_unnamed("short_lived_work"));
+        assert!(is_unnamed("libc.so.6+0x27d8a"));
+    }
+}
