@@ -285,6 +285,12 @@ fn agrees(row: Option<&UnwindRow>, readelf: &ReadelfRow) -> bool {
         return false;
     };
     let register = |name: &str| readelf.registers.get(name).map_or("u", |v| v.as_str());
+    // A signal trampoline's CFI gives every register, the return address
+    // included, by expressions into the signal frame: our Signal row
+    // stands for all of them.
+    if row.kind == RowKind::Signal {
+        return readelf.cfa == "exp" && register("ra") == "exp";
+    }
     match register("ra") {
         "c-8" => {}
         // readelf prints "u" for an undefined register.
