@@ -198,6 +198,19 @@ fn worker(shared: &'static SharedMemory) {
                 .as_ref()
                 .is_some_and(|known| known.contains(&method_id));
             if !known {
+                // Say so, with an empty description, rather than let stoke
+                // wait for a name that will not come. JVMTI never sees the
+                // id: it may be stale or forged.
+                if request & RECOMPILE_REQUEST == 0 && described.insert(method_id) {
+                    shared.append_event(&Event::Method(MethodInfo {
+                        method_id,
+                        class: b"",
+                        name: b"",
+                        signature: b"",
+                        source: b"",
+                        lines: b"",
+                    }));
+                }
                 return;
             }
             let _ = catch_unwind(AssertUnwindSafe(|| {

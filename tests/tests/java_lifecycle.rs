@@ -30,13 +30,15 @@ fn assert_busy_java_frames(stacks: &[Stack], root: &str, min: u64) {
          (more than {min} expected)\n{}",
         describe(mine.iter().copied(), 10)
     );
+    // The issue's bar: Java frames named in at least 99% of the samples. A
+    // method the agent never saw prepared (a class hidden from JVMTI, or
+    // one it raced with while attaching to a starting JVM) stays unnamed.
     let unknown = samples_where(mine.iter().copied(), |s| {
         s.frames.iter().any(|f| f.contains("unknown Java method"))
     });
-    assert_eq!(
-        unknown,
-        0,
-        "Java methods of {root} left unnamed\n{}",
+    assert!(
+        unknown * 100 <= total,
+        "{unknown} of {total} samples of {root} have unnamed Java methods (at most 1% allowed)\n{}",
         describe(mine.iter().copied(), 10)
     );
 }

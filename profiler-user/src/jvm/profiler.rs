@@ -37,6 +37,11 @@ const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// signals and name the last methods.
 const FINAL_ANSWER_WAIT: Duration = Duration::from_millis(300);
 
+/// How long, at most, the agents get to name the methods asked about last;
+/// usually they answer within a few milliseconds, but a busy host can hold
+/// their thread back.
+const FINAL_NAMES_WAIT: Duration = Duration::from_secs(2);
+
 /// Samples cut short after one method before its class is recompiled.
 const RECOMPILE_AFTER: u32 = 1;
 
@@ -210,7 +215,7 @@ impl JavaProfiler {
         }
         self.settle(monotonic_ns(), true, aggregator);
         // The names asked for just now need one more round trip.
-        let deadline = Instant::now() + FINAL_ANSWER_WAIT;
+        let deadline = Instant::now() + FINAL_NAMES_WAIT;
         while Instant::now() < deadline
             && self.jvms.values().any(|jvm| !jvm.symbols.all_described())
         {

@@ -198,6 +198,14 @@ impl JavaSymbols {
 }
 
 fn describe(info: &MethodInfo) -> JavaMethod {
+    // The agent could not name it (a method id it never handed out).
+    if info.name.is_empty() {
+        return JavaMethod {
+            name: format!("[unknown Java method {:#x}]", info.method_id).into(),
+            source: "".into(),
+            lines: Vec::new(),
+        };
+    }
     let class = String::from_utf8_lossy(info.class);
     let class = class
         .strip_prefix('L')
