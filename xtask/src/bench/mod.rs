@@ -379,9 +379,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             part_started.elapsed().as_secs_f64() / 60.0
         );
         sections.push(section);
+        // Written after every part, so that an interrupted run keeps the
+        // parts it finished (beside the file's earlier sections).
+        host.date = host::utc_now();
+        report::write(&output, &host, &sections, true, bench.settings.smoke)?;
     }
+    // A run of every part leaves nothing of earlier runs.
     let all_parts = Part::ALL.iter().all(|part| parts.contains(part));
-    host.date = host::utc_now();
     report::write(&output, &host, &sections, !all_parts, bench.settings.smoke)?;
     let _ = fs::remove_dir_all(&scratch_dir);
     bench.log(&format!(
