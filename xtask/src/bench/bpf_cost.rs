@@ -320,7 +320,9 @@ fn section(bench: &Bench, runs: &[(Workload, Vec<Run>)]) -> Section {
             );
             match share {
                 Some(share) if share.max > 0.0 => format!(
-                    " In the Java row, {} of the JVM's samples had Java frames (agent attached).",
+                    " In the Java row, {} of the JVM's samples had Java frames: stoke \
+                     attaches its agent while the JVM runs, and signals its threads only \
+                     once the agent is ready, so a low share means few signals were sent.",
                     share.show(0, "%")
                 ),
                 _ => " In the Java row, **no sample had Java frames**: stoke's agent was not \

@@ -205,6 +205,13 @@ pub struct Measured<T> {
     pub foreign: f64,
 }
 
+impl<T> Measured<T> {
+    /// Whether other processes disturbed it even on its last try.
+    pub fn disturbed(&self) -> bool {
+        self.foreign > DISTURBED
+    }
+}
+
 /// How much other processes disturbed the measurements of a part.
 #[derive(Default)]
 struct Disturbance {
@@ -329,7 +336,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
 
-    let bench_dir = root.join("target/bench");
+    // A directory per kind of run, locked: a smoke run (CI in this tree)
+    // and a full run do not share files, and two of a kind take turns.
+    let bench_dir = root.join(if settings.smoke {
+        "target/bench/smoke"
+    } else {
+        "target/bench/full"
+    });
+    fs::create_dir_all(&bench_dir).with_context(|| format!("creating {}", bench_dir.display()))?;
+    let _lock = lock(&bench_dir)?;
     let scratch_dir = bench_dir.join("run");
     // Leftovers of an interrupted run (perf.data files) are not wanted.
     let _ = fs::remove_dir_all(&scratch_dir);
@@ -394,6 +409,25 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         started.elapsed().as_secs_f64() / 60.0
     ));
     Ok(())
+}
+
+/// Holds `dir/lock` (flock) until dropped; waits while another bench holds it.
+fn lock(dir: &Path) -> Result<fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("lock");
+    let file = fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        eprintln!(
+            "bench: another `cargo xtask bench` uses {}: waiting for it to finish",
+            dir.display()
+        );
+        // SAFETY: as above; blocking this time.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("locking the bench directory");
+        }
+    }
+    Ok(file)
 }
 
 /// The command that was run, for the report: `cargo xtask bench ...`.

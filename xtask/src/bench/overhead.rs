@@ -73,6 +73,8 @@ struct Run {
     lost: u64,
     /// stoke: samples with Java frames (its txt summary), when it says.
     java_samples: Option<u64>,
+    /// Other processes took CPU during it, on every try.
+    disturbed: bool,
 }
 
 /// Every run of one workload under one profiler.
@@ -112,9 +114,12 @@ pub fn run(bench: &Bench) -> Result<Section> {
                 workload.label(),
                 profiler.label()
             );
-            let run = bench
-                .measure(&what, || run_once(bench, workload, units, profiler))?
-                .value;
+            let measured = bench.measure(&what, || run_once(bench, workload, units, profiler))?;
+            let disturbed = measured.disturbed();
+            let run = Run {
+                disturbed,
+                ..measured.value
+            };
             bench.log(&format!("{what}: {:.3} s", run.elapsed));
             series
                 .iter_mut()
@@ -140,7 +145,11 @@ fn calibrate(bench: &Bench, workload: Workload) -> Result<u64> {
     };
     let mut fastest = f64::MAX;
     for _ in 0..2 {
-        fastest = fastest.min(work(bench, workload, probe_units)?);
+        let what = format!("overhead: calibrating the {} workload", workload.label());
+        let seconds = bench
+            .measure(&what, || work(bench, workload, probe_units))?
+            .value;
+        fastest = fastest.min(seconds);
     }
     let units = (probe_units as f64 * bench.settings.work_seconds / fastest).ceil() as u64;
     bench.log(&format!(
@@ -201,6 +210,7 @@ fn run_once(bench: &Bench, workload: Workload, units: u64, profiler: Profiler) -
             samples: 0,
             lost: 0,
             java_samples: None,
+            disturbed: false,
         });
     };
     let recording = Recording::start(bench, &Options::new(tool, hz, "txt"), "overhead")?;
@@ -225,11 +235,25 @@ fn run_once(bench: &Bench, workload: Workload, units: u64, profiler: Profiler) -
         samples: stopped.samples,
         lost: stopped.lost,
         java_samples,
+        disturbed: false,
     })
 }
 
+/// The runs the elapsed times are taken from: those that other processes
+/// did not disturb, when at least 3 are left; all of them otherwise. A
+/// disturbed run only ever reads slower, and one would set the noise alone.
+fn kept(runs: &[Run]) -> Vec<&Run> {
+    let quiet: Vec<&Run> = runs.iter().filter(|r| !r.disturbed).collect();
+    if quiet.len() >= 3 {
+        quiet
+    } else {
+        runs.iter().collect()
+    }
+}
+
 fn elapsed(runs: &[Run]) -> Spread {
-    Spread::of(&runs.iter().map(|r| r.elapsed).collect::<Vec<_>>()).expect("at least one round")
+    Spread::of(&kept(runs).iter().map(|r| r.elapsed).collect::<Vec<_>>())
+        .expect("at least one round")
 }
 
 fn median(values: impl Iterator<Item = f64>) -> f64 {
@@ -242,7 +266,9 @@ fn section(bench: &Bench, units: &[(Workload, u64)], series: &[Series]) -> Secti
         "Each workload runs a fixed amount of work on {cpus} threads, one per CPU, so that \
          every CPU is busy and anything a profiler takes lengthens the run; it times itself. \
          Every configuration ran once per round, {rounds} rounds, the order rotated. \
-         Slowdown = median / median(none) − 1. **Noise** is the min–max range of `none` \
+         Slowdown = median / median(none) − 1; a run during which other processes still \
+         took CPU after 3 tries is left out when 3 others remain. **Noise** is the min–max \
+         range of `none` \
          over the rounds: a slowdown smaller than it is not resolved. Profiler CPU is \
          what the profiler process itself used while the work ran, as a share of all CPUs.\n\n\
          - C: `fixed_work` (bench/workloads), encode, checksum, merge sort and score \
@@ -300,13 +326,13 @@ fn section(bench: &Bench, units: &[(Workload, u64)], series: &[Series]) -> Secti
                     ),
                 ),
             };
-            table.row(vec![
-                s.profiler.label(),
-                spread.show(3, " s"),
-                slow,
-                cpu,
-                samples,
-            ]);
+            let left_out = s.runs.len() - kept(&s.runs).len();
+            let shown = if left_out == 0 {
+                spread.show(3, " s")
+            } else {
+                format!("{} ({left_out} disturbed left out)", spread.show(3, " s"))
+            };
+            table.row(vec![s.profiler.label(), shown, slow, cpu, samples]);
         }
         let side_by_side: Vec<String> = RATES
             .iter()
