@@ -6,12 +6,14 @@
 //! - Java stacks, taken by AsyncGetCallTrace in a handler of the signal that
 //!   stoke's BPF sampler sends to the sampled thread ([`handler`]);
 //! - the names and line tables of the methods stoke asks about;
-//! - where the JIT put compiled methods and generated code.
+//! - where the JIT put compiled methods (with the calls it inlined into
+//!   them) and generated code.
 //!
 //! Nothing here may crash or stall the JVM: every callback catches panics,
 //! and failures leave the JVM running without Java stacks.
 
 mod handler;
+mod inlining;
 mod jvmti;
 #[allow(clippy::all)]
 mod jvmti_sys;
@@ -293,18 +295,28 @@ unsafe extern "C" fn on_compiled_method_load(
     code_address: *const c_void,
     _map_length: jint,
     _map: *const jvmti_sys::jvmtiAddrLocationMap,
-    _compile_info: *const c_void,
+    compile_info: *const c_void,
 ) {
     guarded(|| {
         let method_id = method as u64;
+        // SAFETY: the compile_info of this CompiledMethodLoad event.
+        let inlined = unsafe { inlining::inline_edges(compile_info) };
         if let Some(known) = lock_known_methods().as_mut() {
             known.insert(method_id);
+            known.extend(inlined.iter().flat_map(|edge| [edge.caller, edge.callee]));
         }
-        if let Some(shared) = shared() {
-            shared.append_event(&Event::CodeLoad {
-                method_id,
-                start: code_address as u64,
-                size: u64::try_from(code_size).unwrap_or(0),
+        let Some(shared) = shared() else { return };
+        let start = code_address as u64;
+        shared.append_event(&Event::CodeLoad {
+            method_id,
+            start,
+            size: u64::try_from(code_size).unwrap_or(0),
+        });
+        if !inlined.is_empty() {
+            let edges: Vec<u8> = inlined.iter().flat_map(|edge| edge.to_bytes()).collect();
+            shared.append_event(&Event::CodeInline {
+                start,
+                edges: &edges,
             });
         }
     });

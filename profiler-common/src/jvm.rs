@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// The first eight bytes of the header: "STOKEJVM".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
 /// Bumped on any change to this layout.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The name the agent gives its memfd; `/proc/PID/fd` shows it as
 /// `/memfd:stoke-agent (deleted)`.
 pub const MEMFD_NAME: &str = "stoke-agent";
@@ -200,6 +200,8 @@ pub enum EventKind {
     CodeUnload = 3,
     /// The JVM generated code that is no method (interpreter, stubs).
     DynamicCode = 4,
+    /// Which calls the JIT inlined into a compiled method.
+    CodeInline = 5,
 }
 
 /// Every record starts with its length (a multiple of 8, header included)
@@ -236,6 +238,57 @@ pub enum Event<'a> {
         /// What HotSpot calls it, e.g. `Interpreter`.
         name: &'a [u8],
     },
+    /// The calls inlined into the compiled code at `start` (sent right
+    /// after its [`Event::CodeLoad`]).
+    CodeInline {
+        /// First byte of the compiled code.
+        start: u64,
+        /// [`InlineEdge`]s, [`INLINE_EDGE_SIZE`] bytes each; read them with
+        /// [`inline_edges`].
+        edges: &'a [u8],
+    },
+}
+
+/// One call the JIT inlined: `caller`, at bytecode `caller_bci`, calls
+/// `callee`, whose code became part of the caller's. Every frame of a
+/// compiled method's inlining tree is one edge, so a Java stack's frames
+/// can be told apart: a frame whose caller reached it through an edge of
+/// the compiled code it runs in is inlined, not a frame of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InlineEdge {
+    /// The calling method's `jmethodID`.
+    pub caller: u64,
+    /// The bytecode index of the call in the caller.
+    pub caller_bci: i32,
+    /// The inlined method's `jmethodID`.
+    pub callee: u64,
+}
+
+/// Bytes of one encoded [`InlineEdge`]: caller, callee (u64), caller_bci
+/// (i32) and 4 bytes of padding.
+pub const INLINE_EDGE_SIZE: usize = 24;
+
+impl InlineEdge {
+    /// The edge's encoding in [`Event::CodeInline`].
+    pub fn to_bytes(&self) -> [u8; INLINE_EDGE_SIZE] {
+        let mut bytes = [0; INLINE_EDGE_SIZE];
+        bytes[..8].copy_from_slice(&self.caller.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.callee.to_le_bytes());
+        bytes[16..20].copy_from_slice(&self.caller_bci.to_le_bytes());
+        bytes
+    }
+}
+
+/// The edges of an [`Event::CodeInline`]; a trailing partial edge is
+/// ignored.
+pub fn inline_edges(edges: &[u8]) -> impl Iterator<Item = InlineEdge> + '_ {
+    edges
+        .chunks_exact(INLINE_EDGE_SIZE)
+        .map(|bytes| InlineEdge {
+            caller: read_u64(bytes, 0),
+            callee: read_u64(bytes, 8),
+            caller_bci: read_u32(bytes, 16) as i32,
+        })
 }
 
 /// A method's names, as JVMTI gives them (modified UTF-8).
@@ -358,6 +411,14 @@ fn decode(kind: u32, body: &[u8]) -> Option<Event<'_>> {
                 name: cursor.take(len as usize)?,
             }
         }
+        5 => {
+            let start = cursor.u64()?;
+            let count = cursor.u32()? as usize;
+            Event::CodeInline {
+                start,
+                edges: cursor.take(count.checked_mul(INLINE_EDGE_SIZE)?)?,
+            }
+        }
         _ => return None,
     })
 }
@@ -404,6 +465,13 @@ pub fn encode(event: &Event, out: &mut [u8]) -> Option<usize> {
             body.bytes(name)?;
             EventKind::DynamicCode
         }
+        Event::CodeInline { start, edges } => {
+            let count = edges.len() / INLINE_EDGE_SIZE;
+            body.u64(*start)?;
+            body.u32(u32::try_from(count).ok()?)?;
+            body.bytes(&edges[..count * INLINE_EDGE_SIZE])?;
+            EventKind::CodeInline
+        }
     };
     let len = body.at.next_multiple_of(8);
     let out = body.out.get_mut(..len)?;
@@ -446,6 +514,19 @@ mod tests {
     #[test]
     fn events_round_trip() {
         let lines = [1u32, 10, 5, 12].map(u32::to_le_bytes).concat();
+        let inlined = [
+            InlineEdge {
+                caller: 7,
+                caller_bci: 3,
+                callee: 8,
+            },
+            InlineEdge {
+                caller: 8,
+                caller_bci: -1,
+                callee: 9,
+            },
+        ];
+        let edges = inlined.map(|edge| edge.to_bytes()).concat();
         let written = [
             Event::Method(MethodInfo {
                 method_id: 7,
@@ -469,6 +550,10 @@ mod tests {
                 size: 8,
                 name: b"Interpreter",
             },
+            Event::CodeInline {
+                start: 0x1000,
+                edges: &edges,
+            },
         ];
         let mut log = [0u8; 512];
         let mut used = 0;
@@ -480,6 +565,8 @@ mod tests {
             assert_eq!(read.next().map(|(_, event)| event).as_ref(), Some(event));
         }
         assert_eq!(read.next(), None);
+        assert!(inline_edges(&edges).eq(inlined));
+        assert!(inline_edges(&edges[..INLINE_EDGE_SIZE + 5]).eq([inlined[0]]));
     }
 
     #[test]

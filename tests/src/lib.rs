@@ -582,8 +582,19 @@ impl JavaWorkload {
     /// until it prints `ready`. The JVM is killed when the returned handle
     /// is dropped.
     pub fn spawn<S: AsRef<OsStr>>(&self, args: &[S]) -> Running {
+        self.spawn_with_options::<&str, S>(&[], args)
+    }
+
+    /// [`JavaWorkload::spawn`] with JVM options before the class: for the
+    /// controls of a test, whose JVM must behave otherwise.
+    pub fn spawn_with_options<O: AsRef<OsStr>, S: AsRef<OsStr>>(
+        &self,
+        options: &[O],
+        args: &[S],
+    ) -> Running {
         let mut command = Command::new(self.jdk.tool("java"));
         command
+            .args(options)
             .arg("-cp")
             .arg(&self.classes)
             .arg(&self.class)
@@ -597,12 +608,13 @@ impl JavaWorkload {
     }
 }
 
-/// The method of a Java frame (`pkg.Class.method_[j]` JIT-compiled, or
-/// `pkg.Class.method_[0]` interpreted): the name without its suffix, or
+/// The method of a Java frame (`pkg.Class.method_[j]` JIT-compiled,
+/// `_[i]` inlined or `_[0]` interpreted): the name without its suffix, or
 /// `None` for any other frame.
 pub fn java_method(frame: &str) -> Option<&str> {
     frame
         .strip_suffix("_[j]")
+        .or_else(|| frame.strip_suffix("_[i]"))
         .or_else(|| frame.strip_suffix("_[0]"))
         .filter(|method| !method.is_empty())
 }

@@ -6,13 +6,15 @@ use std::{
     sync::Arc,
 };
 
-use profiler_common::jvm::{Event, JavaFrame, MethodInfo};
+use profiler_common::jvm::{inline_edges, Event, InlineEdge, JavaFrame, MethodInfo};
 
 /// How a Java frame was running, shown as async-profiler does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FrameKind {
     /// JIT-compiled code: `_[j]`.
     Compiled,
+    /// Inlined by the JIT into the compiled code of a caller: `_[i]`.
+    Inlined,
     /// The interpreter: `_[0]`.
     Interpreted,
 }
@@ -21,6 +23,7 @@ impl FrameKind {
     fn suffix(self) -> &'static str {
         match self {
             Self::Compiled => "_[j]",
+            Self::Inlined => "_[i]",
             Self::Interpreted => "_[0]",
         }
     }
@@ -46,8 +49,10 @@ enum CodeBlob {
 pub struct JavaSymbols {
     methods: HashMap<u64, JavaMethod>,
     code: BTreeMap<u64, CodeBlob>,
-    /// Methods with compiled code now, by how many blobs they have.
-    compiled: HashMap<u64, u32>,
+    /// Methods with compiled code now: where each of their blobs starts.
+    compiled: HashMap<u64, Vec<u64>>,
+    /// The calls inlined into each compiled blob, by its start.
+    inlined: HashMap<u64, HashSet<InlineEdge>>,
     requested: HashSet<u64>,
 }
 
@@ -68,13 +73,18 @@ impl JavaSymbols {
                     .code
                     .insert(start, CodeBlob::Compiled { end, method_id })
                 {
-                    self.uncompiled(old);
+                    self.uncompiled(old, start);
                 }
-                *self.compiled.entry(method_id).or_default() += 1;
+                self.compiled.entry(method_id).or_default().push(start);
+            }
+            Event::CodeInline { start, edges } => {
+                if matches!(self.code.get(&start), Some(CodeBlob::Compiled { .. })) {
+                    self.inlined.insert(start, inline_edges(edges).collect());
+                }
             }
             Event::CodeUnload { start, .. } => {
                 if let Some(CodeBlob::Compiled { method_id, .. }) = self.code.remove(&start) {
-                    self.uncompiled(method_id);
+                    self.uncompiled(method_id, start);
                 }
             }
             Event::DynamicCode { start, size, name } => {
@@ -90,10 +100,11 @@ impl JavaSymbols {
         }
     }
 
-    fn uncompiled(&mut self, method_id: u64) {
-        if let Some(count) = self.compiled.get_mut(&method_id) {
-            *count -= 1;
-            if *count == 0 {
+    fn uncompiled(&mut self, method_id: u64, start: u64) {
+        self.inlined.remove(&start);
+        if let Some(starts) = self.compiled.get_mut(&method_id) {
+            starts.retain(|&blob| blob != start);
+            if starts.is_empty() {
                 self.compiled.remove(&method_id);
             }
         }
@@ -123,26 +134,64 @@ impl JavaSymbols {
         }
     }
 
-    /// How a Java stack taken at `pc` ran, frame by frame: the innermost by
-    /// where `pc` is; the others by whether their method had compiled code
-    /// when sampled (AsyncGetCallTrace itself does not say).
+    /// How a Java stack taken at `pc` ran, frame by frame (AsyncGetCallTrace
+    /// itself does not say). From the outermost frame in: a frame is inlined
+    /// when the compiled code its caller runs in inlined the call (the
+    /// caller's method and bytecode index and the callee match an edge the
+    /// JIT reported for that code); otherwise compiled when its method has
+    /// compiled code, interpreted when not. The innermost frame, unless
+    /// inlined, runs where `pc` is.
     pub fn kinds(&self, pc: u64, frames: &[JavaFrame]) -> Vec<FrameKind> {
-        let innermost = match self.code_at(pc) {
+        let mut kinds = vec![FrameKind::Interpreted; frames.len()];
+        // The method whose compiled code the frame being looked at runs in.
+        let mut running_in = None;
+        for index in (0..frames.len()).rev() {
+            let frame = &frames[index];
+            let inlined = match (running_in, frames.get(index + 1)) {
+                (Some(compiled), Some(caller)) => self.inlines(
+                    compiled,
+                    &InlineEdge {
+                        caller: caller.method_id,
+                        caller_bci: caller.bci,
+                        callee: frame.method_id,
+                    },
+                ),
+                _ => false,
+            };
+            kinds[index] = if inlined {
+                FrameKind::Inlined
+            } else if self.compiled.contains_key(&frame.method_id) {
+                running_in = Some(frame.method_id);
+                FrameKind::Compiled
+            } else {
+                running_in = None;
+                FrameKind::Interpreted
+            };
+        }
+        let at_pc = match self.code_at(pc) {
             Some(CodeBlob::Generated { name, .. }) if name.contains("nterpreter") => {
                 Some(FrameKind::Interpreted)
             }
             Some(CodeBlob::Compiled { .. }) => Some(FrameKind::Compiled),
             _ => None,
         };
-        frames
-            .iter()
-            .enumerate()
-            .map(|(index, frame)| match (index, innermost) {
-                (0, Some(kind)) => kind,
-                _ if self.compiled.contains_key(&frame.method_id) => FrameKind::Compiled,
-                _ => FrameKind::Interpreted,
+        if let (Some(innermost), Some(kind)) = (kinds.first_mut(), at_pc) {
+            if *innermost != FrameKind::Inlined || kind == FrameKind::Interpreted {
+                *innermost = kind;
+            }
+        }
+        kinds
+    }
+
+    /// Whether compiled code of `method` inlined the call `edge`.
+    fn inlines(&self, method: u64, edge: &InlineEdge) -> bool {
+        self.compiled.get(&method).is_some_and(|starts| {
+            starts.iter().any(|start| {
+                self.inlined
+                    .get(start)
+                    .is_some_and(|edges| edges.contains(edge))
             })
-            .collect()
+        })
     }
 
     /// The name of a Java frame; `lines` adds `(File.java:LINE)`.
@@ -305,6 +354,67 @@ mod tests {
             symbols.kinds(0x9999, &frames),
             [FrameKind::Interpreted, FrameKind::Interpreted]
         );
+    }
+
+    #[test]
+    fn frames_the_jit_inlined_are_told_from_frames_of_their_own() {
+        let mut symbols = symbols();
+        // seventy (7) inlined helper (8) at bci 4, and helper inlined leaf
+        // (9) at bci 2; its call to other (10) at bci 6 was not inlined.
+        let edges = [(7, 4, 8), (8, 2, 9)]
+            .map(|(caller, caller_bci, callee)| {
+                InlineEdge {
+                    caller,
+                    caller_bci,
+                    callee,
+                }
+                .to_bytes()
+            })
+            .concat();
+        symbols.apply(Event::CodeInline {
+            start: 0x1000,
+            edges: &edges,
+        });
+        symbols.apply(Event::CodeLoad {
+            method_id: 10,
+            start: 0x2000,
+            size: 0x100,
+        });
+        // Innermost first: leaf <- helper <- seventy <- main (interpreted).
+        let stack = [
+            JavaFrame::new(9, 0),
+            JavaFrame::new(8, 2),
+            JavaFrame::new(7, 4),
+            JavaFrame::new(1, 0),
+        ];
+        use FrameKind::*;
+        assert_eq!(
+            symbols.kinds(0x1010, &stack),
+            [Inlined, Inlined, Compiled, Interpreted]
+        );
+        // The same methods called from other bytecodes were not inlined.
+        let elsewhere = [JavaFrame::new(8, 0), JavaFrame::new(7, 5)];
+        assert_eq!(symbols.kinds(0x5010, &elsewhere), [Interpreted, Compiled]);
+        // helper calls other, compiled on its own.
+        let called = [
+            JavaFrame::new(10, 0),
+            JavaFrame::new(8, 6),
+            JavaFrame::new(7, 4),
+        ];
+        assert_eq!(
+            symbols.kinds(0x2010, &called),
+            [Compiled, Inlined, Compiled]
+        );
+        // Once seventy's code is freed, nothing is inlined into it.
+        symbols.apply(Event::CodeUnload {
+            method_id: 7,
+            start: 0x1000,
+        });
+        assert_eq!(
+            symbols.kinds(0x5010, &stack),
+            [Interpreted, Interpreted, Interpreted, Interpreted]
+        );
+        assert!(symbols.inlined.is_empty());
     }
 
     #[test]
