@@ -9,10 +9,12 @@
 use std::{
     ffi::{c_int, c_void},
     io, mem, ptr,
-    sync::atomic::{AtomicPtr, AtomicUsize, Ordering},
+    sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering},
 };
 
-use profiler_common::jvm::{JavaFrame, MAX_JAVA_FRAMES, NOT_A_JAVA_THREAD, SIGNAL};
+use profiler_common::jvm::{
+    JavaFrame, MAX_JAVA_FRAMES, NOT_A_JAVA_THREAD, SIGNAL, TOP_FRAME_POPPED,
+};
 
 use crate::{
     jvmti_sys::{JNIEnv, JavaVM, JNI_OK, JNI_VERSION_1_6},
@@ -32,6 +34,27 @@ type AsyncGetCallTrace = unsafe extern "C" fn(*mut CallTrace, i32, *mut c_void);
 static ASYNC_GET_CALL_TRACE: AtomicUsize = AtomicUsize::new(0);
 static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
 static SHARED: AtomicPtr<SharedMemory> = AtomicPtr::new(ptr::null_mut());
+/// The span of the code the JVM generated so far (compiled methods, the
+/// interpreter, stubs): HotSpot reserves one range for it, so this is
+/// where a return address into Java code can point.
+static CODE_LOW: AtomicU64 = AtomicU64::new(u64::MAX);
+static CODE_HIGH: AtomicU64 = AtomicU64::new(0);
+
+/// AsyncGetCallTrace's `ticks_unknown_Java` and `ticks_not_walkable_Java`:
+/// the thread is in Java code, but no walkable frame was found from the
+/// interrupted one (often: it is not set up yet).
+const UNKNOWN_JAVA: i32 = -5;
+const NOT_WALKABLE_JAVA: i32 = -6;
+
+/// Notes code the JVM generated at `[start, start + size)`.
+pub fn note_code(start: u64, size: u64) {
+    CODE_LOW.fetch_min(start, Ordering::Relaxed);
+    CODE_HIGH.fetch_max(start.saturating_add(size), Ordering::Relaxed);
+}
+
+fn in_code(address: u64) -> bool {
+    (CODE_LOW.load(Ordering::Relaxed)..CODE_HIGH.load(Ordering::Relaxed)).contains(&address)
+}
 
 /// Finds AsyncGetCallTrace in the JVM; false if this JVM has none.
 pub fn find_async_get_call_trace() -> bool {
@@ -111,7 +134,17 @@ fn take_stack(shared: &SharedMemory, context: *mut c_void) {
         (*slot).tid = libc::gettid() as u32;
         (*slot).time_ns = monotonic_ns();
         (*slot).pc = interrupted_pc(context);
-        (*slot).frame_count = java_stack(ptr::addr_of_mut!((*slot).frames).cast(), context);
+        let frames = ptr::addr_of_mut!((*slot).frames).cast();
+        let mut count = java_stack(frames, context);
+        let mut flags = 0;
+        if count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
+            if let Some(from_caller) = java_stack_from_caller(frames, context) {
+                count = from_caller;
+                flags = TOP_FRAME_POPPED;
+            }
+        }
+        (*slot).frame_count = count;
+        (*slot).flags = flags;
     }
     shared.commit(claim);
 }
@@ -142,6 +175,39 @@ unsafe fn java_stack(frames: *mut JavaFrame, context: *mut c_void) -> i32 {
     let agct: AsyncGetCallTrace = mem::transmute(agct);
     agct(&mut trace, MAX_JAVA_FRAMES as i32, context);
     trace.frame_count
+}
+
+/// When the interrupted code has not set up its frame yet (the first
+/// instructions of a compiled method or stub), the top of the stack is the
+/// return address into its caller: AsyncGetCallTrace again from there, on
+/// a copy of the context with that frame popped. Taken only if both the
+/// interrupted instruction and that return address are in the JVM's code,
+/// as async-profiler does (JDK-8178287). The frame count, if that walk
+/// found frames.
+///
+/// # Safety
+/// As [`java_stack`].
+unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -> Option<i32> {
+    if context.is_null() {
+        return None;
+    }
+    let interrupted = &*context.cast::<libc::ucontext_t>();
+    let registers = &interrupted.uc_mcontext.gregs;
+    let sp = registers[libc::REG_RSP as usize] as u64;
+    if !in_code(registers[libc::REG_RIP as usize] as u64) || sp == 0 || !sp.is_multiple_of(8) {
+        return None;
+    }
+    // The thread's own stack pointer in Java code: mapped (the kernel put
+    // the signal frame just below it).
+    let return_address = ptr::read(sp as *const u64);
+    if !in_code(return_address) {
+        return None;
+    }
+    let mut popped: libc::ucontext_t = ptr::read(interrupted);
+    popped.uc_mcontext.gregs[libc::REG_RIP as usize] = return_address as i64;
+    popped.uc_mcontext.gregs[libc::REG_RSP as usize] = (sp + 8) as i64;
+    let count = java_stack(frames, ptr::addr_of_mut!(popped).cast());
+    (count > 0).then_some(count)
 }
 
 /// # Safety

@@ -305,12 +305,14 @@ unsafe extern "C" fn on_compiled_method_load(
             known.insert(method_id);
             known.extend(inlined.iter().flat_map(|edge| [edge.caller, edge.callee]));
         }
-        let Some(shared) = shared() else { return };
         let start = code_address as u64;
+        let size = u64::try_from(code_size).unwrap_or(0);
+        handler::note_code(start, size);
+        let Some(shared) = shared() else { return };
         shared.append_event(&Event::CodeLoad {
             method_id,
             start,
-            size: u64::try_from(code_size).unwrap_or(0),
+            size,
         });
         if !inlined.is_empty() {
             let edges: Vec<u8> = inlined.iter().flat_map(|edge| edge.to_bytes()).collect();
@@ -344,6 +346,9 @@ unsafe extern "C" fn on_dynamic_code_generated(
     length: jint,
 ) {
     guarded(|| {
+        let start = address as u64;
+        let size = u64::try_from(length).unwrap_or(0);
+        handler::note_code(start, size);
         let Some(shared) = shared() else { return };
         // SAFETY: JVMTI passes a NUL-terminated name or null.
         let name = if name.is_null() {
@@ -351,11 +356,7 @@ unsafe extern "C" fn on_dynamic_code_generated(
         } else {
             unsafe { CStr::from_ptr(name) }.to_bytes()
         };
-        shared.append_event(&Event::DynamicCode {
-            start: address as u64,
-            size: u64::try_from(length).unwrap_or(0),
-            name,
-        });
+        shared.append_event(&Event::DynamicCode { start, size, name });
     });
 }
 

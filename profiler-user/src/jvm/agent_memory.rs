@@ -31,6 +31,9 @@ pub struct JavaSample {
     pub pc: u64,
     /// AsyncGetCallTrace's frame count, or its negative failure code.
     pub result: i32,
+    /// The frames start at the caller of the method at `pc`
+    /// ([`jvm::TOP_FRAME_POPPED`]).
+    pub top_popped: bool,
     /// Innermost first.
     pub frames: Vec<JavaFrame>,
 }
@@ -226,12 +229,13 @@ impl AgentMemory {
 fn read_sample(slot: &SampleSlot) -> JavaSample {
     // SAFETY: plain fields of a slot the producer has committed; a hostile
     // producer may still change them, so every value is checked after.
-    let (tid, time_ns, pc, result) = unsafe {
+    let (tid, time_ns, pc, result, flags) = unsafe {
         (
             std::ptr::addr_of!(slot.tid).read_volatile(),
             std::ptr::addr_of!(slot.time_ns).read_volatile(),
             std::ptr::addr_of!(slot.pc).read_volatile(),
             std::ptr::addr_of!(slot.frame_count).read_volatile(),
+            std::ptr::addr_of!(slot.flags).read_volatile(),
         )
     };
     let count = usize::try_from(result).unwrap_or(0).min(MAX_JAVA_FRAMES);
@@ -244,6 +248,7 @@ fn read_sample(slot: &SampleSlot) -> JavaSample {
         time_ns,
         pc,
         result,
+        top_popped: flags & jvm::TOP_FRAME_POPPED != 0,
         frames,
     }
 }

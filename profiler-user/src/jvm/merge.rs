@@ -139,6 +139,7 @@ mod tests {
             time_ns,
             pc: 0,
             result: 0,
+            top_popped: false,
             frames: vec![],
         }
     }

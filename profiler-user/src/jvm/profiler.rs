@@ -4,6 +4,7 @@
 //! whose agent is ready, and turns the agents' answers into Java frames.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
@@ -11,7 +12,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use profiler_common::jvm::{
-    agct_failure, AgentState, NOT_A_JAVA_THREAD, RECOMPILE_REQUEST, SIGNAL,
+    agct_failure, AgentState, JavaFrame, AGCT_NO_JAVA_FRAME, AGCT_UNKNOWN_NOT_JAVA,
+    NOT_A_JAVA_THREAD, RECOMPILE_REQUEST, SIGNAL,
 };
 
 use super::{
@@ -295,6 +297,15 @@ impl JavaProfiler {
                 match java.result {
                     _ if !frames.is_empty() => summary.java_samples += 1,
                     NOT_A_JAVA_THREAD => summary.non_java_samples += 1,
+                    // "No Java frame" and "unknown, not Java" are what JIT
+                    // compiler threads (JavaThreads to HotSpot) answer; with
+                    // no Java code on the native stack either, the thread
+                    // ran no Java, and nothing is missing.
+                    AGCT_NO_JAVA_FRAME | AGCT_UNKNOWN_NOT_JAVA
+                        if !jvm.symbols.in_java_code(&sample.user) =>
+                    {
+                        summary.non_java_samples += 1
+                    }
                     code => *summary.native_only.entry(agct_failure(code)).or_default() += 1,
                 }
                 if let [only] = frames.as_slice() {
@@ -354,8 +365,20 @@ fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
 }
 
 fn java_frames(jvm: &Jvm, java: &JavaSample) -> Vec<JavaStackFrame> {
-    let kinds = jvm.symbols.kinds(java.pc, &java.frames);
-    java.frames
+    let mut frames = Cow::Borrowed(&java.frames);
+    let mut pc = java.pc;
+    if java.top_popped && !frames.is_empty() {
+        // The agent walked from the caller of the code at `pc`; that code's
+        // method is the innermost frame. Code that is no method (a stub,
+        // the interpreter) leaves the caller innermost, and says nothing of
+        // the caller's kind.
+        match jvm.symbols.compiled_methods_at([pc]).next() {
+            Some(method_id) => frames.to_mut().insert(0, JavaFrame::new(method_id, -1)),
+            None => pc = 0,
+        }
+    }
+    let kinds = jvm.symbols.kinds(pc, &frames);
+    frames
         .iter()
         .zip(kinds)
         .map(|(frame, kind)| JavaStackFrame {

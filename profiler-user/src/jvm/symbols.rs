@@ -237,6 +237,14 @@ impl JavaSymbols {
             })
     }
 
+    /// Whether any of `addresses` lies in code the JVM generated: compiled
+    /// methods, the interpreter, stubs.
+    pub fn in_java_code(&self, addresses: &[u64]) -> bool {
+        addresses
+            .iter()
+            .any(|&address| self.code_at(address).is_some())
+    }
+
     fn code_at(&self, address: u64) -> Option<&CodeBlob> {
         let (_, blob) = self.code.range(..=address).next_back()?;
         let end = match blob {
@@ -426,6 +434,8 @@ mod tests {
         );
         assert_eq!(symbols.code_name(0x5fff).as_deref(), Some("[Interpreter]"));
         assert_eq!(symbols.code_name(0x1100), None);
+        assert!(symbols.in_java_code(&[0x10, 0x5800]));
+        assert!(!symbols.in_java_code(&[0x10, 0x1100]));
         assert_eq!(
             symbols
                 .compiled_methods_at([0x1000, 0x5000, 0])
