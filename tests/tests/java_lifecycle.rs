@@ -213,3 +213,45 @@ fn jvms_survive_a_killed_stoke_and_the_next_recording_reuses_the_agent() {
         );
     }
 }
+
+#[test]
+fn a_second_stoke_leaves_a_recorded_jvm_to_the_first() {
+    let (dir, workload) = prepare_java("java-two-stokes", "JavaBusy", JDK_17);
+    let mut jvm = workload.spawn(&["30"]);
+    let first_out = dir.join("first.txt");
+    let first = Stoke::spawn(&record_args(&args!["-p", jvm.pid()], 499, 6.0, &first_out));
+    wait_for_agent(&jvm, Duration::from_secs(10));
+    thread::sleep(Duration::from_secs(1));
+
+    // The second recording of the same JVM, while the first goes on: it
+    // says why it keeps native stacks, and takes none of the first's.
+    let second_out = dir.join("second.txt");
+    let second = record_to(&args!["-p", jvm.pid()], 499, 2.0, &second_out);
+    println!("second stoke:\n{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .lines()
+            .any(|line| line.starts_with("stoke: warning:") && line.contains("another stoke")),
+        "the second stoke did not say that another stoke records the JVM:\n{}",
+        second.stderr
+    );
+    let second_report = fs::read_to_string(&second_out).expect("reading the second report");
+    assert!(
+        !second_report.contains("Samples with Java frames"),
+        "the second stoke profiled the JVM's Java stacks:\n{second_report}"
+    );
+
+    let first = first.wait_recording(6.0);
+    first.assert_success();
+    let report = fs::read_to_string(&first_out).expect("reading the first report");
+    let java = JavaReport::parse(&report);
+    let total = java.java_samples + java.non_java_samples + java.missing_total();
+    assert_share(
+        java.java_samples,
+        total,
+        0.97,
+        format_args!("of the JVM have Java frames in the first recording, which a second stoke overlapped:\n{report}"),
+    );
+    assert!(jvm.is_alive(), "the JVM died: {}", jvm.stderr());
+}

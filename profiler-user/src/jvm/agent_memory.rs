@@ -8,7 +8,7 @@
 
 use std::{
     fs::File,
-    os::fd::AsRawFd,
+    os::{fd::AsRawFd, unix::fs::FileExt},
     ptr::NonNull,
     sync::atomic::{AtomicU64, Ordering},
 };
@@ -43,6 +43,9 @@ pub struct AgentMemory {
     base: NonNull<u8>,
     /// Bytes of the event log already read.
     events_read: usize,
+    /// The memfd, held with an exclusive `flock`: one stoke at a time takes
+    /// a JVM's Java stacks (the kernel drops the lock when stoke dies).
+    _file: File,
 }
 
 // SAFETY: the mapping is plain shared memory, owned by this value.
@@ -79,6 +82,19 @@ impl AgentMemory {
 
     fn map(file: File) -> Result<Self> {
         let fd = file.as_raw_fd();
+        // The header first, so that an agent of another stoke version is
+        // told apart from a memfd of the wrong size.
+        let mut head = [0u8; 12];
+        file.read_exact_at(&mut head, 0)
+            .context("reading the agent memory's header")?;
+        let magic = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+        let version = u32::from_le_bytes(head[8..].try_into().expect("4 bytes"));
+        if magic != MAGIC {
+            bail!("the agent memory has no Stoke header");
+        }
+        if version != VERSION {
+            bail!("the loaded agent speaks layout version {version}, this stoke {VERSION}: restart the JVM to load this stoke's agent");
+        }
         // SAFETY: fcntl and fstat on a descriptor we own.
         let (seals, size) = unsafe {
             let mut stat: libc::stat = std::mem::zeroed();
@@ -112,20 +128,11 @@ impl AgentMemory {
         let memory = Self {
             base: NonNull::new(base.cast()).context("mmap returned null")?,
             events_read: 0,
+            _file: file,
         };
-        let header = memory.header();
-        // SAFETY: reading plain fields of the mapped header.
-        let (magic, version) = unsafe {
-            (
-                std::ptr::addr_of!(header.magic).read_volatile(),
-                std::ptr::addr_of!(header.version).read_volatile(),
-            )
-        };
-        if magic != MAGIC {
-            bail!("the agent memory has no Stoke header");
-        }
-        if version != VERSION {
-            bail!("the loaded agent speaks layout version {version}, this stoke {VERSION}: restart the JVM to load this stoke's agent");
+        // SAFETY: flock on the descriptor the memory keeps open.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            bail!("another stoke is recording this JVM and takes its Java stacks: let it finish first");
         }
         Ok(memory)
     }
