@@ -112,6 +112,11 @@ impl Aggregator {
         self.processes.image(id)
     }
 
+    /// The image of live process `pid`, if it was sampled.
+    pub fn live_image(&self, pid: u32) -> Option<&ProcessImage> {
+        self.processes.live_image(pid)
+    }
+
     /// Process images seen so far.
     pub fn processes(&self) -> usize {
         self.processes.len()

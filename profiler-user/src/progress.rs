@@ -18,6 +18,12 @@ impl Progress {
         Self { bar, planned }
     }
 
+    /// Whether the line is drawn (stderr is a terminal): what it shows need
+    /// not be gathered otherwise.
+    pub fn is_shown(&self) -> bool {
+        !self.bar.is_hidden()
+    }
+
     /// Shows how the recording is going.
     pub fn update(&self, elapsed: Duration, samples: u64, processes: usize, lost: u64) {
         let time = match self.planned {

@@ -88,12 +88,13 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     loop {
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
-                java.consider(sample.tgid);
+                let pid = sample.tgid;
                 if sample.signalled {
                     java.hold(sample);
                 } else {
                     aggregator.add(sample, Vec::new());
                 }
+                java.consider(pid, aggregator.live_image(pid));
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
                 aggregator.process_ended(tgid);
@@ -120,13 +121,15 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         {
             break;
         }
-        let counters = sampler.counters()?;
-        progress.update(
-            elapsed,
-            aggregator.samples(),
-            aggregator.processes(),
-            counters[Counter::LostRingFull as usize],
-        );
+        if progress.is_shown() {
+            let counters = sampler.counters()?;
+            progress.update(
+                elapsed,
+                aggregator.samples(),
+                aggregator.processes(),
+                counters[Counter::LostRingFull as usize],
+            );
+        }
         let interval = if java.attaching() {
             ATTACH_POLL_INTERVAL
         } else {

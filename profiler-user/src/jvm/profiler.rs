@@ -27,6 +27,7 @@ use crate::{
     aggregate::Aggregator,
     profile::JavaSummary,
     sample::{record::Sample, sampler::Sampler},
+    symbolize::maps::ProcessImage,
 };
 
 /// The agent, built from `agent/` by build.rs.
@@ -49,6 +50,11 @@ const RECOMPILE_AFTER: u32 = 1;
 
 /// How often a process that is no JVM (yet) is looked at again.
 const MAX_RECHECKS: u32 = 6;
+
+/// Processes older than this when first seen without libjvm.so are not
+/// looked at again: the java launcher maps it within a fraction of a second
+/// of its start.
+const STARTING_AGE: Duration = Duration::from_secs(5);
 
 /// How often an attach is retried while the JVM is still starting.
 const MAX_ATTACH_RETRIES: u32 = 4;
@@ -144,8 +150,10 @@ impl JavaProfiler {
     }
 
     /// A process was sampled: if it is a JVM not attached yet, load the
-    /// agent into it.
-    pub fn consider(&mut self, pid: u32) {
+    /// agent into it. `image` is the process's memory map as the sample's
+    /// symbolization read it, which saves a second read on first sight
+    /// (later looks read it anew: a starting JVM maps libjvm.so late).
+    pub fn consider(&mut self, pid: u32, image: Option<&ProcessImage>) {
         let Some(to_attach) = &self.to_attach else {
             return;
         };
@@ -155,12 +163,19 @@ impl JavaProfiler {
             Some(Recheck::At { when, .. }) if Instant::now() < *when => return,
             Some(Recheck::At { attempts, .. }) => *attempts,
         };
-        match maps_libjvm(pid) {
+        let is_jvm = match image {
+            Some(image) if attempts == 0 => Some(image.maps_file_named("libjvm.so")),
+            _ => maps_libjvm(pid),
+        };
+        match is_jvm {
             Some(true) => {
                 self.considered.insert(pid, Recheck::Never);
                 if to_attach.send(pid).is_ok() {
                     self.attaching += 1;
                 }
+            }
+            Some(false) if attempts == 0 && age(pid).is_none_or(|age| age > STARTING_AGE) => {
+                self.considered.insert(pid, Recheck::Never);
             }
             Some(false) => {
                 self.considered.insert(pid, Recheck::after(attempts));
@@ -419,6 +434,24 @@ fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
     line.split_whitespace().last()?.parse().ok()
 }
 
+/// How long process `pid` has been running; `None` if it is gone.
+fn age(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22, start time in clock ticks after boot; the fields after the
+    // command name (which may hold spaces and parentheses) start at 3.
+    let (_, after_name) = stat.rsplit_once(')')?;
+    let started_ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    // SAFETY: sysconf and clock_gettime with a valid out-pointer.
+    let (ticks_per_second, now) = unsafe {
+        let mut now: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
+        (libc::sysconf(libc::_SC_CLK_TCK), now)
+    };
+    let started = Duration::from_secs_f64(started_ticks as f64 / ticks_per_second.max(1) as f64);
+    let now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
+    Some(now.saturating_sub(started))
+}
+
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
 fn maps_libjvm(pid: u32) -> Option<bool> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
@@ -489,4 +522,28 @@ fn monotonic_ns() -> u64 {
     // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn age_is_how_long_a_process_has_run() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("spawning sleep");
+        std::thread::sleep(Duration::from_millis(300));
+        let young = age(child.id()).expect("the child runs");
+        child.kill().expect("killing sleep");
+        child.wait().expect("reaping sleep");
+        assert!(
+            (Duration::from_millis(250)..Duration::from_secs(2)).contains(&young),
+            "a process started 0.3 s ago is {young:?} old"
+        );
+        // pid 1 started with the machine, long before this test.
+        assert!(age(1).expect("init runs") > young);
+        assert_eq!(age(u32::MAX), None);
+    }
 }

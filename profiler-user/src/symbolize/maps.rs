@@ -76,6 +76,18 @@ impl ProcessImage {
         &self.mappings
     }
 
+    /// Whether the process maps a file named `file_name` executable (in
+    /// any directory).
+    pub fn maps_file_named(&self, file_name: &str) -> bool {
+        self.mappings.iter().any(|mapping| {
+            let name = match &mapping.target {
+                MappingTarget::File(file) => &file.name,
+                MappingTarget::Named(name) => name,
+            };
+            name.rsplit('/').next() == Some(file_name)
+        })
+    }
+
     /// Whether `address` is code of a mapped file (the vdso included), not
     /// anonymous memory such as a JIT's code.
     pub fn is_file_code(&self, address: u64) -> bool {
@@ -129,6 +141,11 @@ impl ProcessTable {
     /// Process `pid` exec'd or exited: its next sample needs a new snapshot.
     pub fn forget(&mut self, pid: u32) {
         self.live.remove(&pid);
+    }
+
+    /// The current image of process `pid`, if it was snapshotted.
+    pub fn live_image(&self, pid: u32) -> Option<&ProcessImage> {
+        self.live.get(&pid).map(|&id| &self.images[id])
     }
 
     /// The image behind an id [`Self::image_for`] returned.
