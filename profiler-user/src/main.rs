@@ -8,6 +8,7 @@ mod preflight;
 mod profile;
 mod progress;
 mod record;
+mod rootfs;
 mod sample;
 mod symbolize;
 mod unwind;

@@ -11,10 +11,14 @@
 //!   than `perf record --call-graph dwarf` on the same process.
 //! - The worker threads of a program without frame pointers reach their
 //!   thread start (`clone3;start_thread`).
+//! - The same chain with its CFI only in a separate debug file (stripped
+//!   program, `.gnu_debuglink`) reaches `main` in at least 95% too, and
+//!   not without that file.
 //! - The txt summary reports the share of stacks reaching a root and the
 //!   unwind tables loaded, and counts whole stacks as whole.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -179,6 +183,112 @@ fn deep_chain_without_frame_pointers_reaches_main() {
          either the workload has frame pointers after all or --frame-pointers \
          did not turn the tables off\n{}",
         describe(&fp_stacks, 10)
+    );
+}
+
+/// deep_split with its CFI in `.debug_frame` only, then split as Debian
+/// splits packages: its DWARF moved to `deep_split.debug` next to it,
+/// found through `.gnu_debuglink` (and checked by its CRC32).
+#[test]
+fn stripped_program_with_separate_debug_file_reaches_main() {
+    require_root();
+    let dir = TempDir::new("unwind-debuglink");
+    let workload = Workload::build_with(
+        "deep_split",
+        dir.path(),
+        &[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-g",
+        ],
+    );
+    assert_no_frame_pointers(workload.exe(), DEEP_FUNCTIONS);
+    let exe = workload.exe();
+    let debug = dir.join("deep_split.debug");
+    let tool = |program: &str, args: &[&OsStr]| {
+        let output = Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running {program} (binutils): {e}"));
+        assert!(
+            output.status.success(),
+            "{program} {args:?} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    tool(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            exe.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    tool("strip", &["--strip-debug".as_ref(), exe.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    tool("objcopy", &[link.as_ref(), exe.as_os_str()]);
+    // The premise: no CFI of the program's own functions is left in it.
+    let sections = tool("readelf", &["-SW".as_ref(), exe.as_os_str()]);
+    assert!(
+        !sections.contains(".debug_frame"),
+        "{} still has .debug_frame:\n{sections}",
+        exe.display()
+    );
+
+    let running = workload.spawn(&["60"]);
+    let stacks = record_process(&running, 499, 4.0, &dir.join("debuglink.folded"));
+    let total = total_samples(&stacks);
+    assert!(
+        total > 800,
+        "only {total} samples of a busy process in 4 s at 499 Hz (about 2000 expected)\n{}",
+        describe(&stacks, 15)
+    );
+    let whole = |stacks: &[Stack]| {
+        samples_where(stacks, |s| {
+            s.frames.get(1).is_some_and(|f| f == "_start")
+                && s.frames.iter().any(|f| LIBC_START.contains(&f.as_str()))
+                && s.contains_run(DEEP_CHAIN)
+        })
+    };
+    let reached = whole(&stacks);
+    println!(
+        "with deep_split.debug: {reached} of {total} samples ({:.1}%) run _start;...;{}",
+        percent(reached, total),
+        DEEP_CHAIN.join(";")
+    );
+    assert_fraction(
+        reached,
+        total,
+        0.95,
+        format_args!(
+            "reach _start through {} (the program's CFI is in its separate debug file)\n{}",
+            DEEP_CHAIN.join(";"),
+            describe(&stacks, 15)
+        ),
+    );
+
+    // Without the debug file, the same process's stacks break: the debug
+    // file did the work above.
+    fs::remove_file(&debug).unwrap();
+    let out = dir.join("without.folded");
+    record_to(&args!["-p", running.pid()], 499, 2.0, &out);
+    let without = read_folded(&out);
+    let without_total = total_samples(&without);
+    let without_whole = whole(&without);
+    println!(
+        "without deep_split.debug: {without_whole} of {without_total} samples ({:.1}%) \
+         reach main\n{}",
+        percent(without_whole, without_total),
+        describe(&without, 5)
+    );
+    assert!(
+        without_total > 300 && (without_whole as f64) < 0.5 * without_total as f64,
+        "without its debug file, {without_whole} of {without_total} samples still reach \
+         main: the program has CFI of its own after all\n{}",
+        describe(&without, 10)
     );
 }
 
