@@ -73,7 +73,6 @@ impl Root {
     }
 
     /// This process's own root directory.
-    #[cfg(test)]
     pub fn host() -> io::Result<Self> {
         Self::open(Path::new("/"))
     }

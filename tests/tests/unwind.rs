@@ -14,6 +14,8 @@
 //! - The same chain with its CFI only in a separate debug file (stripped
 //!   program, `.gnu_debuglink`) reaches `main` in at least 95% too, and
 //!   not without that file.
+//! - `stoke tables` lists files' table sizes under the header the bench
+//!   reads, and reports a file that is no ELF file.
 //! - The txt summary reports the share of stacks reaching a root and the
 //!   unwind tables loaded, and counts whole stacks as whole.
 
@@ -27,8 +29,9 @@ use std::thread;
 use std::time::Duration;
 
 use stoke_tests::{
-    args, describe, read_folded, record_args, record_process, record_to, require_root,
-    samples_where, stacks_of_thread, total_samples, Stack, Stoke, TempDir, Workload,
+    args, contains_word, describe, read_folded, record_args, record_process, record_to,
+    require_root, samples_where, stacks_of_thread, stoke_bin, total_samples, Stack, Stoke, TempDir,
+    Workload,
 };
 
 /// Optimized, and no frame pointer in any function: only unwind tables can
@@ -290,6 +293,98 @@ fn stripped_program_with_separate_debug_file_reaches_main() {
          main: the program has CFI of its own after all\n{}",
         describe(&without, 10)
     );
+}
+
+/// `stoke tables`: a header whose first columns the bench reads by name,
+/// a line per file, a total; a file that is no ELF file gets one error
+/// line, and the exit status says so.
+#[test]
+fn tables_command_lists_files_and_refuses_non_elf() {
+    let libc = library_path("libc.so.6");
+    let output = Command::new(stoke_bin())
+        .arg("tables")
+        .arg(&libc)
+        .arg(XZ)
+        .output()
+        .expect("running stoke tables");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "stoke tables failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{stdout}");
+    let lines: Vec<Vec<&str>> = stdout.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(lines.len(), 4, "header, two files, total:\n{stdout}");
+    let header = &lines[0];
+    assert_eq!(
+        header[..4],
+        ["file", "rows", "bytes", "compile_ms"],
+        "{stdout}"
+    );
+    assert!(header.iter().all(|column| !column.is_empty()));
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let number = |line: &[&str], name: &str| -> f64 {
+        line[column(name)]
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number in {line:?}"))
+    };
+    assert_eq!(lines[1][0], libc.display().to_string());
+    assert_eq!(lines[2][0], XZ);
+    assert_eq!(lines[3][0], "total");
+    for line in &lines[1..] {
+        assert_eq!(line.len(), header.len(), "{line:?}");
+        let rows = number(line, "rows");
+        assert!(rows > 100.0, "{line:?}");
+        // 12-byte rows, 16 in the BPF array map.
+        assert_eq!(number(line, "bytes"), rows * 16.0, "{line:?}");
+        assert!(number(line, "compile_ms") > 0.0, "{line:?}");
+        let decimals = line[column("compile_ms")]
+            .split_once('.')
+            .map(|(_, d)| d.len());
+        assert_eq!(decimals, Some(2), "{line:?}");
+    }
+    for name in ["rows", "bytes"] {
+        assert_eq!(
+            number(&lines[3], name),
+            number(&lines[1], name) + number(&lines[2], name)
+        );
+    }
+    let ms_sum = number(&lines[1], "compile_ms") + number(&lines[2], "compile_ms");
+    assert!((number(&lines[3], "compile_ms") - ms_sum).abs() < 0.015);
+    // libc6-dbg's debug file, found by build ID.
+    assert!(
+        lines[1][column("debug_file")].starts_with("/usr/lib/debug/.build-id/"),
+        "{stdout}"
+    );
+
+    let output = Command::new(stoke_bin())
+        .args(["tables", "/etc/passwd"])
+        .arg(&libc)
+        .args(["/nonexistent/libfoo.so"])
+        .output()
+        .expect("running stoke tables");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    let errors: Vec<&str> = stderr.lines().collect();
+    assert_eq!(errors.len(), 2, "one line per bad file:\n{stderr}");
+    assert!(
+        errors[0].starts_with("stoke: error: /etc/passwd: ") && contains_word(errors[0], "ELF"),
+        "{stderr}"
+    );
+    assert!(
+        errors[1].starts_with("stoke: error: /nonexistent/libfoo.so: ")
+            && contains_word(errors[1], "No such file or directory"),
+        "{stderr}"
+    );
+    // The good file is still listed.
+    let files: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.split('\t').next())
+        .collect();
+    assert_eq!(files, ["file", &libc.display().to_string(), "total"]);
 }
 
 #[test]

@@ -5,11 +5,13 @@
 //!
 //! [`table`] compiles a file's CFI, with its separate debug file's that
 //! [`debug_file`] finds, [`loader`] puts the tables of the sampled
-//! processes where the BPF unwinder finds them, and, for tests,
+//! processes where the BPF unwinder finds them, [`inspect`] is
+//! `stoke tables`, and, for tests,
 //! `unwind` is a reference unwinder that applies the rows the way the BPF
 //! side does.
 
 pub mod debug_file;
+pub mod inspect;
 pub mod loader;
 pub mod table;
 
