@@ -94,25 +94,31 @@ impl Root {
     /// Opens the regular file at `path` (absolute or not, both taken from
     /// this root) for reading. Symlinks are followed, but inside the root
     /// (an absolute target starts at it, `..` stops at it); `/proc` magic
-    /// links are refused. Neither blocks on a FIFO nor opens a device.
+    /// links are refused. Anything but a regular file is refused before it
+    /// is opened for reading: a FIFO would block, and opening some devices
+    /// has effects (a watchdog arms itself).
     pub fn open_file(&self, path: &Path) -> io::Result<File> {
         let name = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))?;
-        let fd = openat2(
+        let handle = File::from(openat2(
             self.0.as_fd(),
             &name,
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK,
+            libc::O_PATH | libc::O_CLOEXEC,
             0,
             libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
-        )?;
-        let file = File::from(fd);
-        if !file.metadata()?.is_file() {
+        )?);
+        if !handle.metadata()?.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "not a regular file",
             ));
         }
-        Ok(file)
+        // Reopening the very inode the O_PATH descriptor holds: no lookup
+        // by name happens again.
+        File::options()
+            .read(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
     }
 }
 
@@ -146,6 +152,18 @@ mod tests {
         // /proc is not in the root; a directory is no file.
         assert!(read("magic").is_err());
         assert_eq!(read("/etc"), Err(io::ErrorKind::InvalidInput));
+        // Neither waits for a FIFO's writer nor opens a device.
+        let fifo = CString::new(dir.join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert_eq!(read("fifo"), Err(io::ErrorKind::InvalidInput));
+        let device = CString::new(dir.join("null").as_os_str().as_bytes()).unwrap();
+        // SAFETY: as above; /dev/null's numbers. Creating a device node
+        // needs root: without it, nothing to check.
+        if unsafe { libc::mknod(device.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) } == 0
+        {
+            assert_eq!(read("null"), Err(io::ErrorKind::InvalidInput));
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
