@@ -28,6 +28,26 @@ pub enum Command {
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: PathBuf,
     },
+    /// Compile ELF files' unwind tables as `stoke record` does, and print
+    /// their cost.
+    ///
+    /// Separate debug files are looked up as a recording looks them up, by
+    /// build ID and `.gnu_debuglink`, on this host. Prints a header, then one tab-separated line per file: `file`,
+    /// `rows`, `bytes` (what the rows take in the BPF map), `compile_ms`
+    /// (reading and compiling), FDE counts, unsupported rows and the debug
+    /// file read (`-` if none); then a `total` line. A file that cannot be
+    /// read or is no x86_64 ELF file gets a `stoke: error:` line on stderr
+    /// instead; the other files are still listed, and stoke exits with
+    /// status 1.
+    Tables(TablesArgs),
+}
+
+/// Arguments of `stoke tables`.
+#[derive(Debug, Args)]
+pub struct TablesArgs {
+    /// ELF files (executables, shared libraries).
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
 }
 
 /// Arguments of `stoke record`.

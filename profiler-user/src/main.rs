@@ -8,6 +8,7 @@ mod preflight;
 mod profile;
 mod progress;
 mod record;
+mod rootfs;
 mod sample;
 mod symbolize;
 mod unwind;
@@ -26,6 +27,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Record(args) => record::run(args),
         Command::Agent { output } => jvm::profiler::write_agent(output),
+        // Reports its own errors, one line per file.
+        Command::Tables(args) => return unwind::inspect::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,10 +11,16 @@
 //!   than `perf record --call-graph dwarf` on the same process.
 //! - The worker threads of a program without frame pointers reach their
 //!   thread start (`clone3;start_thread`).
+//! - The same chain with its CFI only in a separate debug file (stripped
+//!   program, `.gnu_debuglink`) reaches `main` in at least 95% too, and
+//!   not without that file.
+//! - `stoke tables` lists files' table sizes under the header the bench
+//!   reads, and reports a file that is no ELF file.
 //! - The txt summary reports the share of stacks reaching a root and the
 //!   unwind tables loaded, and counts whole stacks as whole.
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -23,8 +29,9 @@ use std::thread;
 use std::time::Duration;
 
 use stoke_tests::{
-    args, describe, read_folded, record_args, record_process, record_to, require_root,
-    samples_where, stacks_of_thread, total_samples, Stack, Stoke, TempDir, Workload,
+    args, contains_word, describe, read_folded, record_args, record_process, record_to,
+    require_root, samples_where, stacks_of_thread, stoke_bin, total_samples, Stack, Stoke, TempDir,
+    Workload,
 };
 
 /// Optimized, and no frame pointer in any function: only unwind tables can
@@ -180,6 +187,204 @@ fn deep_chain_without_frame_pointers_reaches_main() {
          did not turn the tables off\n{}",
         describe(&fp_stacks, 10)
     );
+}
+
+/// deep_split with its CFI in `.debug_frame` only, then split as Debian
+/// splits packages: its DWARF moved to `deep_split.debug` next to it,
+/// found through `.gnu_debuglink` (and checked by its CRC32).
+#[test]
+fn stripped_program_with_separate_debug_file_reaches_main() {
+    require_root();
+    let dir = TempDir::new("unwind-debuglink");
+    let workload = Workload::build_with(
+        "deep_split",
+        dir.path(),
+        &[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-g",
+        ],
+    );
+    assert_no_frame_pointers(workload.exe(), DEEP_FUNCTIONS);
+    let exe = workload.exe();
+    let debug = dir.join("deep_split.debug");
+    let tool = |program: &str, args: &[&OsStr]| {
+        let output = Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running {program} (binutils): {e}"));
+        assert!(
+            output.status.success(),
+            "{program} {args:?} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    tool(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            exe.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    tool("strip", &["--strip-debug".as_ref(), exe.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    tool("objcopy", &[link.as_ref(), exe.as_os_str()]);
+    // The premise: no CFI of the program's own functions is left in it.
+    let sections = tool("readelf", &["-SW".as_ref(), exe.as_os_str()]);
+    assert!(
+        !sections.contains(".debug_frame"),
+        "{} still has .debug_frame:\n{sections}",
+        exe.display()
+    );
+
+    let running = workload.spawn(&["60"]);
+    let stacks = record_process(&running, 499, 4.0, &dir.join("debuglink.folded"));
+    let total = total_samples(&stacks);
+    assert!(
+        total > 800,
+        "only {total} samples of a busy process in 4 s at 499 Hz (about 2000 expected)\n{}",
+        describe(&stacks, 15)
+    );
+    let whole = |stacks: &[Stack]| {
+        samples_where(stacks, |s| {
+            s.frames.get(1).is_some_and(|f| f == "_start")
+                && s.frames.iter().any(|f| LIBC_START.contains(&f.as_str()))
+                && s.contains_run(DEEP_CHAIN)
+        })
+    };
+    let reached = whole(&stacks);
+    println!(
+        "with deep_split.debug: {reached} of {total} samples ({:.1}%) run _start;...;{}",
+        percent(reached, total),
+        DEEP_CHAIN.join(";")
+    );
+    assert_fraction(
+        reached,
+        total,
+        0.95,
+        format_args!(
+            "reach _start through {} (the program's CFI is in its separate debug file)\n{}",
+            DEEP_CHAIN.join(";"),
+            describe(&stacks, 15)
+        ),
+    );
+
+    // Without the debug file, the same process's stacks break: the debug
+    // file did the work above.
+    fs::remove_file(&debug).unwrap();
+    let out = dir.join("without.folded");
+    record_to(&args!["-p", running.pid()], 499, 2.0, &out);
+    let without = read_folded(&out);
+    let without_total = total_samples(&without);
+    let without_whole = whole(&without);
+    println!(
+        "without deep_split.debug: {without_whole} of {without_total} samples ({:.1}%) \
+         reach main\n{}",
+        percent(without_whole, without_total),
+        describe(&without, 5)
+    );
+    assert!(
+        without_total > 300 && (without_whole as f64) < 0.5 * without_total as f64,
+        "without its debug file, {without_whole} of {without_total} samples still reach \
+         main: the program has CFI of its own after all\n{}",
+        describe(&without, 10)
+    );
+}
+
+/// `stoke tables`: a header whose first columns the bench reads by name,
+/// a line per file, a total; a file that is no ELF file gets one error
+/// line, and the exit status says so.
+#[test]
+fn tables_command_lists_files_and_refuses_non_elf() {
+    let libc = library_path("libc.so.6");
+    let output = Command::new(stoke_bin())
+        .arg("tables")
+        .arg(&libc)
+        .arg(XZ)
+        .output()
+        .expect("running stoke tables");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "stoke tables failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{stdout}");
+    let lines: Vec<Vec<&str>> = stdout.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(lines.len(), 4, "header, two files, total:\n{stdout}");
+    let header = &lines[0];
+    assert_eq!(
+        header[..4],
+        ["file", "rows", "bytes", "compile_ms"],
+        "{stdout}"
+    );
+    assert!(header.iter().all(|column| !column.is_empty()));
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let number = |line: &[&str], name: &str| -> f64 {
+        line[column(name)]
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number in {line:?}"))
+    };
+    assert_eq!(lines[1][0], libc.display().to_string());
+    assert_eq!(lines[2][0], XZ);
+    assert_eq!(lines[3][0], "total");
+    for line in &lines[1..] {
+        assert_eq!(line.len(), header.len(), "{line:?}");
+        let rows = number(line, "rows");
+        assert!(rows > 100.0, "{line:?}");
+        // 12-byte rows, 16 in the BPF array map.
+        assert_eq!(number(line, "bytes"), rows * 16.0, "{line:?}");
+        assert!(number(line, "compile_ms") > 0.0, "{line:?}");
+        let decimals = line[column("compile_ms")]
+            .split_once('.')
+            .map(|(_, d)| d.len());
+        assert_eq!(decimals, Some(2), "{line:?}");
+    }
+    for name in ["rows", "bytes"] {
+        assert_eq!(
+            number(&lines[3], name),
+            number(&lines[1], name) + number(&lines[2], name)
+        );
+    }
+    let ms_sum = number(&lines[1], "compile_ms") + number(&lines[2], "compile_ms");
+    assert!((number(&lines[3], "compile_ms") - ms_sum).abs() < 0.015);
+    // libc6-dbg's debug file, found by build ID.
+    assert!(
+        lines[1][column("debug_file")].starts_with("/usr/lib/debug/.build-id/"),
+        "{stdout}"
+    );
+
+    let output = Command::new(stoke_bin())
+        .args(["tables", "/etc/passwd"])
+        .arg(&libc)
+        .args(["/nonexistent/libfoo.so"])
+        .output()
+        .expect("running stoke tables");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    let errors: Vec<&str> = stderr.lines().collect();
+    assert_eq!(errors.len(), 2, "one line per bad file:\n{stderr}");
+    assert!(
+        errors[0].starts_with("stoke: error: /etc/passwd: ") && contains_word(errors[0], "ELF"),
+        "{stderr}"
+    );
+    assert!(
+        errors[1].starts_with("stoke: error: /nonexistent/libfoo.so: ")
+            && contains_word(errors[1], "No such file or directory"),
+        "{stderr}"
+    );
+    // The good file is still listed.
+    let files: Vec<&str> = stdout
+        .lines()
+        .filter_map(|line| line.split('\t').next())
+        .collect();
+    assert_eq!(files, ["file", &libc.display().to_string(), "total"]);
 }
 
 #[test]

@@ -35,6 +35,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::rootfs::openat2;
+
 /// How long a JVM gets to start its attach listener after SIGQUIT.
 const LISTENER_START_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first wait for the listener's socket; later waits grow to `POLL_MAX`.
@@ -1180,53 +1182,6 @@ fn check_syscall(result: libc::c_long) -> io::Result<libc::c_long> {
 
 // ---------------------------------------------------------------------------
 // Files in the JVM's /tmp, written as the JVM's user
-
-/// `openat2(2)`'s `struct open_how` (libc's is not constructible).
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-/// `openat2` relative to `dir`, retrying when the kernel asks to (EAGAIN:
-/// a rename raced a scoped lookup).
-fn openat2(
-    dir: BorrowedFd,
-    path: &CStr,
-    flags: libc::c_int,
-    mode: libc::mode_t,
-    resolve: u64,
-) -> io::Result<OwnedFd> {
-    let how = OpenHow {
-        flags: u64::from(flags.unsigned_abs()),
-        mode: u64::from(mode),
-        resolve,
-    };
-    let mut retries = 16;
-    loop {
-        // SAFETY: `path` and `how` outlive the call, which gets how's size.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir.as_raw_fd(),
-                path.as_ptr(),
-                std::ptr::from_ref(&how),
-                size_of::<OpenHow>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: a new descriptor nothing else owns.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
-        }
-        let error = io::Error::last_os_error();
-        let again = matches!(error.raw_os_error(), Some(libc::EAGAIN | libc::EINTR));
-        if !again || retries == 0 {
-            return Err(error);
-        }
-        retries -= 1;
-    }
-}
 
 fn c_name(name: &str) -> Result<CString, AttachError> {
     CString::new(name).map_err(|_| AttachError::InvalidRequest(format!("a NUL byte in {name:?}")))

@@ -19,6 +19,8 @@ use std::{
 
 use procfs::process::{MMPermissions, MMapPath, Process};
 
+use crate::rootfs::Root;
+
 /// A file some process mapped executable, held open.
 #[derive(Debug)]
 pub struct MappedFile {
@@ -27,6 +29,17 @@ pub struct MappedFile {
     pub key: (u64, u64),
     /// The file's name as the process saw it, for frames that have no symbol.
     pub name: Arc<str>,
+    /// Where the file is in the filesystem of the first process seen mapping
+    /// it; `None` for the vdso.
+    pub origin: Option<FileOrigin>,
+}
+
+/// A mapped file's path, and the root directory it is a path in.
+#[derive(Debug)]
+pub struct FileOrigin {
+    pub root: Arc<Root>,
+    /// As `/proc/PID/maps` shows it (the file may have been deleted since).
+    pub path: PathBuf,
 }
 
 impl MappedFile {
@@ -173,6 +186,8 @@ impl ProcessTable {
         let Ok(maps) = process.maps() else {
             return image;
         };
+        // Opened at the first file not seen before.
+        let mut root: Option<Option<Arc<Root>>> = None;
         for map in maps {
             if !map.perms.contains(MMPermissions::EXECUTE) {
                 continue;
@@ -181,7 +196,7 @@ impl ProcessTable {
             let target = match &map.pathname {
                 MMapPath::Path(path) => {
                     let key = (device_number(map.dev), map.inode);
-                    match self.open_mapped(pid, start, end, path, key) {
+                    match self.open_mapped(pid, start, end, path, key, &mut root) {
                         Some(file) => MappingTarget::File(file),
                         None => MappingTarget::Named(base_name(path).into()),
                     }
@@ -214,15 +229,24 @@ impl ProcessTable {
         end: u64,
         path: &Path,
         key: (u64, u64),
+        root: &mut Option<Option<Arc<Root>>>,
     ) -> Option<Arc<MappedFile>> {
         if let Some(file) = self.files.get(&key) {
             return Some(file.clone());
         }
         let file = File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}")).ok()?;
+        let origin = root
+            .get_or_insert_with(|| Root::of_process(pid).ok().map(Arc::new))
+            .clone()
+            .map(|root| FileOrigin {
+                root,
+                path: path.to_owned(),
+            });
         let mapped = Arc::new(MappedFile {
             file,
             key,
             name: base_name(path).into(),
+            origin,
         });
         self.files.insert(key, mapped.clone());
         Some(mapped)
@@ -258,6 +282,7 @@ fn copy_own_vdso() -> io::Result<MappedFile> {
         // No device has this number: the vdso is a file of its own kind.
         key: (u64::MAX, 0),
         name: "[vdso]".into(),
+        origin: None,
     })
 }
 

@@ -17,14 +17,14 @@ use std::{
         Arc,
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use profiler_common::unwind::{Mapping, ProcessMappings, UnwindRow, MAX_MAPPINGS};
 
-use super::table::{self, UnwindTable};
+use super::{debug_file, table::UnwindTable};
 use crate::symbolize::maps::{MappedFile, MappingTarget, ProcessImage};
 
 /// Bytes of one row in the array map: the kernel rounds values up to 8.
@@ -32,6 +32,16 @@ const ROW_STRIDE: usize = size_of::<UnwindRow>().next_multiple_of(8);
 
 /// Rows of one file the BPF binary search can handle (25 steps).
 const MAX_FILE_ROWS: usize = 1 << 24;
+
+/// Bytes that `rows` rows take in the map.
+pub fn map_bytes(rows: usize) -> usize {
+    rows * ROW_STRIDE
+}
+
+/// Whether a recording loads a table (one it could search, that has rows).
+pub fn loadable(table: &UnwindTable) -> bool {
+    !table.rows.is_empty() && table.rows.len() < MAX_FILE_ROWS
+}
 
 /// One executable mapping to load.
 struct ExecMapping {
@@ -54,6 +64,8 @@ enum Request {
 pub struct UnwindSummary {
     /// Files whose tables were compiled and loaded.
     pub files: usize,
+    /// Of those, the files whose separate debug file was read.
+    pub debug_files: usize,
     /// Files without usable CFI (their frames walk frame pointers).
     pub files_without_table: usize,
     /// Files left out because the rows map was full.
@@ -197,13 +209,14 @@ impl Worker {
     }
 
     fn compile_and_load(&mut self, file: &MappedFile) -> Option<(LoadedFile, UnwindTable)> {
-        let started = Instant::now();
-        let table = std::fs::read(file.path())
-            .ok()
-            .and_then(|bytes| table::compile(&bytes).ok())
-            .filter(|table| !table.rows.is_empty() && table.rows.len() < MAX_FILE_ROWS);
-        self.summary.compile_time += started.elapsed();
-        let Some(table) = table else {
+        let origin = file.origin.as_ref();
+        let (table, elapsed) = debug_file::read_and_compile(
+            &file.path(),
+            origin.map(|origin| &*origin.root),
+            origin.map(|origin| origin.path.as_path()),
+        );
+        self.summary.compile_time += elapsed;
+        let Some(table) = table.ok().filter(loadable) else {
             self.summary.files_without_table += 1;
             return None;
         };
@@ -214,7 +227,8 @@ impl Worker {
         self.summary.files += 1;
         self.summary.rows += table.rows.len();
         self.summary.skipped_fdes += table.stats.skipped_fdes;
-        self.summary.bytes += table.rows.len() * ROW_STRIDE;
+        self.summary.bytes += map_bytes(table.rows.len());
+        self.summary.debug_files += usize::from(table.debug_file.is_some());
         let loaded = LoadedFile {
             rows_start,
             rows_count: table.rows.len() as u32,

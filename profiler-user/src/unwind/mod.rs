@@ -3,14 +3,20 @@
 //! unwinder binary-searches per PC, the OpenTelemetry eBPF profiler's
 //! approach.
 //!
-//! [`table`] compiles a file's CFI, [`loader`] puts the tables of the
-//! sampled processes where the BPF unwinder finds them, and, for tests,
+//! [`table`] compiles a file's CFI, with its separate debug file's that
+//! [`debug_file`] finds, [`loader`] puts the tables of the sampled
+//! processes where the BPF unwinder finds them, [`inspect`] is
+//! `stoke tables`, and, for tests,
 //! `unwind` is a reference unwinder that applies the rows the way the BPF
 //! side does.
 
+pub mod debug_file;
+pub mod inspect;
 pub mod loader;
 pub mod table;
 
+#[cfg(test)]
+mod debug_file_tests;
 #[cfg(test)]
 mod tests;
 

@@ -1,5 +1,6 @@
 //! The row format and its compiler: one ELF file's `.eh_frame` and
-//! `.debug_frame` become a sorted array of [`UnwindRow`]s.
+//! `.debug_frame`, and its separate debug file's `.debug_frame` (possibly
+//! compressed), become a sorted array of [`UnwindRow`]s.
 //!
 //! DWARF CFI is a bytecode program per function (an FDE) that a debugger
 //! runs to build a table "at this PC, the caller's registers are here". A BPF
@@ -10,7 +11,7 @@
 //! rather than dropped, so that a lookup never silently applies the rule of a
 //! neighbouring function.
 
-use std::collections::HashMap;
+use std::{borrow::Cow, collections::HashMap, io::Read, path::PathBuf};
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice,
@@ -19,9 +20,11 @@ use gimli::{
 };
 use object::{
     elf,
-    read::elf::{ElfFile64, ProgramHeader},
-    Object, ObjectSection,
+    read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader},
+    CompressedData, CompressionFormat, Object, ObjectSection, ReadCache, ReadRef,
 };
+
+use super::debug_file::{DebugFile, DebugLinks};
 
 /// x86_64 DWARF register numbers (System V psABI, "DWARF Register Number
 /// Mapping").
@@ -71,6 +74,9 @@ pub struct UnwindTable {
     pub base: u64,
     /// What compiling counted.
     pub stats: TableStats,
+    /// The separate debug file whose `.debug_frame` was read, as a path
+    /// inside the root it was found in.
+    pub debug_file: Option<PathBuf>,
     /// The file's `PT_LOAD` segments, to turn a mapping's file offset into a
     /// virtual address (the load bias of a mapping).
     segments: Vec<LoadSegment>,
@@ -79,23 +85,33 @@ pub struct UnwindTable {
 /// What compiling one file counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableStats {
-    /// FDEs found in `.eh_frame` and `.debug_frame`.
+    /// FDEs found in `.eh_frame` and `.debug_frame` (the file's own and
+    /// its separate debug file's).
     pub fdes: usize,
     /// Of those, the FDEs of `.debug_frame` that made it into the table
     /// (the others describe functions `.eh_frame` already covers).
     pub debug_frame_fdes: usize,
+    /// Of `debug_frame_fdes`, those from the separate debug file.
+    pub debug_file_fdes: usize,
     /// FDEs that gimli could not parse or evaluate: left out, as if the file
     /// had no CFI there.
     pub skipped_fdes: usize,
     /// FDEs left out on purpose: empty, outside the executable segments
     /// (entries of functions the linker discarded), or describing addresses
-    /// another FDE already covers (`.debug_frame` repeating `.eh_frame`).
+    /// another FDE already covers (`.debug_frame` repeating `.eh_frame`:
+    /// a `.debug_frame` FDE overlapping an `.eh_frame` one is left out).
     pub discarded_fdes: usize,
     /// Sections whose list of entries could not be walked to its end (a
     /// malformed length): what followed the error is missing.
     pub section_errors: usize,
-    /// `.debug_frame` sections left out because they are compressed.
-    pub compressed_sections: usize,
+    /// Compressed `.debug_frame` sections (`SHF_COMPRESSED`) read.
+    pub decompressed_sections: usize,
+    /// Compressed `.debug_frame` sections left out: an unknown format,
+    /// corrupt data, or more than [`MAX_SECTION_BYTES`] once decompressed.
+    pub decompression_errors: usize,
+    /// A separate debug file was found but left out: not an x86_64 ELF
+    /// file, another build ID than the file's, or a malformed section table.
+    pub debug_file_errors: usize,
     /// Rows that gimli's evaluation of the kept FDEs produced, before
     /// merging.
     pub raw_rows: usize,
@@ -175,6 +191,8 @@ struct Fde {
 enum Source {
     EhFrame,
     DebugFrame,
+    /// The `.debug_frame` of the separate debug file.
+    DebugFile,
 }
 
 /// A row as gimli gave it, with its full address.
@@ -190,10 +208,28 @@ struct Collected {
     stats: TableStats,
 }
 
-/// Compiles the unwind table of an ELF file: its `.eh_frame` and, when
-/// present and uncompressed, `.debug_frame`. Errors only when the file is no
-/// x86_64 ELF file at all; malformed CFI leaves out what it spoils.
+/// The largest `.debug_frame` section read once decompressed: far above
+/// any real one (libjvm.so's `.eh_frame`, among the largest, is 1.5 MB),
+/// low enough that a forged size cannot exhaust memory.
+pub const MAX_SECTION_BYTES: u64 = 256 << 20;
+
+/// Compiles the unwind table of an ELF file from its own sections: its
+/// `.eh_frame` and `.debug_frame`. Errors only when the file is no x86_64
+/// ELF file at all; malformed CFI leaves out what it spoils.
+#[cfg(test)]
 pub fn compile(elf_bytes: &[u8]) -> Result<UnwindTable, CompileError> {
+    compile_with(elf_bytes, |_| None)
+}
+
+/// Like [`compile`], adding the `.debug_frame` of the file's separate
+/// debug file, which `find_debug_file` finds from what the file says of
+/// it (build ID, `.gnu_debuglink`). The debug file is hostile input: a
+/// malformed one is counted in [`TableStats::debug_file_errors`] and leaves
+/// the table as the file's own sections make it.
+pub fn compile_with(
+    elf_bytes: &[u8],
+    find_debug_file: impl FnOnce(&DebugLinks<'_>) -> Option<DebugFile>,
+) -> Result<UnwindTable, CompileError> {
     let file = ElfFile64::<object::Endianness>::parse(elf_bytes)?;
     if file.architecture() != object::Architecture::X86_64 || !file.is_little_endian() {
         return Err(CompileError::Architecture(file.architecture()));
@@ -253,26 +289,201 @@ pub fn compile(elf_bytes: &[u8]) -> Result<UnwindTable, CompileError> {
         }
     }
     if let Some(section) = file.section_by_name(".debug_frame") {
-        match section.compressed_data() {
-            Ok(data) if data.format == object::CompressionFormat::None => {
-                let mut debug_frame = DebugFrame::new(data.data, LittleEndian);
-                debug_frame.set_address_size(8);
-                collect(
-                    &debug_frame,
-                    &bases,
-                    Source::DebugFrame,
-                    &segments,
-                    &mut context,
-                    &mut collected,
-                );
-            }
-            // Compressed debug sections come with separate debug files,
-            // which a later step reads; this crate is built without zlib.
-            Ok(_) => collected.stats.compressed_sections += 1,
-            Err(_) => collected.stats.section_errors += 1,
+        let header = section.elf_section_header();
+        if let Some(data) = debug_frame_bytes(header, endian, elf_bytes, &mut collected.stats) {
+            collect_debug_frame(
+                &data,
+                &bases,
+                Source::DebugFrame,
+                &segments,
+                &mut context,
+                &mut collected,
+            );
         }
     }
-    Ok(assemble(collected, segments))
+
+    // The separate debug file is looked for whenever the file names one,
+    // not only when its own CFI leaves code uncovered: telling that apart
+    // would need the extent of every function, which a stripped file does
+    // not have, and code outside every FDE (alignment padding, PLT stubs
+    // without CFI, hand-written assembly) is normal. A lookup costs a few
+    // failed opens when no debug file is installed; when one is, FDEs of
+    // its `.debug_frame` that overlap the file's own are not evaluated
+    // (see `collect`).
+    let links = DebugLinks {
+        build_id: file.build_id().ok().flatten(),
+        debuglink: file.gnu_debuglink().ok().flatten(),
+    };
+    let mut debug_file = None;
+    if links.build_id.is_some() || links.debuglink.is_some() {
+        if let Some(found) = find_debug_file(&links) {
+            let cache = ReadCache::new(found.file);
+            match separate_debug_frame(&cache, links.build_id, &mut collected.stats) {
+                Ok(data) => {
+                    if let Some(data) = data {
+                        collect_debug_frame(
+                            &data,
+                            &bases,
+                            Source::DebugFile,
+                            &segments,
+                            &mut context,
+                            &mut collected,
+                        );
+                    }
+                    debug_file = Some(found.path);
+                }
+                Err(()) => collected.stats.debug_file_errors += 1,
+            }
+        }
+    }
+    let mut table = assemble(collected, segments);
+    table.debug_file = debug_file;
+    Ok(table)
+}
+
+/// Collects a `.debug_frame` section's FDEs.
+fn collect_debug_frame(
+    data: &[u8],
+    bases: &BaseAddresses,
+    source: Source,
+    segments: &[LoadSegment],
+    context: &mut UnwindContext<usize>,
+    collected: &mut Collected,
+) {
+    let mut debug_frame = DebugFrame::new(data, LittleEndian);
+    debug_frame.set_address_size(8);
+    collect(&debug_frame, bases, source, segments, context, collected);
+}
+
+/// Decompresses a `SHF_COMPRESSED` section (zlib or zstd), refusing more
+/// than [`MAX_SECTION_BYTES`] and any size other than the header's.
+fn decompress(data: &CompressedData<'_>) -> Result<Vec<u8>, ()> {
+    if data.uncompressed_size > MAX_SECTION_BYTES {
+        return Err(());
+    }
+    let size = usize::try_from(data.uncompressed_size).map_err(|_| ())?;
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(size).map_err(|_| ())?;
+    // One byte more than announced would be read: more data is an error.
+    let limit = data.uncompressed_size + 1;
+    let read = match data.format {
+        CompressionFormat::Zlib => flate2::read::ZlibDecoder::new(data.data)
+            .take(limit)
+            .read_to_end(&mut bytes),
+        CompressionFormat::Zstandard => zstd::stream::read::Decoder::with_buffer(data.data)
+            .and_then(|decoder| decoder.take(limit).read_to_end(&mut bytes)),
+        _ => return Err(()),
+    };
+    match read {
+        Ok(_) if bytes.len() == size => Ok(bytes),
+        _ => Err(()),
+    }
+}
+
+/// The `.debug_frame` of a separate debug file, decompressed if need be:
+/// `Ok(None)` if it has none, `Err` if it is no x86_64 ELF file or was
+/// built with another build ID than `build_id`. Only the section headers,
+/// the build ID note and `.debug_frame` are read: debug files run to
+/// hundreds of megabytes of other DWARF.
+fn separate_debug_frame<'data, R: ReadRef<'data>>(
+    data: R,
+    build_id: Option<&[u8]>,
+    stats: &mut TableStats,
+) -> Result<Option<Cow<'data, [u8]>>, ()> {
+    let header = elf::FileHeader64::<object::Endianness>::parse(data).map_err(|_| ())?;
+    let endian = header.endian().map_err(|_| ())?;
+    if header.e_machine(endian) != elf::EM_X86_64 || !header.is_little_endian() {
+        return Err(());
+    }
+    let sections = header.sections(endian, data).map_err(|_| ())?;
+    if let Some(expected) = build_id {
+        let mut own = None;
+        for section in sections.iter() {
+            let Some(mut notes) = section.notes(endian, data).map_err(|_| ())? else {
+                continue;
+            };
+            while let Some(note) = notes.next().map_err(|_| ())? {
+                if note.name() == elf::ELF_NOTE_GNU && note.n_type(endian) == elf::NT_GNU_BUILD_ID {
+                    own = Some(note.desc());
+                }
+            }
+        }
+        // gdb accepts a debug file without a build ID; one with another
+        // is of another build.
+        if own.is_some_and(|own| own != expected) {
+            return Err(());
+        }
+    }
+    let Some((_, section)) = sections.section_by_name(endian, b".debug_frame") else {
+        return Ok(None);
+    };
+    Ok(debug_frame_bytes(section, endian, data, stats))
+}
+
+/// The bytes of a `.debug_frame` section, decompressed if need be; `None`
+/// if it has none (`SHT_NOBITS`) or they cannot be read, which `stats`
+/// counts.
+fn debug_frame_bytes<'data, R: ReadRef<'data>>(
+    section: &elf::SectionHeader64<object::Endianness>,
+    endian: object::Endianness,
+    data: R,
+    stats: &mut TableStats,
+) -> Option<Cow<'data, [u8]>> {
+    if section.sh_type(endian) == elf::SHT_NOBITS {
+        return None;
+    }
+    match section.compression(endian, data) {
+        Ok(None) => {
+            let bytes = section
+                .file_range(endian)
+                .filter(|&(_, size)| size <= MAX_SECTION_BYTES)
+                .and_then(|(offset, size)| data.read_bytes_at(offset, size).ok());
+            let Some(bytes) = bytes else {
+                stats.section_errors += 1;
+                return None;
+            };
+            Some(Cow::Borrowed(bytes))
+        }
+        Ok(Some((header, offset, size))) => {
+            let format = match header.ch_type.get(endian) {
+                elf::ELFCOMPRESS_ZLIB => CompressionFormat::Zlib,
+                elf::ELFCOMPRESS_ZSTD => CompressionFormat::Zstandard,
+                _ => CompressionFormat::Unknown,
+            };
+            let bytes = (size <= MAX_SECTION_BYTES)
+                .then(|| data.read_bytes_at(offset, size).ok())
+                .flatten();
+            let Some(bytes) = bytes else {
+                stats.decompression_errors += 1;
+                return None;
+            };
+            let compressed = CompressedData {
+                format,
+                data: bytes,
+                uncompressed_size: header.ch_size.get(endian),
+            };
+            match decompress(&compressed) {
+                Ok(bytes) => {
+                    stats.decompressed_sections += 1;
+                    Some(Cow::Owned(bytes))
+                }
+                Err(()) => {
+                    stats.decompression_errors += 1;
+                    None
+                }
+            }
+        }
+        Err(_) => {
+            // The section's range or its compression header is outside
+            // the file.
+            if section.sh_flags(endian).contains(elf::SHF_COMPRESSED) {
+                stats.decompression_errors += 1;
+            } else {
+                stats.section_errors += 1;
+            }
+            None
+        }
+    }
 }
 
 /// Evaluates every FDE of one section into `collected`.
@@ -284,6 +495,30 @@ fn collect<'data, S: UnwindSection<Slice<'data>>>(
     context: &mut UnwindContext<usize>,
     collected: &mut Collected,
 ) {
+    // What the sections collected before cover. The first section wins
+    // wherever two cover a PC: an FDE that overlaps one of theirs is left
+    // out whole, not evaluated. In real files it repeats that FDE
+    // (`.debug_frame` often repeats all of `.eh_frame`); a partial overlap
+    // is corrupt or forged, and must not override the file's `.eh_frame`.
+    // Sorted by start, with the largest end so far.
+    let mut earlier: Vec<(u64, u64)> = collected
+        .fdes
+        .iter()
+        .map(|fde| (fde.start, fde.end))
+        .collect();
+    earlier.sort_unstable();
+    let mut max_end = 0;
+    for range in &mut earlier {
+        max_end = max_end.max(range.1);
+        range.1 = max_end;
+    }
+    let overlaps_earlier = |start: u64, end: u64| {
+        // Among the FDEs starting before `end`, one ends after `start`.
+        let index = earlier.partition_point(|&(earlier_start, _)| earlier_start < end);
+        index
+            .checked_sub(1)
+            .is_some_and(|index| earlier[index].1 > start)
+    };
     // Most FDEs share a handful of CIEs: parse each once.
     let mut cies: HashMap<usize, CommonInformationEntry<Slice<'data>>> = HashMap::new();
     let mut entries = section.entries(bases);
@@ -316,7 +551,7 @@ fn collect<'data, S: UnwindSection<Slice<'data>>>(
         let executable = segments
             .iter()
             .any(|s| s.executable && start >= s.vaddr && end <= s.vaddr.saturating_add(s.mem_size));
-        if start >= end || !executable {
+        if start >= end || !executable || overlaps_earlier(start, end) {
             collected.stats.discarded_fdes += 1;
             continue;
         }
@@ -531,7 +766,8 @@ fn assemble(collected: Collected, segments: Vec<LoadSegment>) -> UnwindTable {
             }
             push(&mut rows, offset(row.pc), row.rule);
         }
-        stats.debug_frame_fdes += usize::from(fde.source == Source::DebugFrame);
+        stats.debug_frame_fdes += usize::from(fde.source != Source::EhFrame);
+        stats.debug_file_fdes += usize::from(fde.source == Source::DebugFile);
         covered = base + u64::from(end);
     }
     if !rows.is_empty() {
@@ -541,6 +777,7 @@ fn assemble(collected: Collected, segments: Vec<LoadSegment>) -> UnwindTable {
         rows,
         base,
         stats,
+        debug_file: None,
         segments,
     }
 }

@@ -18,12 +18,12 @@ use super::{
     unwind,
 };
 
-const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+pub(super) const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
 const LIBJVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
 const LIBLZMA: &str = "/lib/x86_64-linux-gnu/liblzma.so.5";
 const XZ: &str = "/usr/bin/xz";
 
-fn read(path: &str) -> Vec<u8> {
+pub(super) fn read(path: &str) -> Vec<u8> {
     fs::read(path).unwrap_or_else(|error| panic!("{path}: {error}"))
 }
 
@@ -35,7 +35,7 @@ fn compile_file(path: &str) -> UnwindTable {
 
 /// What the BPF side relies on: sorted rows, no useless row, lookups that
 /// agree with the rows.
-fn check_invariants(table: &UnwindTable) {
+pub(super) fn check_invariants(table: &UnwindTable) {
     for pair in table.rows.windows(2) {
         assert!(pair[0].pc < pair[1].pc, "rows out of order: {pair:?}");
         let same = |a: &UnwindRow, b: &UnwindRow| {
@@ -382,7 +382,7 @@ fn libc_agrees_with_readelf() {
 /// stopping itself inside libc (raise → pthread_kill → tgkill). `b`
 /// realigns its stack, for which GCC keeps the caller's frame address below
 /// RBP (DRAP: CFA = *(RBP - 16), RBP saved at *RBP).
-const STOPPER_C: &str = r#"
+pub(super) const STOPPER_C: &str = r#"
 #include <signal.h>
 #include <string.h>
 
@@ -416,7 +416,7 @@ int main(int argc, char **argv) {
 "#;
 
 /// Removes a test's directory however the test ends.
-struct TempDir(std::path::PathBuf);
+pub(super) struct TempDir(pub(super) std::path::PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
@@ -461,7 +461,7 @@ struct Mapping {
 
 /// Function symbols of a file, from its symbol tables and, when installed
 /// (libc6-dbg), its separate debug file's: `(start, end, name)`.
-fn function_symbols(path: &str) -> Vec<(u64, u64, String)> {
+pub(super) fn function_symbols(path: &str) -> Vec<(u64, u64, String)> {
     let data = read(path);
     let file = ElfFile64::<object::Endianness>::parse(&*data).unwrap();
     let mut symbols = symbols_of(&file);

@@ -97,6 +97,10 @@ fn write_stack_quality(summary: &RecordingSummary, out: &mut dyn Write) -> io::R
                 unwind.processes
             ),
         ),
+        (
+            "Separate debug files read".to_owned(),
+            format!("{} (their .debug_frame)", unwind.debug_files),
+        ),
     ];
     lines.extend(quality.truncated.iter().map(|(reason, samples)| {
         (
