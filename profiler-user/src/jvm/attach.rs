@@ -458,6 +458,7 @@ fn one_line(text: &str) -> String {
 /// not find it again, then the listener is started as for a fresh JVM,
 /// once: a second refusal is [`AttachError::StaleSocket`].
 fn open_connection(handle: &TargetHandle, timeout: Duration) -> Result<UnixStream, AttachError> {
+    handle.check_attach_enabled()?;
     let existing = as_target(&handle.target, || {
         let Some(socket) = find_socket(handle)? else {
             return Ok(AtSocket::Absent);
@@ -885,10 +886,29 @@ impl TargetHandle {
             return Err(AttachError::NotHotSpot { pid });
         }
         let status = ProcStatus::read(pid)?;
+        let (flags, cut) = self.vm_flags()?;
+        sigquit_verdict(pid, status.caught, flags, cut)
+    }
+
+    /// Refuses a JVM started with -XX:+DisableAttachMechanism, before
+    /// anything at its socket name is looked at: it never listens, so
+    /// whatever is there was left by an earlier process with its pid.
+    fn check_attach_enabled(&self) -> Result<(), AttachError> {
+        let pid = self.target.pid;
+        match self.vm_flags()? {
+            (flags, _) if flags.attach_disabled => Err(AttachError::AttachDisabled { pid }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The JVM's options as its launcher and environment give them, and
+    /// whether they were too long to read whole.
+    fn vm_flags(&self) -> Result<(VmFlags, bool), AttachError> {
+        let pid = self.target.pid;
         let (cmdline, cmdline_cut) = read_proc(pid, "cmdline", MAX_ARGS)?;
         let (environ, environ_cut) = read_proc(pid, "environ", MAX_ARGS)?;
         let flags = VmFlags::from_options(launcher_options(&cmdline, &environ));
-        sigquit_verdict(pid, status.caught, flags, cmdline_cut || environ_cut)
+        Ok((flags, cmdline_cut || environ_cut))
     }
 
     /// SIGQUIT through the pidfd: a process that exited since the checks
@@ -2062,7 +2082,14 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
     /// -XX:+DisableAttachMechanism is refused without any signal.
     fn refuses_a_jvm_that_disabled_attach(jdk: &str) {
         let jvm = start_jvm(jdk, &["-XX:+DisableAttachMechanism"], Launch::Root);
+        let files = Cleanup::default();
         let target = JvmTarget::inspect(jvm.pid).unwrap();
+        // What another user's process with this pid left at the socket
+        // name does not change the answer.
+        let leftover = host_path(&target, &format!("/tmp/.java_pid{}", target.ns_pid));
+        fs::write(&leftover, b"").unwrap();
+        files.add(leftover.clone());
+        std::os::unix::fs::chown(&leftover, Some(NOBODY), Some(NOBODY)).unwrap();
         let error = execute(&target, "properties", &[], TIMEOUT).unwrap_err();
         assert!(
             matches!(error, AttachError::AttachDisabled { pid } if pid == jvm.pid),

@@ -193,19 +193,27 @@ fn debuglink_finds_the_debug_file_and_covers_the_program() {
     assert_eq!(without.rows, alone.rows);
 }
 
+/// `prog` built in `dir` and split into `prog` + `prog.debug`, and the
+/// debug file of another build of it (`-O1`): `(prog, its debug file, the
+/// other's debug file)`.
+fn two_builds(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let program = build(dir, "prog", &[]);
+    let debug = dir.join("prog.debug");
+    split(&program, &debug, None);
+    let other_dir = dir.join("other");
+    fs::create_dir(&other_dir).unwrap();
+    let other = build(&other_dir, "prog", &["-O1"]);
+    let other_debug = other_dir.join("prog.debug");
+    split(&other, &other_debug, None);
+    (program, debug, other_debug)
+}
+
 /// A debug file whose CRC32 is not the one `.gnu_debuglink` records (one
 /// of another build) is not read.
 #[test]
 fn debuglink_checksum_mismatch_is_ignored() {
     let dir = temp_dir("crc");
-    let program = build(&dir.0, "prog", &[]);
-    let debug = dir.0.join("prog.debug");
-    split(&program, &debug, None);
-    let other_dir = dir.0.join("other");
-    fs::create_dir(&other_dir).unwrap();
-    let other = build(&other_dir, "prog", &["-O1"]);
-    let other_debug = other_dir.join("prog.debug");
-    split(&other, &other_debug, None);
+    let (program, debug, other_debug) = two_builds(&dir.0);
     // Without its build ID note, only the checksum tells it apart.
     run(
         "objcopy",
@@ -231,14 +239,7 @@ fn debuglink_checksum_mismatch_is_ignored() {
 #[test]
 fn build_id_lookup_stays_in_the_root() {
     let dir = temp_dir("build-id");
-    let program = build(&dir.0, "prog", &[]);
-    let debug = dir.0.join("prog.debug");
-    split(&program, &debug, None);
-    let other_dir = dir.0.join("other");
-    fs::create_dir(&other_dir).unwrap();
-    let other = build(&other_dir, "prog", &["-O1"]);
-    let other_debug = other_dir.join("prog.debug");
-    split(&other, &other_debug, None);
+    let (program, debug, other_debug) = two_builds(&dir.0);
 
     let root = dir.0.join("root");
     let by_id = root.join(build_id_path(&program));
