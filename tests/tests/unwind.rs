@@ -29,9 +29,9 @@ use std::thread;
 use std::time::Duration;
 
 use stoke_tests::{
-    args, contains_word, describe, read_folded, record_args, record_process, record_to,
-    require_root, samples_where, stacks_of_thread, stoke_bin, total_samples, Stack, Stoke, TempDir,
-    Workload,
+    args, contains_word, describe, is_kernel_frame, read_folded, record_args, record_process,
+    record_to, require_root, samples_where, stacks_of, stacks_of_thread, stoke_bin, total_samples,
+    Stack, Stoke, TempDir, Workload,
 };
 
 /// Optimized, and no frame pointer in any function: only unwind tables can
@@ -186,6 +186,63 @@ fn deep_chain_without_frame_pointers_reaches_main() {
          either the workload has frame pointers after all or --frame-pointers \
          did not turn the tables off\n{}",
         describe(&fp_stacks, 10)
+    );
+}
+
+/// A process started while stoke records, with no frame pointers, gets
+/// its unwind tables within its first second: every sample taken after it
+/// (late_leaf() innermost) reaches main().
+#[test]
+fn process_started_mid_recording_has_tables_within_a_second() {
+    let functions = ["main", "early", "late", "early_leaf", "late_leaf"];
+    let (dir, workload) = prepare_no_fp("unwind-late-start", "late_start", &functions);
+    let out = dir.join("late-start.folded");
+    let mut stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 5.0, &out));
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(10));
+    // Returns once the first second is over (the workload says "ready").
+    let running = workload.spawn(&["2.5"]);
+    let root = running.root_frame();
+    stoke.wait_recording(5.0).assert_success();
+
+    let stacks = read_folded(&out);
+    let mine = stacks_of(&stacks, &root);
+    let innermost_user = |stack: &Stack| -> Option<String> {
+        stack.frames[1..]
+            .iter()
+            .rev()
+            .find(|frame| !is_kernel_frame(frame))
+            .cloned()
+    };
+    let phase = |leaf: &'static str, chain: &'static [&'static str]| {
+        let all = samples_where(mine.iter().copied(), |s| {
+            innermost_user(s).as_deref() == Some(leaf)
+        });
+        let whole = samples_where(mine.iter().copied(), |s| {
+            innermost_user(s).as_deref() == Some(leaf) && s.contains_run(chain)
+        });
+        (all, whole)
+    };
+    let (early, early_whole) = phase("early_leaf", &["main", "early", "early_leaf"]);
+    let (late, late_whole) = phase("late_leaf", &["main", "late", "late_leaf"]);
+    println!(
+        "first second: {early_whole} of {early} samples reach main; after it: \
+         {late_whole} of {late} ({:.1}%)",
+        percent(late_whole, late)
+    );
+    assert!(
+        late > 500,
+        "only {late} samples in late_leaf (2.5 s of one busy thread at 499 Hz)\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+    assert_fraction(
+        late_whole,
+        late,
+        0.95,
+        format_args!(
+            "taken after {root}'s first second run main;late;late_leaf: its tables \
+             were not in by then\n{}",
+            describe(mine.iter().copied(), 10)
+        ),
     );
 }
 
