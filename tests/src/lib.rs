@@ -203,6 +203,21 @@ impl Workload {
         }
     }
 
+    /// A copy of the executable in `dir` (another file, the same bytes).
+    ///
+    /// # Panics
+    ///
+    /// If the copy fails.
+    pub fn copy_to(&self, dir: &Path) -> Self {
+        let exe = dir.join(&self.name);
+        fs::copy(&self.exe, &exe)
+            .unwrap_or_else(|e| panic!("copying {} to {}: {e}", self.exe.display(), exe.display()));
+        Workload {
+            name: self.name.clone(),
+            exe,
+        }
+    }
+
     /// The workload's name (its source file's stem).
     pub fn name(&self) -> &str {
         &self.name

@@ -246,6 +246,76 @@ fn process_started_mid_recording_has_tables_within_a_second() {
     );
 }
 
+/// Copies of one build of a file (as in containers of one image) share one
+/// table, compiled once; a file that only claims the same build ID, with
+/// other CFI, does not get that table, and all three unwind to their root.
+#[test]
+fn copies_of_a_build_share_a_table_and_a_forged_build_id_does_not() {
+    require_root();
+    let dir = TempDir::new("unwind-shared-table");
+    let build_id = "-Wl,--build-id=0x5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+    let subdir = |name: &str| {
+        let path = dir.join(name);
+        fs::create_dir(&path).expect("creating a directory");
+        path
+    };
+    let original = Workload::build_with(
+        "deep_split",
+        &subdir("original"),
+        &[NO_FRAME_POINTER_FLAGS, &[build_id]].concat(),
+    );
+    let copy = original.copy_to(&subdir("copy"));
+    let forged = Workload::build_with(
+        "deep_split",
+        &subdir("forged"),
+        &["-O1", "-fomit-frame-pointer", build_id],
+    );
+    for workload in [&original, &forged] {
+        assert_no_frame_pointers(workload.exe(), DEEP_FUNCTIONS);
+    }
+    assert_ne!(
+        fs::read(original.exe()).unwrap(),
+        fs::read(forged.exe()).unwrap(),
+        "-O1 and -O2 built the same file"
+    );
+    let running: Vec<_> = [&original, &copy, &forged]
+        .map(|workload| workload.spawn(&["30"]))
+        .into_iter()
+        .collect();
+    let pids: Vec<String> = running.iter().map(|r| r.pid().to_string()).collect();
+
+    let out = dir.join("shared.txt");
+    record_to(&args!["-p", pids.join(",")], 499, 3.0, &out);
+    let report = fs::read_to_string(&out).expect("reading the txt report");
+    let field = |label: &str| -> Vec<u64> {
+        report
+            .lines()
+            .find_map(|line| line.strip_prefix(label))
+            .unwrap_or_else(|| panic!("no `{label}` line in the report:\n{report}"))
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|word| word.parse().ok())
+            .collect()
+    };
+    let shared = field("Copies sharing a table:");
+    let rooted = field("Native stacks reaching a root:");
+    println!("shared: {shared:?}, reaching a root: {rooted:?}");
+    assert_eq!(
+        shared[0], 1,
+        "the copy (and only the copy) should share the original's table:\n{report}"
+    );
+    let (reached, total) = (rooted[0], rooted[1]);
+    assert!(
+        total > 1500,
+        "only {total} samples of three busy processes in 3 s at 499 Hz:\n{report}"
+    );
+    assert_fraction(
+        reached,
+        total,
+        0.95,
+        format_args!("of the three processes reach their root:\n{report}"),
+    );
+}
+
 /// deep_split with its CFI in `.debug_frame` only, then split as Debian
 /// splits packages: its DWARF moved to `deep_split.debug` next to it,
 /// found through `.gnu_debuglink` (and checked by its CRC32).

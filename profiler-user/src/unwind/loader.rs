@@ -2,14 +2,18 @@
 //! process, on a thread of its own: compiling a large library takes a
 //! moment, and sampling must not wait for it.
 //!
-//! Each file's table is compiled once per recording (files are told apart
-//! by device and inode) and copied into the memory-mapped `unwind_rows`
-//! array; each process gets its sorted executable mappings in
+//! Each file's table is compiled once per recording and copied into the
+//! memory-mapped `unwind_rows` array: files are told apart by device and
+//! inode, and copies of one build of a library (in other containers'
+//! filesystems) share the table of the first copy seen, by build ID and
+//! `.eh_frame` ([`table::Fingerprint`]); each process gets its sorted executable mappings in
 //! `unwind_processes`. Until a process's entry is in, the sampler walks its
 //! frame pointers.
 
 use std::{
     collections::HashMap,
+    fs::File,
+    hash::RandomState,
     os::fd::{AsFd, AsRawFd},
     ptr::NonNull,
     sync::{
@@ -24,7 +28,10 @@ use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use profiler_common::unwind::{Mapping, ProcessMappings, UnwindRow, MAX_MAPPINGS};
 
-use super::{debug_file, table::UnwindTable};
+use super::{
+    debug_file,
+    table::{self, Fingerprint, UnwindTable},
+};
 use crate::symbolize::maps::{MappedFile, MappingTarget, ProcessImage};
 
 /// Bytes of one row in the array map: the kernel rounds values up to 8.
@@ -64,6 +71,8 @@ enum Request {
 pub struct UnwindSummary {
     /// Files whose tables were compiled and loaded.
     pub files: usize,
+    /// Files that shared the table of another copy of the same build.
+    pub shared_files: usize,
     /// Of those, the files whose separate debug file was read.
     pub debug_files: usize,
     /// Files without usable CFI (their frames walk frame pointers).
@@ -102,6 +111,8 @@ impl UnwindLoader {
                     rows,
                     processes,
                     files: HashMap::new(),
+                    builds: HashMap::new(),
+                    hasher: RandomState::new(),
                     summary: UnwindSummary::default(),
                 };
                 for request in incoming {
@@ -151,19 +162,23 @@ impl UnwindLoader {
     }
 }
 
-/// A file's rows in the map.
-#[derive(Clone, Copy)]
+/// A file's rows in the map, and its table (without the rows, which live
+/// in the map) to place them in each process.
 struct LoadedFile {
     rows_start: u32,
     rows_count: u32,
-    base: u64,
+    table: UnwindTable,
 }
 
 struct Worker {
     rows: RowArray,
     processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]>,
     /// By device and inode; `None` for files without a usable table.
-    files: HashMap<(u64, u64), Option<(LoadedFile, UnwindTable)>>,
+    files: HashMap<(u64, u64), Option<Arc<LoadedFile>>>,
+    /// The same, by build.
+    builds: HashMap<Fingerprint, Option<Arc<LoadedFile>>>,
+    /// Keys the `.eh_frame` hashes of fingerprints, secret to this run.
+    hasher: RandomState,
     summary: UnwindSummary,
 }
 
@@ -176,18 +191,19 @@ impl Worker {
         };
         for mapping in mappings.iter().take(MAX_MAPPINGS) {
             let entry = match self.files.get(&mapping.file.key) {
-                Some(entry) => entry,
+                Some(entry) => entry.clone(),
                 None => {
-                    let loaded = self.compile_and_load(&mapping.file);
-                    self.files.entry(mapping.file.key).or_insert(loaded)
+                    let loaded = self.table_of(&mapping.file);
+                    self.files.insert(mapping.file.key, loaded.clone());
+                    loaded
                 }
             };
             let mut row_base = 0;
             let mut rows = (0, 0);
-            if let Some((file, table)) = entry {
-                if let Some(vaddr) = table.vaddr_of_offset(mapping.file_offset) {
+            if let Some(file) = entry {
+                if let Some(vaddr) = file.table.vaddr_of_offset(mapping.file_offset) {
                     // address - row_base = (address - load bias) - base.
-                    row_base = (mapping.start.wrapping_sub(vaddr)).wrapping_add(file.base);
+                    row_base = (mapping.start.wrapping_sub(vaddr)).wrapping_add(file.table.base);
                     rows = (file.rows_start, file.rows_count);
                 }
             }
@@ -208,7 +224,24 @@ impl Worker {
         }
     }
 
-    fn compile_and_load(&mut self, file: &MappedFile) -> Option<(LoadedFile, UnwindTable)> {
+    /// The table of a file not seen before: another copy's of the same
+    /// build, or compiled and loaded now.
+    fn table_of(&mut self, file: &MappedFile) -> Option<Arc<LoadedFile>> {
+        let fingerprint = File::open(file.path())
+            .ok()
+            .and_then(|opened| table::fingerprint(opened, &self.hasher));
+        if let Some(shared) = fingerprint.as_ref().and_then(|f| self.builds.get(f)) {
+            self.summary.shared_files += usize::from(shared.is_some());
+            return shared.clone();
+        }
+        let loaded = self.compile_and_load(file).map(Arc::new);
+        if let Some(fingerprint) = fingerprint {
+            self.builds.insert(fingerprint, loaded.clone());
+        }
+        loaded
+    }
+
+    fn compile_and_load(&mut self, file: &MappedFile) -> Option<LoadedFile> {
         let origin = file.origin.as_ref();
         let (table, elapsed) = debug_file::read_and_compile(
             &file.path(),
@@ -216,7 +249,7 @@ impl Worker {
             origin.map(|origin| origin.path.as_path()),
         );
         self.summary.compile_time += elapsed;
-        let Some(table) = table.ok().filter(loadable) else {
+        let Some(mut table) = table.ok().filter(loadable) else {
             self.summary.files_without_table += 1;
             return None;
         };
@@ -229,12 +262,13 @@ impl Worker {
         self.summary.skipped_fdes += table.stats.skipped_fdes;
         self.summary.bytes += map_bytes(table.rows.len());
         self.summary.debug_files += usize::from(table.debug_file.is_some());
-        let loaded = LoadedFile {
+        let rows_count = table.rows.len() as u32;
+        table.rows = Vec::new();
+        Some(LoadedFile {
             rows_start,
-            rows_count: table.rows.len() as u32,
-            base: table.base,
-        };
-        Some((loaded, table))
+            rows_count,
+            table,
+        })
     }
 }
 

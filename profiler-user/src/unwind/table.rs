@@ -11,7 +11,7 @@
 //! rather than dropped, so that a lookup never silently applies the rule of a
 //! neighbouring function.
 
-use std::{borrow::Cow, collections::HashMap, io::Read, path::PathBuf};
+use std::{borrow::Cow, collections::HashMap, hash::BuildHasher, io::Read, path::PathBuf};
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice,
@@ -20,7 +20,7 @@ use gimli::{
 };
 use object::{
     elf,
-    read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader},
+    read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, SectionTable},
     CompressedData, CompressionFormat, Object, ObjectSection, ReadCache, ReadRef,
 };
 
@@ -397,20 +397,9 @@ fn separate_debug_frame<'data, R: ReadRef<'data>>(
     }
     let sections = header.sections(endian, data).map_err(|_| ())?;
     if let Some(expected) = build_id {
-        let mut own = None;
-        for section in sections.iter() {
-            let Some(mut notes) = section.notes(endian, data).map_err(|_| ())? else {
-                continue;
-            };
-            while let Some(note) = notes.next().map_err(|_| ())? {
-                if note.name() == elf::ELF_NOTE_GNU && note.n_type(endian) == elf::NT_GNU_BUILD_ID {
-                    own = Some(note.desc());
-                }
-            }
-        }
         // gdb accepts a debug file without a build ID; one with another
         // is of another build.
-        if own.is_some_and(|own| own != expected) {
+        if build_id_note(endian, &sections, data)?.is_some_and(|own| own != expected) {
             return Err(());
         }
     }
@@ -418,6 +407,61 @@ fn separate_debug_frame<'data, R: ReadRef<'data>>(
         return Ok(None);
     };
     Ok(debug_frame_bytes(section, endian, data, stats))
+}
+
+/// The GNU build ID note among `sections`, if there is one.
+fn build_id_note<'data, R: ReadRef<'data>>(
+    endian: object::Endianness,
+    sections: &SectionTable<'data, elf::FileHeader64<object::Endianness>, R>,
+    data: R,
+) -> Result<Option<&'data [u8]>, ()> {
+    let mut found = None;
+    for section in sections.iter() {
+        let Some(mut notes) = section.notes(endian, data).map_err(|_| ())? else {
+            continue;
+        };
+        while let Some(note) = notes.next().map_err(|_| ())? {
+            if note.name() == elf::ELF_NOTE_GNU && note.n_type(endian) == elf::NT_GNU_BUILD_ID {
+                found = Some(note.desc());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// What tells copies of one build of a file apart from other files without
+/// compiling them: its build ID and a keyed hash of its `.eh_frame`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Fingerprint {
+    build_id: Vec<u8>,
+    eh_frame_hash: u64,
+}
+
+/// The [`Fingerprint`] of an ELF file, reading only its headers, notes and
+/// `.eh_frame`; `None` without a build ID. The build ID alone would do for
+/// honest files, but any process can forge one: hashing the CFI the table
+/// is compiled from (with `hasher`'s secret keys) keeps a forged copy from
+/// lending its table to the real file.
+pub fn fingerprint(file: std::fs::File, hasher: &impl BuildHasher) -> Option<Fingerprint> {
+    let cache = ReadCache::new(file);
+    let header = elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, &cache).ok()?;
+    let build_id = build_id_note(endian, &sections, &cache).ok()??.to_vec();
+    let eh_frame = match sections.section_by_name(endian, b".eh_frame") {
+        Some((_, section)) if section.sh_type(endian) != elf::SHT_NOBITS => {
+            let (offset, size) = section.file_range(endian)?;
+            if size > MAX_SECTION_BYTES {
+                return None;
+            }
+            cache.read_bytes_at(offset, size).ok()?
+        }
+        _ => &[],
+    };
+    Some(Fingerprint {
+        build_id,
+        eh_frame_hash: hasher.hash_one(eh_frame),
+    })
 }
 
 /// The bytes of a `.debug_frame` section, decompressed if need be; `None`

@@ -101,6 +101,10 @@ fn write_stack_quality(summary: &RecordingSummary, out: &mut dyn Write) -> io::R
             "Separate debug files read".to_owned(),
             format!("{} (their .debug_frame)", unwind.debug_files),
         ),
+        (
+            "Copies sharing a table".to_owned(),
+            format!("{} (same build of a file seen again)", unwind.shared_files),
+        ),
     ];
     lines.extend(quality.truncated.iter().map(|(reason, samples)| {
         (
