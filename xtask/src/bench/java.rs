@@ -53,8 +53,12 @@ struct Jdk {
 /// One JVM's measurements.
 #[derive(Default)]
 struct JvmRun {
-    first_attach_ms: f64,
-    reuse_attach_ms: f64,
+    /// None: stoke did not attach within the recording.
+    first_attach_ms: Option<f64>,
+    /// None: not measured, the first recording did not attach.
+    reuse_attach_ms: Option<f64>,
+    /// Why stoke did not attach, when it did not (its warnings).
+    attach_failure: Option<String>,
     /// Samples of the work threads.
     samples: u64,
     /// Of those, with at least one Java frame.
@@ -97,10 +101,18 @@ pub fn run(bench: &Bench) -> Result<Section> {
             let run = bench
                 .measure(&what, || run_once(bench, jdk, classes))?
                 .value;
+            let ms = |value: Option<f64>| value.map_or("–".into(), |ms| format!("{ms:.0} ms"));
             bench.log(&format!(
-                "{what}: attach {:.0} ms, again {:.0} ms; {} of {} work-thread samples with \
-                 Java frames, {} reaching {THREAD_ROOT}",
-                run.first_attach_ms, run.reuse_attach_ms, run.with_java, run.samples, run.to_root
+                "{what}: attach {}, again {}; {} of {} work-thread samples with Java frames, \
+                 {} reaching {THREAD_ROOT}{}",
+                ms(run.first_attach_ms),
+                ms(run.reuse_attach_ms),
+                run.with_java,
+                run.samples,
+                run.to_root,
+                run.attach_failure
+                    .as_deref()
+                    .map_or(String::new(), |why| format!("; not attached: {why}"))
             ));
             runs[index].push(run);
         }
@@ -122,8 +134,21 @@ fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
     )?;
     jvm.wait_for_stdout("ready", Duration::from_secs(60))?;
     let pid = u32::try_from(jvm.pid())?;
-    let first_attach_ms = attach_ms(bench, pid, "java-first")?;
-    let reuse_attach_ms = attach_ms(bench, pid, "java-again")?;
+    // A first recording that did not attach is a missed target, not a
+    // broken bench: the second then attaches first, and is no reuse.
+    let (first_attach_ms, reuse_attach_ms, attach_failure) =
+        match attach_ms(bench, pid, "java-first")? {
+            Ok(first) => {
+                let again = attach_ms(bench, pid, "java-again")?.map_err(|why| {
+                    anyhow::anyhow!("a JVM attached before was not found again: {why}")
+                })?;
+                (Some(first), Some(again), None)
+            }
+            Err(why) => {
+                let _ = attach_ms(bench, pid, "java-again")?;
+                (None, None, Some(why))
+            }
+        };
     let options = Options {
         threads: true,
         ..Options::new(Tool::Stoke, 99, "folded")
@@ -138,6 +163,7 @@ fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
     let mut run = JvmRun {
         first_attach_ms,
         reuse_attach_ms,
+        attach_failure,
         ..JvmRun::default()
     };
     for stack in stacks.iter().filter(|stack| is_worker(stack, pid)) {
@@ -165,17 +191,30 @@ fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
 }
 
 /// A whole-host txt recording of `java_seconds`: how long stoke took to
-/// attach to the JVM `pid`.
-fn attach_ms(bench: &Bench, pid: u32, name: &str) -> Result<f64> {
+/// attach to the JVM `pid`, or, if it did not, what stoke said.
+fn attach_ms(bench: &Bench, pid: u32, name: &str) -> Result<Result<f64, String>> {
     let recording = Recording::start(bench, &Options::new(Tool::Stoke, 99, "txt"), name)?;
     std::thread::sleep(Duration::from_secs_f64(bench.settings.java_seconds));
     let stopped = recording.stop()?;
     let summary = fs::read_to_string(&stopped.output)
         .with_context(|| format!("reading {}", stopped.output.display()))?;
     stopped.remove_output();
-    jvm_attach_ms(&summary, pid).with_context(|| {
-        format!("stoke's txt summary has no `JVM {pid} attach` line: it did not attach")
-    })
+    Ok(jvm_attach_ms(&summary, pid).ok_or_else(|| {
+        let warnings: Vec<&str> = stopped
+            .stderr
+            .iter()
+            .filter(|line| line.contains("JVM") || line.contains("warning"))
+            .map(String::as_str)
+            .collect();
+        if warnings.is_empty() {
+            format!(
+                "no attach within the {:.1} s recording, and no warning",
+                bench.settings.java_seconds
+            )
+        } else {
+            warnings.join(" / ")
+        }
+    }))
 }
 
 /// A sample of one of FixedWork's work threads (the frame under the
@@ -204,8 +243,12 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
     ]);
     let mut targets = Vec::new();
     for (jdk, runs) in jdks.iter().zip(runs) {
-        let first: Vec<f64> = runs.iter().map(|r| r.first_attach_ms).collect();
-        let again: Vec<f64> = runs.iter().map(|r| r.reuse_attach_ms).collect();
+        let first: Vec<f64> = runs.iter().filter_map(|r| r.first_attach_ms).collect();
+        let again: Vec<f64> = runs.iter().filter_map(|r| r.reuse_attach_ms).collect();
+        let failures: Vec<&str> = runs
+            .iter()
+            .filter_map(|r| r.attach_failure.as_deref())
+            .collect();
         let samples: Vec<f64> = runs.iter().map(|r| r.samples as f64).collect();
         let total: u64 = runs.iter().map(|r| r.samples).sum();
         let with_java: u64 = runs.iter().map(|r| r.with_java).sum();
@@ -223,37 +266,48 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
                 worst * 100.0
             )
         };
+        let not_attached = if failures.is_empty() {
+            String::new()
+        } else {
+            format!("; {} not attached", failures.len())
+        };
         table.row(vec![
             jdk.label.to_owned(),
-            stats::show(&first, 0, ""),
+            stats::show(&first, 0, "") + &not_attached,
             stats::show(&again, 0, ""),
             stats::show(&samples, 0, ""),
             shown(with_java, worst(|r| r.with_java)),
             shown(to_root, worst(|r| r.to_root)),
         ]);
-        if let Some(first) = Spread::of(&first) {
-            let again = Spread::of(&again).map_or(0.0, |s| s.median);
-            let over = runs
-                .iter()
-                .filter(|r| r.first_attach_ms > ATTACH_TARGET_MS)
-                .count();
-            targets.push(Target::judge(
-                format!(
-                    "{}: attach at most {ATTACH_TARGET_MS:.0} ms per JVM (first attach)",
-                    jdk.label
+        let again = Spread::of(&again).map_or(0.0, |s| s.median);
+        let over = runs
+            .iter()
+            .filter(|r| r.first_attach_ms.is_none_or(|ms| ms > ATTACH_TARGET_MS))
+            .count();
+        let slowest = first.iter().copied().fold(0.0, f64::max);
+        let median = Spread::of(&first).map_or(0.0, |s| s.median);
+        targets.push(Target::judge(
+            format!(
+                "{}: attach at most {ATTACH_TARGET_MS:.0} ms per JVM (first attach)",
+                jdk.label
+            ),
+            format!("{median:.0} ms, slowest {slowest:.0} ms{not_attached}"),
+            over == 0,
+            || match failures.first() {
+                Some(why) => format!(
+                    "{} of {} JVMs not attached within a {:.1} s recording ({why})",
+                    failures.len(),
+                    runs.len(),
+                    bench.settings.java_seconds
                 ),
-                format!("{:.0} ms, slowest {:.0} ms", first.median, first.max),
-                first.max <= ATTACH_TARGET_MS,
-                || {
-                    format!(
-                        "{over} of {} JVMs took longer, while their work threads kept every \
-                         CPU busy; attaching again takes {again:.0} ms, so the time goes to \
-                         starting the JVM's attach listener and loading the agent",
-                        runs.len()
-                    )
-                },
-            ));
-        }
+                None => format!(
+                    "{over} of {} JVMs took longer, while their work threads kept every \
+                     CPU busy; attaching again takes {again:.0} ms, so the time goes to \
+                     starting the JVM's attach listener and loading the agent",
+                    runs.len()
+                ),
+            },
+        ));
         let mut without: HashMap<&str, u64> = HashMap::new();
         for run in runs {
             for (frame, samples) in &run.without_java {
@@ -285,9 +339,9 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
         "Per JDK and round, a new JVM (`java -cp … FixedWork`, no other flags) runs \
          `FixedWork` on {cpus} threads, one per CPU, warms up for {warmup:.1} s, then \
          three whole-host recordings of {seconds:.1} s at 99 Hz follow: the first loads \
-         stoke's agent into the JVM (`JVM <pid> attach` in the txt summary: from the \
-         request to the agent's answer), the second finds it loaded (stoke reconnects to \
-         it), the third (`-t`, folded) counts the samples of the work threads \
+         stoke's agent into the JVM (`JVM <pid> attach` in the txt summary: from stoke \
+         asking, once it samples the JVM, to the agent being ready), the second finds it \
+         loaded (stoke finds the agent's shared memory: no attach), the third (`-t`, folded) counts the samples of the work threads \
          (`{WORKER_THREAD}N`; not GC or compiler threads), those with at least one Java \
          frame (`_[j]`, `_[i]`, `_[0]`), and those whose outermost Java frame is \
          `{THREAD_ROOT}`, where every such thread starts. Attach times are median \

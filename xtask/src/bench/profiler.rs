@@ -109,6 +109,8 @@ pub struct Stopped {
     pub lost: u64,
     /// Processes stoke saw (perf does not say).
     pub processes: Option<u64>,
+    /// What the profiler printed on stderr.
+    pub stderr: Vec<String>,
 }
 
 impl Recording {
@@ -280,6 +282,7 @@ impl Recording {
             samples,
             lost,
             processes,
+            stderr,
         })
     }
 }
