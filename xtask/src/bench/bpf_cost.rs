@@ -290,7 +290,8 @@ fn section(bench: &Bench, runs: &[(Workload, Vec<Run>)]) -> Section {
                 .map_or_else(String::new, |s| s.show(1, "%"));
             java_note = format!(
                 " In the Java row, {shown} of the JVM's samples had Java frames (the \
-                 others are its GC and compiler threads, which are not signalled)."
+                 others: its GC and compiler threads, which run no Java, and work-thread \
+                 samples in code without Java frames; see part 6)."
             );
             targets.push(Target::judge(
                 format!(
