@@ -84,8 +84,8 @@ pub struct StackQuality {
 pub struct JavaSummary {
     /// JVMs whose agent answered.
     pub jvms: usize,
-    /// Time each attach took, in milliseconds, slowest first.
-    pub attach_ms: Vec<u64>,
+    /// Time each attach took, in milliseconds, by JVM pid, slowest first.
+    pub attach_ms: Vec<(u32, u64)>,
     /// Samples of JVM threads with Java frames.
     pub java_samples: u64,
     /// Samples of JVM threads that run no Java (GC, compiler, native).

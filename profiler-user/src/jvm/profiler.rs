@@ -241,7 +241,9 @@ impl JavaProfiler {
                 jvm.memory.drain_events(|event| jvm.symbols.apply(event));
             }
         }
-        self.summary.attach_ms.sort_unstable_by(|a, b| b.cmp(a));
+        self.summary
+            .attach_ms
+            .sort_unstable_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
         let symbols = self
             .jvms
             .into_iter()
@@ -259,7 +261,7 @@ impl JavaProfiler {
                 self.summary.jvms += 1;
                 self.summary
                     .attach_ms
-                    .push(attached.took.as_millis() as u64);
+                    .push((pid, attached.took.as_millis() as u64));
                 self.jvms.insert(
                     pid,
                     Jvm {

@@ -123,12 +123,18 @@ fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
     if java.jvms == 0 {
         return Ok(());
     }
-    let slowest = java.attach_ms.first().copied().unwrap_or(0);
-    let mut lines = vec![
-        (
-            "JVMs profiled".to_owned(),
-            format!("{} (slowest attach {slowest} ms)", java.jvms),
-        ),
+    let slowest = java.attach_ms.first().map_or(0, |&(_, ms)| ms);
+    let mut lines = vec![(
+        "JVMs profiled".to_owned(),
+        format!("{} (slowest attach {slowest} ms)", java.jvms),
+    )];
+    // A JVM that had the agent already (an earlier recording) answers at once.
+    lines.extend(
+        java.attach_ms
+            .iter()
+            .map(|&(pid, ms)| (format!("JVM {pid} attach"), format!("{ms} ms"))),
+    );
+    lines.extend([
         (
             "Samples with Java frames".to_owned(),
             java.java_samples.to_string(),
@@ -137,7 +143,7 @@ fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
             "Samples of non-Java JVM threads".to_owned(),
             java.non_java_samples.to_string(),
         ),
-    ];
+    ]);
     lines.extend(java.native_only.iter().map(|(reason, samples)| {
         (
             format!("Java stack missing ({reason})"),
@@ -263,6 +269,16 @@ mod tests {
         let rows = table(&report, "Top functions by self samples");
         assert_eq!(rows.len(), MAX_ROWS);
         assert!(rows[0].ends_with("f00"));
+    }
+
+    #[test]
+    fn names_each_jvms_attach_time() {
+        let mut profile = profile(&[("java;main", 1)]);
+        profile.summary.java.jvms = 2;
+        profile.summary.java.attach_ms = vec![(42, 130), (7, 0)];
+        let report = report(&profile);
+        assert!(report.contains("JVMs profiled:                    2 (slowest attach 130 ms)\n"));
+        assert!(report.contains("JVM 42 attach:                    130 ms\nJVM 7 attach:"));
     }
 
     #[test]

@@ -23,6 +23,17 @@ const CFLAGS: &[&str] = &[
     "-pthread",
 ];
 
+/// As shipped code is often built: no frame pointers, so only unwind tables
+/// (or DWARF) get past a frame (the unwind part).
+const NO_FP_CFLAGS: &[&str] = &[
+    "-O2",
+    "-Wall",
+    "-Wextra",
+    "-g",
+    "-fomit-frame-pointer",
+    "-pthread",
+];
+
 /// Builds stoke (release) and copies it to `bench_dir/stoke`: other work in
 /// the same tree may rebuild target/release/stoke while the bench runs.
 pub fn stoke(root: &Path, bench_dir: &Path) -> Result<PathBuf> {
@@ -45,6 +56,12 @@ pub fn workloads(root: &Path, bin_dir: &Path) -> Result<Workloads> {
     Ok(Workloads {
         fixed_work: bench_workload("fixed_work")?,
         deep_recursion: bench_workload("deep_recursion")?,
+        deep_recursion_no_fp: compile(
+            &sources.join("deep_recursion.c"),
+            bin_dir,
+            "deep_recursion_no_fp",
+            NO_FP_CFLAGS,
+        )?,
         scale_host: bench_workload("scale_host")?,
         spawner: bench_workload("spawner")?,
         short_lived: bench_workload("short_lived")?,

@@ -12,9 +12,11 @@
 
 mod accuracy;
 mod bpf_cost;
+mod bpf_stats;
 mod build;
 mod cost;
 mod host;
+mod java;
 mod overhead;
 mod process;
 mod profiler;
@@ -22,6 +24,7 @@ mod report;
 mod scale;
 mod stacks;
 mod stats;
+mod unwind;
 
 use std::{
     cell::RefCell,
@@ -49,15 +52,21 @@ pub enum Part {
     Accuracy,
     /// Many processes and threads, and process churn.
     Scale,
+    /// Attach time per JVM, Java frames on the JVM's Java threads.
+    Java,
+    /// The table unwinder against frame pointers; unwind table sizes.
+    Unwind,
 }
 
 impl Part {
-    pub const ALL: [Part; 5] = [
+    pub const ALL: [Part; 7] = [
         Part::Overhead,
         Part::Bpf,
         Part::Cost,
         Part::Accuracy,
         Part::Scale,
+        Part::Java,
+        Part::Unwind,
     ];
 
     /// The name used by `--parts` and in the report's markers.
@@ -68,6 +77,8 @@ impl Part {
             Part::Cost => "cost",
             Part::Accuracy => "accuracy",
             Part::Scale => "scale",
+            Part::Java => "java",
+            Part::Unwind => "unwind",
         }
     }
 
@@ -79,6 +90,8 @@ impl Part {
             Part::Cost => "3. Stoke's own cost".into(),
             Part::Accuracy => "4. Accuracy".into(),
             Part::Scale => "5. Scale".into(),
+            Part::Java => "6. Java".into(),
+            Part::Unwind => "7. Unwinding".into(),
         }
     }
 }
@@ -108,6 +121,12 @@ pub struct BenchArgs {
     /// BPF cost: run time of each workload (default 1).
     #[arg(long, value_name = "SECONDS")]
     bpf_seconds: Option<f64>,
+    /// Java: length of each recording of a JVM (default 2).
+    #[arg(long, value_name = "SECONDS")]
+    java_seconds: Option<f64>,
+    /// Unwind: length of each recording of a workload (default 3).
+    #[arg(long, value_name = "SECONDS")]
+    unwind_seconds: Option<f64>,
     /// A quick check that every part works (seconds, 2 rounds), for CI:
     /// writes target/bench/RESULTS-smoke.md unless --output says otherwise.
     #[arg(long)]
@@ -132,6 +151,8 @@ pub struct Settings {
     pub scale_seconds: f64,
     pub accuracy_seconds: f64,
     pub bpf_seconds: f64,
+    pub java_seconds: f64,
+    pub unwind_seconds: f64,
     /// Cost: length of the recordings whose symbolization is timed with
     /// cold and warm page caches.
     pub symbolize_seconds: f64,
@@ -176,6 +197,8 @@ impl Settings {
             scale_seconds: pick(args.scale_seconds, 8.0, 2.0, "scale-seconds")?,
             accuracy_seconds: pick(args.accuracy_seconds, 3.0, 1.0, "accuracy-seconds")?,
             bpf_seconds: pick(args.bpf_seconds, 1.0, 0.5, "bpf-seconds")?,
+            java_seconds: pick(args.java_seconds, 2.0, 1.0, "java-seconds")?,
+            unwind_seconds: pick(args.unwind_seconds, 3.0, 1.0, "unwind-seconds")?,
             symbolize_seconds: if smoke { 0.5 } else { 2.0 },
             // Less leaves the JIT compiling in the timed part: ±7% noise.
             java_warmup_seconds: if smoke { 0.3 } else { 3.0 },
@@ -190,6 +213,8 @@ impl Settings {
 pub struct Workloads {
     pub fixed_work: PathBuf,
     pub deep_recursion: PathBuf,
+    /// `deep_recursion` built without frame pointers.
+    pub deep_recursion_no_fp: PathBuf,
     pub scale_host: PathBuf,
     pub spawner: PathBuf,
     pub short_lived: PathBuf,
@@ -380,6 +405,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Part::Cost => cost::run(&bench)?,
             Part::Accuracy => accuracy::run(&bench)?,
             Part::Scale => scale::run(&bench)?,
+            Part::Java => java::run(&bench)?,
+            Part::Unwind => unwind::run(&bench)?,
         };
         section.body = format!(
             "{}\n\n{}\n",

@@ -48,6 +48,12 @@ pub struct Options {
     pub frequency_hz: u64,
     /// Stoke: `--bpf-stats` (ignored for perf).
     pub bpf_stats: bool,
+    /// Stoke: `-t`, a frame per thread under the process's.
+    pub threads: bool,
+    /// Stoke: `--frame-pointers`, no unwind tables.
+    pub frame_pointers: bool,
+    /// Stoke: `-p` these processes instead of `-a`.
+    pub pids: Vec<u32>,
     /// Stoke: the output's extension picks the format (`txt`, `folded`).
     /// Perf always writes `perf.data` to a file next to this name.
     pub stoke_format: &'static str,
@@ -60,6 +66,9 @@ impl Options {
             tool,
             frequency_hz,
             bpf_stats: false,
+            threads: false,
+            frame_pointers: false,
+            pids: Vec::new(),
             stoke_format,
         }
     }
@@ -100,6 +109,8 @@ pub struct Stopped {
     pub lost: u64,
     /// Processes stoke saw (perf does not say).
     pub processes: Option<u64>,
+    /// What the profiler printed on stderr.
+    pub stderr: Vec<String>,
 }
 
 impl Recording {
@@ -116,13 +127,26 @@ impl Recording {
     fn start_stoke(bench: &Bench, options: &Options, name: &str) -> Result<Self> {
         let output = bench.scratch(&format!("{name}.{}", options.stoke_format));
         let mut command = Command::new(&bench.stoke);
+        command.arg("record");
+        if options.pids.is_empty() {
+            command.arg("-a");
+        } else {
+            let pids: Vec<String> = options.pids.iter().map(u32::to_string).collect();
+            command.arg("-p").arg(pids.join(","));
+        }
         command
-            .args(["record", "-a", "-F"])
+            .arg("-F")
             .arg(options.frequency_hz.to_string())
             .arg("-o")
             .arg(&output);
-        if options.bpf_stats {
-            command.arg("--bpf-stats");
+        for (on, flag) in [
+            (options.bpf_stats, "--bpf-stats"),
+            (options.threads, "--threads"),
+            (options.frame_pointers, "--frame-pointers"),
+        ] {
+            if on {
+                command.arg(flag);
+            }
         }
         let mut process = Process::spawn("stoke", &mut command)?;
         let announced = process
@@ -258,6 +282,7 @@ impl Recording {
             samples,
             lost,
             processes,
+            stderr,
         })
     }
 }
@@ -396,6 +421,16 @@ pub fn summary_field<'a>(summary: &'a str, label: &str) -> Option<&'a str> {
             .and_then(|rest| rest.strip_prefix(':'))
             .map(str::trim)
     })
+}
+
+/// stoke's `JVM 1234 attach:  130 ms`: how long loading (or finding) its
+/// agent in that JVM took, if it did.
+pub fn jvm_attach_ms(summary: &str, pid: u32) -> Option<f64> {
+    summary_field(summary, &format!("JVM {pid} attach"))?
+        .strip_suffix(" ms")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// stoke's `Symbolization:  261 addresses in 156 ms`, as (addresses, seconds).
@@ -576,6 +611,10 @@ mod tests {
         assert_eq!(addresses, 261);
         assert!((seconds - 0.156).abs() < 1e-9);
         assert!(symbolization("Total samples: 3\n").is_err());
+        let java = "JVMs profiled:                    1 (slowest attach 124 ms)\n\
+                    JVM 4242 attach:                  124 ms\n";
+        assert_eq!(jvm_attach_ms(java, 4242), Some(124.0));
+        assert_eq!(jvm_attach_ms(java, 424), None);
         let tables = "Unwind tables:                    61 files, 1009598 rows, 16.2 MB, \
                       compiled in 224 ms (13 processes)\n";
         assert_eq!(unwind_tables(tables), Some((16.2, 0.224)));

@@ -136,6 +136,26 @@ pub fn samples_where(stacks: &[Stack], keep: impl Fn(&Stack) -> bool) -> u64 {
         .sum()
 }
 
+/// Mean frames per sample (kernel and user) over the stacks `keep` accepts.
+pub fn mean_frames(stacks: &[Stack], keep: impl Fn(&Stack) -> bool) -> Option<f64> {
+    let (frames, samples) =
+        stacks
+            .iter()
+            .filter(|stack| keep(stack))
+            .fold((0u64, 0u64), |(frames, samples), stack| {
+                (
+                    frames + stack.frames.len() as u64 * stack.samples,
+                    samples + stack.samples,
+                )
+            });
+    (samples > 0).then(|| frames as f64 / samples as f64)
+}
+
+/// A Java frame in stoke's naming: JIT-compiled, interpreted or inlined.
+pub fn is_java(frame: &str) -> bool {
+    frame.ends_with("_[j]") || frame.ends_with("_[0]") || frame.ends_with("_[i]")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +198,18 @@ mod tests {
         assert!(is_kernel(&stacks[1].frames[1]));
         assert!(!is_unnamed("short_lived_work"));
         assert!(is_unnamed("libc.so.6+0x27d8a"));
+    }
+
+    #[test]
+    fn mean_frames_weights_by_samples() {
+        let stack = |pid, frames: usize, samples| Stack {
+            comm: "w".into(),
+            pid,
+            frames: vec!["f".into(); frames],
+            samples,
+        };
+        let stacks = [stack(1, 10, 1), stack(1, 20, 3), stack(2, 100, 5)];
+        assert_eq!(mean_frames(&stacks, |s| s.pid == 1), Some(17.5));
+        assert_eq!(mean_frames(&stacks, |s| s.pid == 3), None);
     }
 }

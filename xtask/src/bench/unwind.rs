@@ -1,0 +1,662 @@
+//! Part 7, unwinding: what stoke's table unwinder costs against frame
+//! pointers (`--frame-pointers`, the kernel's `bpf_get_stack`), and what its
+//! tables take: memory per file and in total, and time to compile.
+//!
+//! The BPF time per sample is the kernel's statistics of the sampler
+//! (`--bpf-stats`), read twice during the recording, once the tables of the
+//! workload's files are loaded and at the end: the difference is steady
+//! state. Frames per sample and the share of stacks reaching a root come from
+//! the same recording's folded output. Table sizes and compile times come
+//! from `stoke tables FILE...`, and from the txt summary of a whole-host
+//! recording.
+
+use std::{
+    collections::BTreeMap,
+    fs::{self, File},
+    io::Write,
+    path::Path,
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use super::{
+    bpf_stats::{per_run_us, program_stats, ProgramStats},
+    process::Process,
+    profiler::{summary_field, Options, Recording, Tool},
+    report::{Section, Table, Target},
+    rotated,
+    stacks::{is_kernel, Stack},
+    stats::{self, Spread},
+    Bench, Part,
+};
+
+/// The issue's target: BPF run time per sample at typical depth.
+const TARGET_US: f64 = 10.0;
+
+/// Recursion depth of the frame-pointer-less C workload: with the thread's
+/// own frames, about 18 user frames, a typical depth.
+const CHAIN_DEPTH: u32 = 12;
+
+/// Time the unwinder gets to load the tables of the workload's files before
+/// the measured window.
+const SETTLE: Duration = Duration::from_millis(1000);
+
+/// Random input for xz, more than it compresses in a recording.
+const XZ_INPUT_BYTES: usize = 64 << 20;
+
+/// The functions a process's or thread's stack starts in: stoke's own list
+/// for `Native stacks reaching a root` in its txt summary.
+const ROOT_FUNCTIONS: [&str; 8] = [
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone3",
+    "__clone3",
+    "clone",
+    "__clone",
+];
+
+/// The files whose tables `stoke tables` compiles.
+const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+const LIBJVMS: [&str; 2] = [
+    "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so",
+    "/usr/lib/jvm/temurin-25-jdk-amd64/lib/server/libjvm.so",
+];
+
+/// What runs while stoke records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Workload {
+    /// `xz -9 -T1` per CPU: liblzma, no frame pointers.
+    Xz,
+    /// `deep_recursion` built `-O2 -fomit-frame-pointer`.
+    Chain,
+    /// `fixed_work`, frame pointers everywhere.
+    FixedWork,
+}
+
+impl Workload {
+    const ALL: [Workload; 3] = [Workload::Xz, Workload::Chain, Workload::FixedWork];
+
+    fn label(self) -> String {
+        match self {
+            Workload::Xz => "`xz -9 -T1` per CPU (liblzma, no frame pointers)".into(),
+            Workload::Chain => {
+                format!("`deep_recursion {CHAIN_DEPTH}` built -O2 -fomit-frame-pointer")
+            }
+            Workload::FixedWork => "`fixed_work` (frame pointers)".into(),
+        }
+    }
+
+    /// Whether the table unwinder's time is held to the target here.
+    fn without_frame_pointers(self) -> bool {
+        self != Workload::FixedWork
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Unwinder {
+    Tables,
+    FramePointers,
+}
+
+impl Unwinder {
+    fn label(self) -> &'static str {
+        match self {
+            Unwinder::Tables => "unwind tables",
+            Unwinder::FramePointers => "--frame-pointers",
+        }
+    }
+}
+
+/// One recording of a workload.
+struct Run {
+    /// The sampler's counters over the measured window.
+    sampler: ProgramStats,
+    /// Mean user frames per sample of the workload.
+    user_frames: f64,
+    /// Share of the workload's samples with a user stack that reach a root.
+    root_share: f64,
+}
+
+/// The `Unwind tables:` line of a whole-host recording's txt summary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HostTables {
+    files: f64,
+    rows: f64,
+    megabytes: f64,
+    compile_ms: f64,
+    processes: f64,
+}
+
+/// One file's line of `stoke tables`.
+#[derive(Debug, Clone, PartialEq)]
+struct FileTables {
+    file: String,
+    rows: u64,
+    bytes: u64,
+    compile_ms: f64,
+}
+
+/// What `stoke tables` said, or why it could not.
+enum TablesCommand {
+    Missing,
+    Lines(Vec<FileTables>),
+}
+
+pub fn run(bench: &Bench) -> Result<Section> {
+    let xz_input = bench.scratch("xz-input");
+    write_random(&xz_input, XZ_INPUT_BYTES)?;
+    let mut configs = Vec::new();
+    for workload in Workload::ALL {
+        for unwinder in [Unwinder::Tables, Unwinder::FramePointers] {
+            configs.push((workload, unwinder));
+        }
+    }
+    let mut runs: Vec<Vec<Run>> = configs.iter().map(|_| Vec::new()).collect();
+    let mut host = Vec::new();
+    let table_files: Vec<&str> = std::iter::once(LIBC)
+        .chain(LIBJVMS.iter().copied().filter(|f| Path::new(f).exists()))
+        .collect();
+    let mut tables: Vec<Vec<FileTables>> = Vec::new();
+    let mut tables_missing = false;
+    let order: Vec<usize> = (0..configs.len()).collect();
+    for round in 0..bench.settings.rounds {
+        for index in rotated(&order, round) {
+            let (workload, unwinder) = configs[index];
+            let what = format!(
+                "unwind round {}: {}, {}",
+                round + 1,
+                workload.label(),
+                unwinder.label()
+            );
+            let run = bench
+                .measure(&what, || run_once(bench, workload, unwinder, &xz_input))?
+                .value;
+            bench.log(&format!(
+                "{what}: {:.2} µs per sample, {:.1} user frames, {:.1}% reach a root",
+                per_run_us(run.sampler).unwrap_or(0.0),
+                run.user_frames,
+                run.root_share * 100.0
+            ));
+            runs[index].push(run);
+        }
+        let what = format!("unwind round {}: whole-host tables", round + 1);
+        host.push(
+            bench
+                .measure(&what, || host_tables(bench, &xz_input))?
+                .value,
+        );
+        if !tables_missing {
+            let what = format!("unwind round {}: stoke tables", round + 1);
+            match bench
+                .measure(&what, || stoke_tables(bench, &table_files))?
+                .value
+            {
+                TablesCommand::Missing => tables_missing = true,
+                TablesCommand::Lines(lines) => tables.push(lines),
+            }
+        }
+    }
+    Ok(section(
+        bench,
+        &configs,
+        &runs,
+        &host,
+        (!tables_missing).then_some(tables.as_slice()),
+    ))
+}
+
+fn run_once(bench: &Bench, workload: Workload, unwinder: Unwinder, xz_input: &Path) -> Result<Run> {
+    let seconds = bench.settings.unwind_seconds;
+    let mut processes = start_workload(bench, workload, xz_input, seconds)?;
+    let pids: Vec<u32> = processes
+        .iter()
+        .map(|p| u32::try_from(p.pid()))
+        .collect::<Result<_, _>>()?;
+    // Only the workload: stoke loads the tables of its files alone, at once,
+    // not those of every process on the host first.
+    let options = Options {
+        bpf_stats: true,
+        frame_pointers: unwinder == Unwinder::FramePointers,
+        pids: pids.clone(),
+        ..Options::new(Tool::Stoke, 99, "folded")
+    };
+    let recording = Recording::start(bench, &options, "unwind")?;
+    std::thread::sleep(SETTLE);
+    let before = sampler_stats(recording.pid())?;
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let after = sampler_stats(recording.pid())?;
+    for process in &mut processes {
+        // Still working (xz has more input, the others more seconds): an
+        // early end would have left the CPUs idle in the measured window.
+        process.signal(libc::SIGKILL);
+        let exit = process.wait(Duration::from_secs(30))?;
+        ensure!(
+            !exit.success(),
+            "{} ended before the measurement did",
+            workload.label()
+        );
+    }
+    let stopped = recording.stop()?;
+    let stacks = stopped.stacks()?;
+    stopped.remove_output();
+    let sampler = after.since(before);
+    ensure!(
+        sampler.run_count > 0,
+        "stoke's sample_cpu program did not run during the measured window"
+    );
+    let ours: Vec<&Stack> = stacks.iter().filter(|s| pids.contains(&s.pid)).collect();
+    let (frames, samples, rooted, with_user) =
+        ours.iter()
+            .fold((0u64, 0u64, 0u64, 0u64), |(f, n, r, u), stack| {
+                let user = stack.frames.iter().filter(|f| !is_kernel(f)).count() as u64;
+                let rooted = u64::from(reaches_root(stack)) * stack.samples;
+                let with_user = u64::from(user > 0) * stack.samples;
+                (
+                    f + user * stack.samples,
+                    n + stack.samples,
+                    r + rooted,
+                    u + with_user,
+                )
+            });
+    ensure!(
+        samples > 0,
+        "no samples of {} in stoke's output",
+        workload.label()
+    );
+    Ok(Run {
+        sampler,
+        user_frames: frames as f64 / samples as f64,
+        root_share: rooted as f64 / with_user.max(1) as f64,
+    })
+}
+
+fn sampler_stats(stoke: libc::pid_t) -> Result<ProgramStats> {
+    let programs = program_stats(stoke)?;
+    programs
+        .get("sample_cpu")
+        .copied()
+        .with_context(|| format!("stoke holds no sample_cpu program: {programs:?}"))
+}
+
+/// Whether a stack's user part reaches where a process or thread starts,
+/// by stoke's rule (a stripped binary's nameless `_start` shows through the
+/// libc function it calls).
+fn reaches_root(stack: &Stack) -> bool {
+    stack.frames.iter().any(|frame| {
+        let function = frame.split(" (").next().unwrap_or(frame);
+        ROOT_FUNCTIONS.contains(&function)
+    })
+}
+
+/// Every CPU busy with `workload` for a little longer than the recording
+/// needs (the caller kills it).
+fn start_workload(
+    bench: &Bench,
+    workload: Workload,
+    xz_input: &Path,
+    seconds: f64,
+) -> Result<Vec<Process>> {
+    let workloads = &bench.workloads;
+    let seconds = format!("{}", seconds + SETTLE.as_secs_f64() + 30.0);
+    let cpus = bench.cpus.to_string();
+    Ok(match workload {
+        Workload::Xz => (0..bench.cpus)
+            .map(|_| {
+                let null = File::create("/dev/null")?;
+                Process::spawn_to_file(
+                    "xz",
+                    Command::new("xz").args(["-9", "-T1", "-c"]).arg(xz_input),
+                    null,
+                )
+            })
+            .collect::<Result<_>>()?,
+        Workload::Chain => vec![Process::spawn(
+            "deep_recursion (no frame pointers)",
+            Command::new(&workloads.deep_recursion_no_fp)
+                .arg(CHAIN_DEPTH.to_string())
+                .arg(&seconds)
+                .arg(&cpus),
+        )?],
+        Workload::FixedWork => vec![Process::spawn(
+            "fixed_work",
+            Command::new(&workloads.fixed_work)
+                .args(["-s", &seconds])
+                .arg(&cpus),
+        )?],
+    })
+}
+
+/// `bytes` of xorshift noise: xz finds nothing to compress and keeps
+/// searching.
+fn write_random(path: &Path, bytes: usize) -> Result<()> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut data = Vec::with_capacity(bytes);
+    while data.len() < bytes {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        data.extend_from_slice(&state.to_le_bytes());
+    }
+    let mut file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    file.write_all(&data)?;
+    Ok(())
+}
+
+/// A whole-host txt recording while xz runs: the tables of every process.
+fn host_tables(bench: &Bench, xz_input: &Path) -> Result<HostTables> {
+    let recording = Recording::start(bench, &Options::new(Tool::Stoke, 99, "txt"), "tables")?;
+    let seconds = bench.settings.unwind_seconds;
+    let mut processes = start_workload(bench, Workload::Xz, xz_input, seconds)?;
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    for process in &mut processes {
+        process.signal(libc::SIGKILL);
+        process.wait(Duration::from_secs(30))?;
+    }
+    let stopped = recording.stop()?;
+    let summary = fs::read_to_string(&stopped.output)
+        .with_context(|| format!("reading {}", stopped.output.display()))?;
+    stopped.remove_output();
+    parse_host_tables(&summary)
+}
+
+/// `Unwind tables:  61 files, 1009598 rows, 16.2 MB, compiled in 224 ms (13
+/// processes)`.
+fn parse_host_tables(summary: &str) -> Result<HostTables> {
+    let value = summary_field(summary, "Unwind tables")
+        .context("no `Unwind tables` line in stoke's txt summary")?;
+    let number = |unit: &str| -> Option<f64> {
+        value.split([',', '(']).find_map(|part| {
+            let part = part.trim().trim_end_matches(')');
+            let part = part.strip_prefix("compiled in ").unwrap_or(part);
+            part.strip_suffix(unit)?.trim().parse().ok()
+        })
+    };
+    let parsed = (|| {
+        Some(HostTables {
+            files: number(" files")?,
+            rows: number(" rows")?,
+            megabytes: number(" MB")?,
+            compile_ms: number(" ms")?,
+            processes: number(" processes")?,
+        })
+    })();
+    parsed.with_context(|| format!("cannot parse stoke's `Unwind tables` line {value:?}"))
+}
+
+/// `stoke tables FILE...`, or [`TablesCommand::Missing`] when this stoke has
+/// no such subcommand (its argument parser refuses it).
+fn stoke_tables(bench: &Bench, files: &[&str]) -> Result<TablesCommand> {
+    let output = Command::new(&bench.stoke)
+        .arg("tables")
+        .args(files)
+        .output()
+        .with_context(|| format!("running {} tables", bench.stoke.display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.code() == Some(2) && stderr.contains("unrecognized subcommand") {
+        return Ok(TablesCommand::Missing);
+    }
+    ensure!(
+        output.status.success(),
+        "stoke tables failed ({}): {}",
+        output.status,
+        stderr.trim()
+    );
+    let lines = parse_tables(&String::from_utf8_lossy(&output.stdout))?;
+    for file in files {
+        ensure!(
+            lines.iter().any(|line| line.file == *file),
+            "stoke tables printed no line for {file}"
+        );
+    }
+    Ok(TablesCommand::Lines(lines))
+}
+
+/// `stoke tables`' output: a tab-separated header naming the columns (at
+/// least `file`, `rows`, `bytes`, `compile_ms`), a line per file, and a last
+/// line whose file is `total`.
+fn parse_tables(text: &str) -> Result<Vec<FileTables>> {
+    let mut lines = text.lines().filter(|line| !line.trim().is_empty());
+    let header: Vec<&str> = lines
+        .next()
+        .context("stoke tables printed nothing")?
+        .split('\t')
+        .map(str::trim)
+        .collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|&column| column == name)
+            .with_context(|| format!("stoke tables' header has no `{name}` column: {header:?}"))
+    };
+    let (file, rows, bytes, compile_ms) = (
+        column("file")?,
+        column("rows")?,
+        column("bytes")?,
+        column("compile_ms")?,
+    );
+    let mut parsed = Vec::new();
+    for line in lines {
+        let cells: Vec<&str> = line.split('\t').map(str::trim).collect();
+        let cell = |index: usize| {
+            cells
+                .get(index)
+                .copied()
+                .with_context(|| format!("stoke tables: short line {line:?}"))
+        };
+        let number = |index: usize| -> Result<f64> {
+            let text = cell(index)?;
+            text.parse()
+                .with_context(|| format!("stoke tables: {text:?} is not a number in {line:?}"))
+        };
+        parsed.push(FileTables {
+            file: cell(file)?.to_owned(),
+            rows: number(rows)? as u64,
+            bytes: number(bytes)? as u64,
+            compile_ms: number(compile_ms)?,
+        });
+    }
+    if parsed.last().is_none_or(|line| line.file != "total") {
+        bail!("stoke tables' output does not end with a `total` line");
+    }
+    Ok(parsed)
+}
+
+fn section(
+    bench: &Bench,
+    configs: &[(Workload, Unwinder)],
+    runs: &[Vec<Run>],
+    host: &[HostTables],
+    tables: Option<&[Vec<FileTables>]>,
+) -> Section {
+    let mut table = Table::new(&[
+        "workload",
+        "unwinder",
+        "sample_cpu µs per sample",
+        "user frames per sample",
+        "stacks reaching a root",
+    ]);
+    let mut targets = Vec::new();
+    // Per workload and unwinder: median µs per sample and user frames.
+    let mut medians: BTreeMap<(String, &str), (f64, f64)> = BTreeMap::new();
+    for ((workload, unwinder), runs) in configs.iter().zip(runs) {
+        let us: Vec<f64> = runs.iter().filter_map(|r| per_run_us(r.sampler)).collect();
+        let frames: Vec<f64> = runs.iter().map(|r| r.user_frames).collect();
+        let roots: Vec<f64> = runs.iter().map(|r| r.root_share * 100.0).collect();
+        table.row(vec![
+            workload.label(),
+            unwinder.label().to_owned(),
+            stats::show(&us, 2, ""),
+            stats::show(&frames, 1, ""),
+            stats::show(&roots, 1, "%"),
+        ]);
+        if let (Some(us), Some(frames)) = (Spread::of(&us), Spread::of(&frames)) {
+            medians.insert(
+                (workload.label(), unwinder.label()),
+                (us.median, frames.median),
+            );
+        }
+    }
+    for (workload, unwinder) in configs {
+        if *unwinder != Unwinder::Tables || !workload.without_frame_pointers() {
+            continue;
+        }
+        let Some(&(us, frames)) = medians.get(&(workload.label(), unwinder.label())) else {
+            continue;
+        };
+        let (fp, fp_frames) = medians
+            .get(&(workload.label(), Unwinder::FramePointers.label()))
+            .copied()
+            .unwrap_or_default();
+        targets.push(Target::judge(
+            format!(
+                "BPF run time per sample at most {TARGET_US:.0} µs median at typical depth \
+                 (table unwinder, {})",
+                workload.label()
+            ),
+            format!("{us:.2} µs at {frames:.0} user frames (frame pointers: {fp:.2} µs at {fp_frames:.0})"),
+            us <= TARGET_US,
+            || {
+                format!(
+                    "the frame-pointer unwinder already takes {fp:.2} µs per sample here, \
+                     at {fp_frames:.1} user frames: the sampler costs more on this workload \
+                     whatever the unwinder; the tables add {:.2} µs for {:.0} more frames, \
+                     {:.2} µs per frame",
+                    us - fp,
+                    frames - fp_frames,
+                    (us - fp) / (frames - fp_frames).max(1.0)
+                )
+            },
+        ));
+    }
+    let mut body = format!(
+        "`stoke record -p <workload> --bpf-stats` at 99 Hz, every CPU busy with the \
+         workload, which starts before stoke (so that stoke compiles the tables of its \
+         files, and no other's, as it starts); the sampler's run time per sample is \
+         `run_time_ns / run_cnt` over {seconds:.1} s that start {settle:.1} s after stoke \
+         does (once the tables are loaded), median (min–max) over {rounds} rounds. The table unwinder (the default) walks `.eh_frame` \
+         rows compiled for each file; `--frame-pointers` uses the kernel's \
+         `bpf_get_stack` and stops where a function keeps no frame pointer. User frames \
+         per sample and the share of stacks reaching a root (a frame in {roots}, as stoke's \
+         `Native stacks reaching a root` counts) are of the workload's samples over the \
+         whole recording.\n\n{}",
+        table.markdown(),
+        seconds = bench.settings.unwind_seconds,
+        settle = SETTLE.as_secs_f64(),
+        rounds = bench.settings.rounds,
+        roots = ROOT_FUNCTIONS
+            .iter()
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    body += "\n### Unwind tables\n\n";
+    match tables {
+        None => {
+            body += "Per file: stoke has no `tables` subcommand (`stoke tables FILE...`), \
+                         so table sizes per file and compile times are not measured.\n"
+        }
+        Some(rounds) => {
+            let mut per_file = Table::new(&["file", "rows", "MB", "compile ms"]);
+            let files: Vec<String> = rounds
+                .first()
+                .map(|lines| lines.iter().map(|l| l.file.clone()).collect())
+                .unwrap_or_default();
+            for file in files {
+                let lines: Vec<&FileTables> = rounds
+                    .iter()
+                    .filter_map(|lines| lines.iter().find(|l| l.file == file))
+                    .collect();
+                let Some(last) = lines.last() else { continue };
+                let ms: Vec<f64> = lines.iter().map(|l| l.compile_ms).collect();
+                per_file.row(vec![
+                    file.clone(),
+                    last.rows.to_string(),
+                    format!("{:.2}", stats::megabytes(last.bytes as f64)),
+                    stats::show(&ms, 1, ""),
+                ]);
+            }
+            body += &format!(
+                "Per file, from `stoke tables FILE...` (compile time median (min–max) over \
+                 {} rounds, page cache warm):\n\n{}",
+                rounds.len(),
+                per_file.markdown()
+            );
+        }
+    }
+    let value = |f: fn(&HostTables) -> f64| host.iter().map(f).collect::<Vec<_>>();
+    body += &format!(
+        "\nWhole host (the txt summary's `Unwind tables` line of a {:.1} s whole-host \
+         recording while xz runs; every process the recording sampled): {} files, {} rows, \
+         {} MB, compiled in {} ms, for {} processes.\n",
+        bench.settings.unwind_seconds,
+        stats::show(&value(|h| h.files), 0, ""),
+        stats::show(&value(|h| h.rows), 0, ""),
+        stats::show(&value(|h| h.megabytes), 1, ""),
+        stats::show(&value(|h| h.compile_ms), 0, ""),
+        stats::show(&value(|h| h.processes), 0, ""),
+    );
+    Section {
+        part: Part::Unwind,
+        body,
+        targets,
+        provenance: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stoke_tables_by_header_names() {
+        let text = "file\trows\tbytes\tcompile_ms\textra\n\
+                    /lib/libc.so.6\t120000\t1920000\t35.5\tx\n\
+                    total\t120000\t1920000\t35.5\tx\n";
+        let lines = parse_tables(text).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].file, "/lib/libc.so.6");
+        assert_eq!((lines[0].rows, lines[0].bytes), (120000, 1920000));
+        assert_eq!(lines[1].compile_ms, 35.5);
+        assert!(parse_tables("rows\tbytes\n1\t2\n").is_err());
+        assert!(parse_tables("file\trows\tbytes\tcompile_ms\na\t1\t2\t3\n").is_err());
+    }
+
+    #[test]
+    fn parses_the_host_tables_line() {
+        let summary = "Unwind tables:                    61 files, 1009598 rows, 16.2 MB, \
+                       compiled in 224 ms (13 processes)\n";
+        assert_eq!(
+            parse_host_tables(summary).unwrap(),
+            HostTables {
+                files: 61.0,
+                rows: 1009598.0,
+                megabytes: 16.2,
+                compile_ms: 224.0,
+                processes: 13.0,
+            }
+        );
+    }
+
+    #[test]
+    fn roots_by_name() {
+        let stack = |frames: &[&str]| Stack {
+            comm: "xz".into(),
+            pid: 1,
+            frames: frames.iter().map(|f| f.to_string()).collect(),
+            samples: 1,
+        };
+        assert!(reaches_root(&stack(&[
+            "xz+0x3ac0",
+            "__libc_start_call_main",
+            "main"
+        ])));
+        assert!(!reaches_root(&stack(&[
+            "[unknown]",
+            "liblzma.so.5+0x1692b"
+        ])));
+    }
+}
