@@ -6,44 +6,15 @@ use std::ffi::c_void;
 
 use profiler_common::jvm::InlineEdge;
 
-use crate::jvmti_sys::{jint, jmethodID};
+use crate::jvmti_sys::{
+    jint, jvmtiCMLRKind_JVMTI_CMLR_INLINE_INFO, jvmtiCompiledMethodLoadInlineRecord,
+    jvmtiCompiledMethodLoadRecordHeader, JVMTI_CMLR_MAJOR_VERSION,
+};
 
-/// `jvmticmlr.h`'s record kinds; only the inlining record is read.
-const JVMTI_CMLR_INLINE_INFO: u32 = 2;
-/// The record version this reader knows (`jvmticmlr.h`, 1.0 since JDK 6).
-const JVMTI_CMLR_MAJOR_VERSION: jint = 1;
 /// Records followed at most: HotSpot sends one, and a loop must end.
 const MAX_RECORDS: usize = 16;
 /// Frames of one PC looked at at most: deeper inlining is cut there.
 const MAX_DEPTH: usize = 256;
-
-/// `jvmtiCompiledMethodLoadRecordHeader` of `jvmticmlr.h`, which the
-/// bindgen bindings of `jvmti.h` do not include.
-#[repr(C)]
-struct RecordHeader {
-    kind: u32,
-    major_version: jint,
-    _minor_version: jint,
-    next: *const RecordHeader,
-}
-
-/// `PCStackInfo`: the methods and bytecode indices at one PC of compiled
-/// code, innermost first.
-#[repr(C)]
-struct PcStackInfo {
-    _pc: *const c_void,
-    frame_count: jint,
-    methods: *const jmethodID,
-    bcis: *const jint,
-}
-
-/// `jvmtiCompiledMethodLoadInlineRecord`.
-#[repr(C)]
-struct InlineRecord {
-    header: RecordHeader,
-    pc_count: jint,
-    pcs: *const PcStackInfo,
-}
 
 /// The distinct calls inlined into a compiled method, from the
 /// `compile_info` of its CompiledMethodLoad event (null or other record
@@ -54,23 +25,24 @@ struct InlineRecord {
 /// the callback's duration.
 pub unsafe fn inline_edges(compile_info: *const c_void) -> Vec<InlineEdge> {
     let mut edges = Vec::new();
-    let mut record = compile_info.cast::<RecordHeader>();
+    let mut record = compile_info.cast::<jvmtiCompiledMethodLoadRecordHeader>();
     for _ in 0..MAX_RECORDS {
         // SAFETY: a record header the JVM built, or null.
         let Some(header) = (unsafe { record.as_ref() }) else {
             break;
         };
-        if header.kind == JVMTI_CMLR_INLINE_INFO && header.major_version == JVMTI_CMLR_MAJOR_VERSION
+        if header.kind == jvmtiCMLRKind_JVMTI_CMLR_INLINE_INFO
+            && header.majorinfoversion == JVMTI_CMLR_MAJOR_VERSION as jint
         {
             // SAFETY: the kind says this header starts an inline record.
-            let inline = unsafe { &*record.cast::<InlineRecord>() };
-            // SAFETY: the record's array of `pc_count` entries.
-            for pc in unsafe { array(inline.pcs, inline.pc_count) } {
-                // SAFETY: each PC's arrays of `frame_count` entries.
+            let inline = unsafe { &*record.cast::<jvmtiCompiledMethodLoadInlineRecord>() };
+            // SAFETY: the record's array of `numpcs` entries.
+            for pc in unsafe { array(inline.pcinfo, inline.numpcs) } {
+                // SAFETY: each PC's arrays of `numstackframes` entries.
                 let (methods, bcis) = unsafe {
                     (
-                        array(pc.methods, pc.frame_count),
-                        array(pc.bcis, pc.frame_count),
+                        array(pc.methods, pc.numstackframes),
+                        array(pc.bcis, pc.numstackframes),
                     )
                 };
                 let depth = methods.len().min(MAX_DEPTH);

@@ -5182,6 +5182,47 @@ pub struct jvmtiInterface_1_ {
     >,
 }
 pub type jvmtiInterface_1 = jvmtiInterface_1_;
+pub const JVMTI_CMLR_MAJOR_VERSION_1: _bindgen_ty_12 = 1;
+pub const JVMTI_CMLR_MINOR_VERSION_0: _bindgen_ty_12 = 0;
+pub const JVMTI_CMLR_MAJOR_VERSION: _bindgen_ty_12 = 1;
+pub const JVMTI_CMLR_MINOR_VERSION: _bindgen_ty_12 = 0;
+pub type _bindgen_ty_12 = ::core::ffi::c_uint;
+pub const jvmtiCMLRKind_JVMTI_CMLR_DUMMY: jvmtiCMLRKind = 1;
+pub const jvmtiCMLRKind_JVMTI_CMLR_INLINE_INFO: jvmtiCMLRKind = 2;
+pub type jvmtiCMLRKind = ::core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct _jvmtiCompiledMethodLoadRecordHeader {
+    pub kind: jvmtiCMLRKind,
+    pub majorinfoversion: jint,
+    pub minorinfoversion: jint,
+    pub next: *mut _jvmtiCompiledMethodLoadRecordHeader,
+}
+pub type jvmtiCompiledMethodLoadRecordHeader = _jvmtiCompiledMethodLoadRecordHeader;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct _PCStackInfo {
+    pub pc: *mut ::core::ffi::c_void,
+    pub numstackframes: jint,
+    pub methods: *mut jmethodID,
+    pub bcis: *mut jint,
+}
+pub type PCStackInfo = _PCStackInfo;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct _jvmtiCompiledMethodLoadInlineRecord {
+    pub header: jvmtiCompiledMethodLoadRecordHeader,
+    pub numpcs: jint,
+    pub pcinfo: *mut PCStackInfo,
+}
+pub type jvmtiCompiledMethodLoadInlineRecord = _jvmtiCompiledMethodLoadInlineRecord;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct _jvmtiCompiledMethodLoadDummyRecord {
+    pub header: jvmtiCompiledMethodLoadRecordHeader,
+    pub message: [::core::ffi::c_char; 50usize],
+}
+pub type jvmtiCompiledMethodLoadDummyRecord = _jvmtiCompiledMethodLoadDummyRecord;
 pub type __builtin_va_list = [__va_list_tag; 1usize];
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

@@ -154,17 +154,22 @@ fn jvmti_bindings() -> Result<()> {
         );
     }
     // The JNI and JVMTI types (`j...`, `J...`) and constants, and what they
-    // use: not the C library that jni.h includes.
+    // use: not the C library that jni.h includes. jvmticmlr.h adds the
+    // records CompiledMethodLoad passes (its inlining: `PCStackInfo`).
     let output = Command::new(&bindgen)
         .arg(&header)
         .args([
             "--use-core",
             "--no-layout-tests",
             "--allowlist-type",
-            "j.*|J.*",
+            "j.*|J.*|PCStackInfo",
             "--allowlist-var",
             "JNI_.*|JVMTI_.*",
             "--",
+            "-include",
+            "jvmti.h",
+            "-include",
+            "jvmticmlr.h",
         ])
         .arg(format!("-I{}", include.display()))
         .arg(format!("-I{}", include.join("linux").display()))
