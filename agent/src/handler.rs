@@ -45,6 +45,9 @@ static CODE_HIGH: AtomicU64 = AtomicU64::new(0);
 /// interrupted one (often: it is not set up yet).
 const UNKNOWN_JAVA: i32 = -5;
 const NOT_WALKABLE_JAVA: i32 = -6;
+/// The largest distance from the stack pointer at which RBP is taken for a
+/// stub's frame pointer.
+const MAX_STUB_FRAME: u64 = 64 << 10;
 
 /// Notes code the JVM generated at `[start, start + size)`.
 pub fn note_code(start: u64, size: u64) {
@@ -177,13 +180,15 @@ unsafe fn java_stack(frames: *mut JavaFrame, context: *mut c_void) -> i32 {
     trace.frame_count
 }
 
-/// When the interrupted code has not set up its frame yet (the first
-/// instructions of a compiled method or stub), the top of the stack is the
-/// return address into its caller: AsyncGetCallTrace again from there, on
-/// a copy of the context with that frame popped. Taken only if both the
-/// interrupted instruction and that return address are in the JVM's code,
-/// as async-profiler does (JDK-8178287). The frame count, if that walk
-/// found frames.
+/// When AsyncGetCallTrace cannot walk from the interrupted instruction,
+/// walks again from its caller, on a copy of the context with the top frame
+/// popped, as async-profiler does (JDK-8178287): first as a frame not set
+/// up yet (the first instructions of a compiled method or stub: the return
+/// address is on top of the stack), then as a frame set up with `enter`
+/// (HotSpot's stubs, e.g. the array copies: the return address is above
+/// the saved RBP). A return address is taken only if it points into the
+/// JVM's code, and only if the interrupted instruction is there too. The
+/// frame count, if a walk found frames.
 ///
 /// # Safety
 /// As [`java_stack`].
@@ -194,20 +199,50 @@ unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -
     let interrupted = &*context.cast::<libc::ucontext_t>();
     let registers = &interrupted.uc_mcontext.gregs;
     let sp = registers[libc::REG_RSP as usize] as u64;
+    let fp = registers[libc::REG_RBP as usize] as u64;
     if !in_code(registers[libc::REG_RIP as usize] as u64) || sp == 0 || !sp.is_multiple_of(8) {
         return None;
     }
     // The thread's own stack pointer in Java code: mapped (the kernel put
     // the signal frame just below it).
-    let return_address = ptr::read(sp as *const u64);
-    if !in_code(return_address) {
-        return None;
+    let on_top = ptr::read(sp as *const u64);
+    let not_set_up = in_code(on_top).then_some((on_top, sp + 8, fp));
+    // RBP is a frame pointer only if the code set one up; otherwise it is
+    // any value, so it is read through a call that fails instead of
+    // faulting.
+    let set_up = (fp > sp && fp - sp < MAX_STUB_FRAME && fp.is_multiple_of(8))
+        .then(|| Some((read_word(fp + 8)?, fp + 16, read_word(fp)?)))
+        .flatten()
+        .filter(|&(return_address, _, _)| in_code(return_address));
+    for (pc, sp, fp) in [not_set_up, set_up].into_iter().flatten() {
+        let mut popped: libc::ucontext_t = ptr::read(interrupted);
+        popped.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
+        popped.uc_mcontext.gregs[libc::REG_RSP as usize] = sp as i64;
+        popped.uc_mcontext.gregs[libc::REG_RBP as usize] = fp as i64;
+        let count = java_stack(frames, ptr::addr_of_mut!(popped).cast());
+        if count > 0 {
+            return Some(count);
+        }
     }
-    let mut popped: libc::ucontext_t = ptr::read(interrupted);
-    popped.uc_mcontext.gregs[libc::REG_RIP as usize] = return_address as i64;
-    popped.uc_mcontext.gregs[libc::REG_RSP as usize] = (sp + 8) as i64;
-    let count = java_stack(frames, ptr::addr_of_mut!(popped).cast());
-    (count > 0).then_some(count)
+    None
+}
+
+/// A word of this process's memory, or `None` where nothing is mapped:
+/// `process_vm_readv` on itself reports a bad address instead of faulting,
+/// and is a plain system call (async-signal-safe).
+fn read_word(address: u64) -> Option<u64> {
+    let mut word = 0u64;
+    let local = libc::iovec {
+        iov_base: ptr::addr_of_mut!(word).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut c_void,
+        iov_len: 8,
+    };
+    // SAFETY: one iovec each way, the local one our own word.
+    let read = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (read == 8).then_some(word)
 }
 
 /// # Safety
