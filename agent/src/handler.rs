@@ -210,7 +210,7 @@ unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -
     // RBP is a frame pointer only if the code set one up; otherwise it is
     // any value, so it is read through a call that fails instead of
     // faulting.
-    let set_up = (fp > sp && fp - sp < MAX_STUB_FRAME && fp.is_multiple_of(8))
+    let set_up = (fp >= sp && fp - sp < MAX_STUB_FRAME && fp.is_multiple_of(8))
         .then(|| Some((read_word(fp + 8)?, fp + 16, read_word(fp)?)))
         .flatten()
         .filter(|&(return_address, _, _)| in_code(return_address));

@@ -144,3 +144,17 @@ impl StopReason {
         }
     }
 }
+
+/// The functions a process's or thread's stack starts in (the executable's
+/// entry, libc's start of `main`, a thread's start): a stack that reaches
+/// one is whole. Stoke's stack quality and the bench count by it.
+pub const ROOT_FUNCTIONS: [&str; 8] = [
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone3",
+    "__clone3",
+    "clone",
+    "__clone",
+];

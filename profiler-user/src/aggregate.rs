@@ -8,7 +8,7 @@ use std::{
     time::Instant,
 };
 
-use profiler_common::unwind::StopReason;
+use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
     jvm::{symbols::JavaSymbols, JavaStackFrame},
@@ -175,19 +175,6 @@ impl Aggregator {
         }
     }
 }
-
-/// The functions a thread's or process's stack starts in: a stack that
-/// reaches one is whole.
-const ROOT_FUNCTIONS: [&str; 8] = [
-    "_start",
-    "__libc_start_main",
-    "__libc_start_call_main",
-    "start_thread",
-    "clone3",
-    "__clone3",
-    "clone",
-    "__clone",
-];
 
 impl StackQuality {
     fn count(&mut self, outermost: &str, stop: StopReason, samples: u64) {

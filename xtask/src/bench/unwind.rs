@@ -20,6 +20,7 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context, Result};
+use profiler_common::unwind::ROOT_FUNCTIONS;
 
 use super::{
     bpf_stats::{per_run_us, program_stats, ProgramStats},
@@ -45,19 +46,6 @@ const SETTLE: Duration = Duration::from_millis(1000);
 
 /// Random input for xz, more than it compresses in a recording.
 const XZ_INPUT_BYTES: usize = 64 << 20;
-
-/// The functions a process's or thread's stack starts in: stoke's own list
-/// for `Native stacks reaching a root` in its txt summary.
-const ROOT_FUNCTIONS: [&str; 8] = [
-    "_start",
-    "__libc_start_main",
-    "__libc_start_call_main",
-    "start_thread",
-    "clone3",
-    "__clone3",
-    "clone",
-    "__clone",
-];
 
 /// The files whose tables `stoke tables` compiles.
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
