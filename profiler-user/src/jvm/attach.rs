@@ -1050,13 +1050,23 @@ fn hotspot_in_maps(mut maps: impl BufRead) -> io::Result<bool> {
             return Ok(libjvm);
         }
         let path = line.strip_suffix(b"\n").unwrap_or(&line);
-        let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
-        let file = path.rsplit(|&byte| byte == b'/').next().unwrap_or_default();
-        if file.starts_with(b"libj9vm") {
+        if file_name(path).starts_with(b"libj9vm") {
             return Ok(false);
         }
-        libjvm |= file == b"libjvm.so";
+        libjvm |= is_libjvm(path);
     }
+}
+
+/// Whether a mapped path (or a `/proc/PID/maps` line, which ends in one) is
+/// a libjvm.so, even one deleted by an upgrade since it was mapped.
+pub fn is_libjvm(path: &[u8]) -> bool {
+    file_name(path) == b"libjvm.so"
+}
+
+/// The last component of a mapped path, without the ` (deleted)` mark.
+fn file_name(path: &[u8]) -> &[u8] {
+    let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+    path.rsplit(|&byte| byte == b'/').next().unwrap_or_default()
 }
 
 /// The JVM options that decide whether SIGQUIT is safe.

@@ -164,7 +164,11 @@ impl JavaProfiler {
             Some(Recheck::At { attempts, .. }) => *attempts,
         };
         let is_jvm = match image {
-            Some(image) if attempts == 0 => Some(image.maps_file_named("libjvm.so")),
+            Some(image) if attempts == 0 => Some(
+                image
+                    .mapped_names()
+                    .any(|name| attach::is_libjvm(name.as_bytes())),
+            ),
             _ => maps_libjvm(pid),
         };
         match is_jvm {
@@ -457,7 +461,7 @@ fn age(pid: u32) -> Option<Duration> {
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
 fn maps_libjvm(pid: u32) -> Option<bool> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(maps.lines().any(|line| line.ends_with("/libjvm.so")))
+    Some(maps.lines().any(|line| attach::is_libjvm(line.as_bytes())))
 }
 
 /// Loads the agent into `pid` (or finds it loaded) and waits until it is

@@ -89,15 +89,12 @@ impl ProcessImage {
         &self.mappings
     }
 
-    /// Whether the process maps a file named `file_name` executable (in
-    /// any directory).
-    pub fn maps_file_named(&self, file_name: &str) -> bool {
-        self.mappings.iter().any(|mapping| {
-            let name = match &mapping.target {
-                MappingTarget::File(file) => &file.name,
-                MappingTarget::Named(name) => name,
-            };
-            name.rsplit('/').next() == Some(file_name)
+    /// The names of what the process maps executable: file paths as it saw
+    /// them, `[vdso]`, anonymous memory's.
+    pub fn mapped_names(&self) -> impl Iterator<Item = &str> {
+        self.mappings.iter().map(|mapping| match &mapping.target {
+            MappingTarget::File(file) => &*file.name,
+            MappingTarget::Named(name) => &**name,
         })
     }
 
