@@ -2,7 +2,6 @@
 //! stacks go on while recording; symbolization and writing follow it.
 
 use std::{
-    fs::File,
     path::Path,
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -28,7 +27,7 @@ use crate::{
     },
     symbolize::Symbolizer,
     unwind::loader::UnwindLoader,
-    write::{write_profile, Format},
+    write::{write_profile, Format, OutputFile},
 };
 
 /// Longest wait between two drains of the ring buffer when nothing wakes
@@ -50,8 +49,9 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     preflight::check_privileges()?;
     preflight::check_btf()?;
     preflight::check_pids(&args.pids)?;
-    // Opened now, so that a bad path fails before the recording, not after.
-    let mut output = File::create(&args.output)
+    // Opened now, so that a bad path fails before the recording, not after;
+    // named only once written whole.
+    let mut output = OutputFile::create(&args.output, 0o644)
         .with_context(|| format!("cannot write the profile to {}", args.output.display()))?;
     raise_open_file_limit();
 
@@ -160,7 +160,8 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         ..RecordingSummary::default()
     };
     let profile = aggregator.finish(&Symbolizer::new(args.lines), &java_symbols, summary);
-    write_profile(&profile, format, &mut output)
+    write_profile(&profile, format, output.file())
+        .and_then(|()| Ok(output.commit()?))
         .with_context(|| format!("writing the profile to {}", args.output.display()))?;
     eprintln!(
         "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",

@@ -582,6 +582,11 @@ impl JavaWorkload {
         }
     }
 
+    /// The directory of its classes: its class path.
+    pub fn classes(&self) -> &Path {
+        &self.classes
+    }
+
     /// The workload's main class.
     pub fn class(&self) -> &str {
         &self.class

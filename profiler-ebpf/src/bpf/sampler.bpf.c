@@ -2,7 +2,9 @@
 /*
  * Stoke's CPU sampler: a perf_event program on the software cpu-clock event of
  * every online CPU, plus exec/exit tracepoints that tell userspace when a
- * process's address space stops being the one it has snapshotted.
+ * process's address space stops being the one it has snapshotted. The
+ * tracepoints are BTF ones (tp_btf): they attach through the kernel's BTF,
+ * with no tracefs or debugfs mounted (a fresh host has neither).
  *
  * How samples reach userspace: one BPF ring buffer shared by all CPUs, one
  * variable-length record per sample (header + kernel frames + user frames).
@@ -57,6 +59,17 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } signal_tgids SEC(".maps");
+
+/* When each process last exec'd or exited (bpf_ktime_get_ns): userspace
+ * allows signals to a JVM it attached to only if the process has not
+ * exec'd or exited since the attach began, so no signal reaches a program
+ * exec'd over a JVM or a reused pid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} ended_tgids SEC(".maps");
 
 /* Processes whose samples userspace has been told of: the first sample of a
  * tgid not in here wakes the consumer, and only these get exec/exit records. */
@@ -506,35 +519,43 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-/* Tell userspace that an announced process's address space is gone, so that
- * its later samples are matched against a fresh snapshot of its maps. */
+/* A process's address space is gone: it gets no more signals (whatever
+ * userspace does meanwhile), and if userspace was told of it, it is told
+ * of this too, so that its later samples are matched against a fresh
+ * snapshot of its maps. */
 static __always_inline void end_address_space(__u32 kind)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+	__u64 now = bpf_ktime_get_ns();
 	struct stoke_record_header header = {};
 
+	bpf_map_delete_elem(&signal_tgids, &tgid);
+	bpf_map_update_elem(&ended_tgids, &tgid, &now, BPF_ANY);
 	if (bpf_map_delete_elem(&announced_tgids, &tgid) != 0)
 		return;
 	header.kind = kind;
 	header.cpu = bpf_get_smp_processor_id();
 	header.tgid = tgid;
 	header.tid = (__u32)pid_tgid;
-	header.time_ns = bpf_ktime_get_ns();
+	header.time_ns = now;
 	bpf_get_current_comm(header.comm, sizeof(header.comm));
 	if (bpf_ringbuf_output(&samples, &header, sizeof(header), ring_flags(false)) != 0)
 		count(STOKE_COUNTER_LOST_LIFECYCLE);
 }
 
-SEC("tracepoint/sched/sched_process_exec")
-int process_exec(void *ctx)
+/* Runs in the exec'ing task, after the new program replaced the old. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(process_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
 {
 	end_address_space(STOKE_RECORD_EXEC);
 	return 0;
 }
 
-SEC("tracepoint/sched/sched_process_exit")
-int process_exit(void *ctx)
+/* Runs in the exiting task. Newer kernels pass a second argument
+ * (group_dead); only the task is read, which every kernel passes. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(process_exit, struct task_struct *task)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 

@@ -97,6 +97,9 @@ struct Attached {
     pid: u32,
     result: Result<AgentMemory>,
     took: Duration,
+    /// When the attach began (CLOCK_MONOTONIC): an exec or exit of the
+    /// process after it means the agent's process is gone.
+    began_ns: u64,
 }
 
 /// Java profiling for one recording.
@@ -128,9 +131,16 @@ impl JavaProfiler {
                 .spawn(move || {
                     for pid in requests {
                         let started = Instant::now();
+                        let began_ns = monotonic_ns();
                         let result = attach_agent(pid);
                         let took = started.elapsed();
-                        if results.send(Attached { pid, result, took }).is_err() {
+                        let attached = Attached {
+                            pid,
+                            result,
+                            took,
+                            began_ns,
+                        };
+                        if results.send(attached).is_err() {
                             break;
                         }
                     }
@@ -261,7 +271,10 @@ impl JavaProfiler {
         match attached.result {
             Ok(memory) => {
                 self.attach_retries.remove(&pid);
-                sampler.allow_signals(pid, SIGNAL as u32)?;
+                if let Err(refused) = sampler.allow_signals(pid, SIGNAL as u32, attached.began_ns) {
+                    warn_native_only(&format!("JVM {pid}: {refused}"));
+                    return Ok(());
+                }
                 self.summary.jvms += 1;
                 self.summary
                     .attach_ms
@@ -494,15 +507,12 @@ fn attach_agent(pid: u32) -> Result<AgentMemory> {
 
 /// Writes the agent to `path` (for `-agentpath:`), executable.
 pub fn write_agent(path: &std::path::Path) -> Result<()> {
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
-    let mut file = std::fs::File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o755)
-        .open(path)
+    use std::io::Write;
+    let mut file = crate::write::OutputFile::create(path, 0o755)
         .with_context(|| format!("cannot write the agent to {}", path.display()))?;
-    file.write_all(AGENT)
+    file.file()
+        .write_all(AGENT)
+        .and_then(|()| file.commit())
         .with_context(|| format!("writing the agent to {}", path.display()))?;
     eprintln!(
         "stoke: wrote the JVM agent to {0}; start JVMs with -agentpath:{0}",

@@ -12,9 +12,9 @@ use aya::{
     maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent, ProgramError, TracePoint,
+        BtfTracePoint, PerfEvent, ProgramError,
     },
-    Ebpf, EbpfError, EbpfLoader,
+    Btf, Ebpf, EbpfError, EbpfLoader,
 };
 use profiler_common::{Counter, COUNTER_COUNT};
 
@@ -91,20 +91,27 @@ impl Sampler {
         }
 
         // Lifecycle tracepoints go first, so no exec between the first sample
-        // and their attachment goes unnoticed.
+        // and their attachment goes unnoticed. BTF tracepoints need no
+        // tracefs, which a fresh host does not mount.
+        let btf = Btf::from_sys_fs().map_err(|error| {
+            anyhow!("reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y")
+        })?;
         for (program, event) in [
             ("process_exec", "sched_process_exec"),
             ("process_exit", "sched_process_exit"),
         ] {
-            let tracepoint: &mut TracePoint = ebpf
+            let tracepoint: &mut BtfTracePoint = ebpf
                 .program_mut(program)
                 .with_context(|| format!("no {program} program in the BPF object"))?
                 .try_into()?;
-            tracepoint.load().map_err(explain_program_error)?;
             tracepoint
-                .attach("sched", event)
+                .load(event, &btf)
                 .map_err(explain_program_error)
-                .with_context(|| format!("attaching to the sched:{event} tracepoint"))?;
+                .with_context(|| format!("loading the {event} tracepoint program"))?;
+            tracepoint
+                .attach()
+                .map_err(explain_program_error)
+                .with_context(|| format!("attaching to the {event} tracepoint"))?;
         }
 
         let sampler: &mut PerfEvent = ebpf
@@ -172,11 +179,31 @@ impl Sampler {
     }
 
     /// Lets the sampler signal process `pid` (a JVM whose agent waits for
-    /// `signal`) at every sample of one of its threads.
-    pub fn allow_signals(&mut self, pid: u32, signal: u32) -> Result<()> {
-        self.signal_map()?
-            .insert(pid, signal, 0)
-            .with_context(|| format!("allowing signals to JVM {pid}"))
+    /// `signal`) at every sample of one of its threads, unless the process
+    /// exec'd or exited since `since_ns` (CLOCK_MONOTONIC), when its attach
+    /// began: then it is another program, or another process, by now.
+    pub fn allow_signals(
+        &mut self,
+        pid: u32,
+        signal: u32,
+        since_ns: u64,
+    ) -> Result<(), SignalsRefused> {
+        self.signal_map()
+            .and_then(|mut map| Ok(map.insert(pid, signal, 0)?))
+            .map_err(|error| SignalsRefused::Map(format!("{error:#}")))?;
+        // The BPF side takes the process out of the map at every later exec
+        // or exit: only those before the insert need looking up.
+        let ended: Option<u64> = self
+            .ebpf
+            .map("ended_tgids")
+            .and_then(|map| BpfHashMap::<_, u32, u64>::try_from(map).ok())
+            .and_then(|map| map.get(&pid, 0).ok());
+        if ended.is_some_and(|when| when >= since_ns) {
+            // Ignoring a failure: the exec or exit that ended it removed it.
+            let _ = self.forbid_signals(pid);
+            return Err(SignalsRefused::Ended);
+        }
+        Ok(())
     }
 
     /// Stops signalling process `pid`.
@@ -216,6 +243,18 @@ impl Sampler {
         }
         Ok(totals)
     }
+}
+
+/// Why a JVM's samples cannot signal it: its stacks stay native, and the
+/// recording goes on.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalsRefused {
+    /// The process exec'd or exited while its agent was being loaded.
+    #[error("the process exec'd or exited while its agent was loaded")]
+    Ended,
+    /// The map of signalled JVMs is full, or refused the update.
+    #[error("the map of signalled JVMs refused it ({0}); at most 4096 JVMs are signalled at once")]
+    Map(String),
 }
 
 /// Ring buffer bytes for a host: half a second of samples with full stacks

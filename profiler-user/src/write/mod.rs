@@ -2,7 +2,10 @@
 
 mod flamegraph;
 mod folded;
+mod output_file;
 mod summary;
+
+pub use output_file::OutputFile;
 
 use std::{
     io::{BufWriter, Write},

@@ -1,0 +1,64 @@
+//! Stoke signals a JVM only while it is that JVM: a program exec'd over a
+//! JVM whose agent Stoke was signalling gets no signal, from the exec on.
+
+use std::process::Command;
+use std::time::Duration;
+
+use stoke_tests::{
+    args, describe, is_java_frame, prepare, read_folded, record_args, samples_where, JavaWorkload,
+    Running, Stack, Stoke, Workload, FRAME_POINTER_FLAGS, JDK_17,
+};
+
+#[test]
+fn a_program_exec_d_over_a_signalled_jvm_gets_no_signal() {
+    let (dir, _) = prepare("jvm-exec", "short_burn");
+    let include = format!("-I{}/include", JDK_17.home);
+    let include_linux = format!("{include}/linux");
+    let mut flags = FRAME_POINTER_FLAGS.to_vec();
+    flags.extend([include.as_str(), include_linux.as_str()]);
+    let host = Workload::build_with("jvm_then_exec", dir.path(), &flags);
+    let java = JavaWorkload::build("JavaBusy", JDK_17, dir.path());
+    let out = dir.join("jvm-exec.folded");
+
+    let mut stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 8.0, &out));
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
+    // Java runs 2 s after the agent is in, then the process exec's into a
+    // counter of SIGURGs that burns CPU for 3 s.
+    let mut command = Command::new(host.exe());
+    command
+        .arg("2")
+        .arg(JDK_17.libjvm())
+        .arg(java.classes())
+        .arg("3");
+    let mut running = Running::start(command, "jvm_then_exec", &host.comm());
+    running.wait_for_line("attached", Duration::from_secs(20));
+    running.wait_for_line("counting", Duration::from_secs(20));
+    let count = running.wait_for_line("sigurg ", Duration::from_secs(20));
+    let output = stoke.wait_recording(8.0);
+    println!("{}", output.stderr);
+
+    let stacks = read_folded(&out);
+    // After the exec, the process is named after /proc/self/exe: `exe`.
+    let pid = format!("[{}]", running.pid());
+    let mine = |s: &Stack| s.root().ends_with(&pid);
+    let java = samples_where(&stacks, |s| {
+        mine(s)
+            && s.frames
+                .iter()
+                .any(|f| is_java_frame(f) && f.contains("JavaBusy.crunch"))
+    });
+    let after = samples_where(&stacks, |s| mine(s) && s.contains("after_exec_burn"));
+    println!("{}", describe(stacks.iter().filter(|s| mine(s)), 12));
+    assert!(
+        java > 100,
+        "only {java} samples had Java frames before the exec: was the JVM signalled at all?"
+    );
+    assert!(
+        after > 100,
+        "only {after} samples of the program after the exec"
+    );
+    assert_eq!(
+        count, "sigurg 0",
+        "the program exec'd over the JVM was signalled"
+    );
+}
