@@ -1,114 +1,14 @@
-//! The binary interface between Stoke's BPF sampler and its userspace.
+//! The binary interface between Stoke's BPF sampler and its userspace, and
+//! between its JVM agent and `stoke`.
 //!
-//! Every type here has a twin in `include/stoke_abi.h`, which the BPF programs
-//! include; `tests/layout.rs` compiles that header and checks that both sides
-//! agree on every size and offset. Change the two together.
+//! [`ring`] and [`unwind`] are the BPF side's: `include/stoke_abi.h`, which
+//! the BPF programs include, is generated from them by `cargo xtask codegen`
+//! (cbindgen), and `cargo xtask lint` fails when the committed header is not
+//! what they generate. [`jvm`] is shared by two Rust programs only.
 #![no_std]
 
 pub mod jvm;
+pub mod ring;
 pub mod unwind;
 
-/// Most frames of one stack (kernel or user) that a sample carries; the
-/// kernel's default `perf_event_max_stack`.
-pub const MAX_FRAMES: usize = 127;
-
-/// Length of a task's `comm`, as in the kernel's `TASK_COMM_LEN`.
-pub const COMM_LEN: usize = 16;
-
-/// What a record in the `samples` ring buffer reports.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecordKind {
-    /// A cpu-clock sample: a [`RecordHeader`] followed by its stacks.
-    Sample = 1,
-    /// A process called `execve`: its address space from now on is a new one.
-    /// A bare [`RecordHeader`] without frames.
-    Exec = 2,
-    /// A process ended (its thread group leader exited). A bare
-    /// [`RecordHeader`]; a later sample with the same tgid is a new process.
-    Exit = 3,
-}
-
-impl RecordKind {
-    /// The kind named by a record's raw `kind` field, if it names one.
-    pub fn from_raw(raw: u32) -> Option<Self> {
-        match raw {
-            1 => Some(Self::Sample),
-            2 => Some(Self::Exec),
-            3 => Some(Self::Exit),
-            _ => None,
-        }
-    }
-}
-
-/// [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
-pub const SAMPLE_IN_KERNEL: u32 = 1 << 0;
-/// [`RecordHeader::flags`] bit: the sampled thread was sent the JVM agent's
-/// signal, so a Java stack for this sample should follow from the agent.
-pub const SAMPLE_SIGNALLED: u32 = 1 << 1;
-
-/// The fixed start of every ring-buffer record.
-///
-/// A sample is followed by `kernel_frames` then `user_frames` return
-/// addresses (`u64`), innermost frame first.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct RecordHeader {
-    /// A [`RecordKind`], raw.
-    pub kind: u32,
-    /// The CPU the sample was taken on.
-    pub cpu: u32,
-    /// Process id (the kernel's tgid).
-    pub tgid: u32,
-    /// Thread id (the kernel's pid).
-    pub tid: u32,
-    /// `CLOCK_MONOTONIC` time of the sample, in nanoseconds.
-    pub time_ns: u64,
-    /// The thread's name, NUL-padded.
-    pub comm: [u8; COMM_LEN],
-    /// How many kernel frames follow the header.
-    pub kernel_frames: u16,
-    /// How many user frames follow the kernel frames.
-    pub user_frames: u16,
-    /// `SAMPLE_*` bits.
-    pub flags: u32,
-}
-
-/// Size of [`RecordHeader`] in bytes.
-pub const RECORD_HEADER_SIZE: usize = core::mem::size_of::<RecordHeader>();
-
-/// Indexes of the per-CPU `counters` array the BPF sampler keeps.
-#[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Counter {
-    /// Samples sent to userspace.
-    Sent = 0,
-    /// Samples dropped because the ring buffer was full.
-    LostRingFull = 1,
-    /// Samples taken in kernel mode whose kernel stack could not be read.
-    KernelStackFailed = 2,
-    /// Samples whose user stack could not be read (kernel threads excluded).
-    UserStackFailed = 3,
-    /// Samples of the idle task, left out as asked.
-    IdleSkipped = 4,
-    /// Exec and exit records dropped because the ring buffer was full.
-    LostLifecycle = 5,
-    /// Signals to a JVM thread that the kernel refused to send.
-    SignalFailed = 6,
-}
-
-/// Number of [`Counter`]s, the size of the `counters` array.
-pub const COUNTER_COUNT: u32 = 7;
-
-impl Counter {
-    /// All counters, in index order.
-    pub const ALL: [Counter; COUNTER_COUNT as usize] = [
-        Counter::Sent,
-        Counter::LostRingFull,
-        Counter::KernelStackFailed,
-        Counter::UserStackFailed,
-        Counter::IdleSkipped,
-        Counter::LostLifecycle,
-        Counter::SignalFailed,
-    ];
-}
+pub use ring::*;

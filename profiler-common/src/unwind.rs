@@ -1,6 +1,6 @@
-//! Compiled unwind tables as the BPF unwinder reads them (twins of
-//! `include/stoke_abi.h`'s `stoke_unwind_row`, `stoke_mapping` and
-//! `stoke_process_mappings`).
+//! Compiled unwind tables as the BPF unwinder reads them, and why it stops.
+
+use num_enum::TryFromPrimitive;
 
 /// How a row finds the CFA (the caller's stack pointer before its call).
 #[repr(u8)]
@@ -90,7 +90,7 @@ pub struct ProcessMappings {
 /// Why a user stack ends, in [`crate::RecordHeader::flags`] bits
 /// [`STOP_SHIFT`] on.
 #[repr(u32)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, TryFromPrimitive)]
 pub enum StopReason {
     /// The process had no tables: frame pointers by the kernel.
     FramePointers = 0,
@@ -116,34 +116,21 @@ pub const STOP_SHIFT: u32 = 8;
 pub const STOP_MASK: u32 = 0xf;
 
 impl StopReason {
-    /// A few words for the summary.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::FramePointers => "frame pointers ended (no unwind table)",
-            Self::End => "outermost frame",
-            Self::NoCfi => "code without unwind info",
-            Self::Unsupported => "unwind info the unwinder cannot follow",
-            Self::ReadFailed => "stack memory unreadable",
-            Self::Depth => "frame limit",
-            Self::UnknownCode => "code outside any file (JIT)",
-            Self::BadFrame => "frame pointer led nowhere",
-        }
-    }
-
     /// The reason in a record's flags.
     pub fn from_flags(flags: u32) -> Self {
-        match (flags >> STOP_SHIFT) & STOP_MASK {
-            1 => Self::End,
-            2 => Self::NoCfi,
-            3 => Self::Unsupported,
-            4 => Self::ReadFailed,
-            5 => Self::Depth,
-            6 => Self::UnknownCode,
-            7 => Self::BadFrame,
-            _ => Self::FramePointers,
-        }
+        Self::try_from((flags >> STOP_SHIFT) & STOP_MASK).unwrap_or(Self::FramePointers)
     }
 }
+
+/// At a signal trampoline RSP points at the kernel's `struct ucontext`:
+/// its `uc_mcontext` (`struct sigcontext`) starts this far in.
+pub const SIGCONTEXT_OFFSET: u32 = 40;
+/// Offset of the interrupted RBP in `struct sigcontext`.
+pub const SIGCONTEXT_RBP: u32 = 80;
+/// Offset of the interrupted RSP in `struct sigcontext`.
+pub const SIGCONTEXT_RSP: u32 = 120;
+/// Offset of the interrupted RIP in `struct sigcontext`.
+pub const SIGCONTEXT_RIP: u32 = 128;
 
 /// The functions a process's or thread's stack starts in (the executable's
 /// entry, libc's start of `main`, a thread's start): a stack that reaches

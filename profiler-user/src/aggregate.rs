@@ -185,8 +185,22 @@ impl StackQuality {
         if stop == StopReason::End || ROOT_FUNCTIONS.contains(&function) {
             self.reached_root += samples;
         } else {
-            *self.truncated.entry(stop.describe()).or_default() += samples;
+            *self.truncated.entry(describe(stop)).or_default() += samples;
         }
+    }
+}
+
+/// Why a stack ended short, in a few words for the summary.
+fn describe(stop: StopReason) -> &'static str {
+    match stop {
+        StopReason::FramePointers => "frame pointers ended (no unwind table)",
+        StopReason::End => "outermost frame",
+        StopReason::NoCfi => "code without unwind info",
+        StopReason::Unsupported => "unwind info the unwinder cannot follow",
+        StopReason::ReadFailed => "stack memory unreadable",
+        StopReason::Depth => "frame limit",
+        StopReason::UnknownCode => "code outside any file (JIT)",
+        StopReason::BadFrame => "frame pointer led nowhere",
     }
 }
 

@@ -56,7 +56,7 @@ fn exec_and_exit_are_seen_without_tracefs() {
     stoke.wait_recording(5.0);
 
     let stacks = read_folded(&out);
-    let (before, before_total) = process_stacks(&stacks, &running.root_frame(), 300);
+    let (before, before_total) = process_stacks(&stacks, &running.root_frame(), 100);
     let named = samples_where(before.iter().copied(), |s| {
         s.contains_run(&["main", "burn_before_exec", "burn_before_exec_leaf"])
     });
@@ -67,7 +67,7 @@ fn exec_and_exit_are_seen_without_tracefs() {
     );
     // After the exec, a fresh snapshot of its maps names the new program.
     let after_root = format!("{} [{pid}]", then.comm());
-    let (after, after_total) = process_stacks(&stacks, &after_root, 300);
+    let (after, after_total) = process_stacks(&stacks, &after_root, 100);
     let named = samples_where(after.iter().copied(), |s| {
         s.contains_run(&["main", "burn_cpu", "burn_leaf"])
     });

@@ -1,6 +1,7 @@
 //! Developer tasks: `cargo xtask <task>`. See `cargo xtask --help`.
 
 mod bench;
+mod codegen;
 
 use std::{
     path::{Path, PathBuf},
@@ -39,6 +40,8 @@ enum Task {
     Setup,
     /// Regenerate profiler-ebpf's vmlinux.h from this kernel's BTF.
     Vmlinux,
+    /// Regenerate profiler-common/include/stoke_abi.h from the Rust types.
+    Codegen,
     /// Regenerate agent/src/jvmti_sys.rs from JDK 17's jvmti.h (bindgen-cli).
     JvmtiBindings,
     /// Check formatting and lints as CI does.
@@ -58,6 +61,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup => setup(),
         Task::Vmlinux => vmlinux(),
+        Task::Codegen => codegen::write(),
         Task::JvmtiBindings => jvmti_bindings(),
         Task::Lint => lint(),
         Task::Test { cargo_args } => test(&cargo_args),
@@ -198,6 +202,7 @@ fn which(name: &str) -> Option<PathBuf> {
 
 fn lint() -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
+    codegen::check()?;
     run(cargo().args([
         "clippy",
         "--workspace",

@@ -67,7 +67,7 @@ impl Record {
         // valid, and read_unaligned needs no alignment.
         let header: RecordHeader =
             unsafe { std::ptr::read_unaligned(header_bytes.as_ptr().cast()) };
-        match RecordKind::from_raw(header.kind) {
+        match RecordKind::try_from(header.kind).ok() {
             Some(RecordKind::Exec) => Ok(Self::Exec { tgid: header.tgid }),
             Some(RecordKind::Exit) => Ok(Self::Exit { tgid: header.tgid }),
             Some(RecordKind::Sample) => {

@@ -16,7 +16,7 @@ use aya::{
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
-use profiler_common::{Counter, COUNTER_COUNT};
+use profiler_common::COUNTER_COUNT;
 
 /// What to sample.
 #[derive(Clone, Debug)]
@@ -237,9 +237,8 @@ impl Sampler {
         let counters: PerCpuArray<_, u64> =
             PerCpuArray::try_from(self.ebpf.map("counters").context("no counters map")?)?;
         let mut totals = [0; COUNTER_COUNT as usize];
-        for counter in Counter::ALL {
-            let per_cpu = counters.get(&(counter as u32), 0)?;
-            totals[counter as usize] = per_cpu.iter().sum();
+        for (index, total) in (0..COUNTER_COUNT).zip(&mut totals) {
+            *total = counters.get(&index, 0)?.iter().sum();
         }
         Ok(totals)
     }
