@@ -12,7 +12,7 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
     jvm::{symbols::JavaSymbols, JavaStackFrame},
-    profile::{FoldedStack, Profile, RecordingSummary, StackQuality},
+    profile::{clean_frame, FoldedStack, Profile, RecordingSummary, StackQuality},
     sample::record::Sample,
     symbolize::{
         maps::{ImageId, MappedFile, MappingTarget, ProcessImage, ProcessTable},
@@ -161,6 +161,7 @@ impl Aggregator {
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
                 frames.extend(names.kernel[&call_site(index, address)].iter().cloned());
             }
+            let frames = frames.into_iter().map(clean_frame).collect();
             *folded.entry(frames).or_default() += samples;
         }
         summary.samples = self.samples;

@@ -15,6 +15,25 @@ pub struct FoldedStack {
     pub samples: u64,
 }
 
+/// `name` as a frame every writer can take: no `;` (the folded format's
+/// separator) and no line break or other control character. Processes name
+/// themselves, their threads, their files and their Java classes as they
+/// like, so every frame passes through here.
+pub fn clean_frame(name: Arc<str>) -> Arc<str> {
+    if name.chars().any(|c| c == ';' || c.is_control()) {
+        name.chars()
+            .map(|c| match c {
+                ';' => ':',
+                c if c.is_control() => ' ',
+                c => c,
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        name
+    }
+}
+
 /// A recording, symbolized and counted.
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
@@ -98,5 +117,23 @@ impl RecordingSummary {
     /// Samples taken but missing from the profile.
     pub fn lost(&self) -> u64 {
         self.lost_ring_full
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_never_carry_separators_or_control_characters() {
+        assert_eq!(
+            &*clean_frame("ev;il\nx\r\t\u{1b}[31m".into()),
+            "ev:il x   [31m"
+        );
+        let clean: Arc<str> = "main (a.c:3)".into();
+        assert!(
+            Arc::ptr_eq(&clean_frame(clean.clone()), &clean),
+            "clean names are kept as they are"
+        );
     }
 }
