@@ -59,6 +59,8 @@ pub struct RecordingSummary {
     pub samples: u64,
     /// Samples dropped because the ring buffer to userspace was full.
     pub lost_ring_full: u64,
+    /// Ring records that did not parse, each a sample lost.
+    pub malformed_records: u64,
     /// Samples whose kernel stack could not be read (kept, without it).
     pub partial_kernel_stacks: u64,
     /// Samples whose user stack could not be read (kept, without it).
@@ -116,7 +118,7 @@ pub struct JavaSummary {
 impl RecordingSummary {
     /// Samples taken but missing from the profile.
     pub fn lost(&self) -> u64 {
-        self.lost_ring_full
+        self.lost_ring_full + self.malformed_records
     }
 }
 

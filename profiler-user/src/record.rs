@@ -19,7 +19,7 @@ use crate::{
     cli::RecordArgs,
     jvm::profiler::JavaProfiler,
     preflight,
-    profile::RecordingSummary,
+    profile::{Profile, RecordingSummary},
     progress::Progress,
     sample::{
         record::Record,
@@ -54,38 +54,131 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     let mut output = OutputFile::create(&args.output, 0o644)
         .with_context(|| format!("cannot write the profile to {}", args.output.display()))?;
     raise_open_file_limit();
+    let stop = stop_on_signals()?;
 
+    let mut recording = Recording::start(args)?;
+    announce(args, recording.sampler.cpus().len());
+    recording.sample_until(&stop, args)?;
+    let profile = recording.finish(args)?;
+
+    write_profile(&profile, format, output.file())
+        .and_then(|()| Ok(output.commit()?))
+        .with_context(|| format!("writing the profile to {}", args.output.display()))?;
+    eprintln!(
+        "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",
+        profile.summary.samples,
+        profile.summary.processes,
+        profile.summary.duration.as_secs_f64(),
+        profile.summary.lost(),
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// The flag SIGINT and SIGTERM raise; a second one ends stoke at once,
+/// without output.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [SIGINT, SIGTERM] {
-        // A second Ctrl-C ends stoke at once, without output.
         signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
         signal_hook::flag::register(signal, stop.clone())?;
     }
+    Ok(stop)
+}
 
-    let mut sampler = Sampler::start(&SamplerConfig {
-        frequency_hz: args.frequency,
-        pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
-        include_idle: args.idle,
-        bpf_stats: args.bpf_stats,
-        unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
-    })?;
-    let unwinder = if args.frame_pointers {
-        None
-    } else {
-        let (rows, processes) = sampler.take_unwind_maps()?;
-        Some(UnwindLoader::start(rows, processes)?)
-    };
-    let mut images_loaded = 0;
-    announce(args, sampler.cpus().len());
-    let started = Instant::now();
-    let progress = Progress::start(args.duration);
-    let mut aggregator = Aggregator::new(AggregateOptions {
-        threads: args.threads,
-        lines: args.lines,
-    });
-    let mut java = JavaProfiler::new(!args.no_jvm);
-    let mut malformed = 0u64;
-    loop {
+/// The stages of a recording while samples come in.
+struct Recording {
+    sampler: Sampler,
+    /// `None` with `--frame-pointers`.
+    unwinder: Option<UnwindLoader>,
+    /// Process images handed to the unwinder so far.
+    images_loaded: usize,
+    aggregator: Aggregator,
+    java: JavaProfiler,
+    /// Ring records that did not parse (a bug of ours, never the ring
+    /// being full).
+    malformed: u64,
+    started: Instant,
+}
+
+impl Recording {
+    fn start(args: &RecordArgs) -> Result<Self> {
+        let mut sampler = Sampler::start(&SamplerConfig {
+            frequency_hz: args.frequency,
+            pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
+            include_idle: args.idle,
+            bpf_stats: args.bpf_stats,
+            unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
+        })?;
+        let unwinder = if args.frame_pointers {
+            None
+        } else {
+            let (rows, processes) = sampler.take_unwind_maps()?;
+            Some(UnwindLoader::start(rows, processes)?)
+        };
+        Ok(Self {
+            sampler,
+            unwinder,
+            images_loaded: 0,
+            aggregator: Aggregator::new(AggregateOptions {
+                threads: args.threads,
+                lines: args.lines,
+            }),
+            java: JavaProfiler::new(!args.no_jvm),
+            malformed: 0,
+            started: Instant::now(),
+        })
+    }
+
+    /// Takes samples in until `stop` is raised, the duration is over, or
+    /// every `-p` target has exited.
+    fn sample_until(&mut self, stop: &AtomicBool, args: &RecordArgs) -> Result<()> {
+        let progress = Progress::start(args.duration);
+        loop {
+            self.take_in()?;
+            let elapsed = self.started.elapsed();
+            let remaining = args
+                .duration
+                .map(|duration| duration.saturating_sub(elapsed));
+            if stop.load(Ordering::Relaxed)
+                || remaining.is_some_and(|left| left.is_zero())
+                || all_exited(&args.pids)
+            {
+                break;
+            }
+            if progress.is_shown() {
+                let counters = self.sampler.counters()?;
+                progress.update(
+                    elapsed,
+                    self.aggregator.samples(),
+                    self.aggregator.processes(),
+                    counters[Counter::LostRingFull as usize],
+                );
+            }
+            let interval = if self.java.attaching() {
+                ATTACH_POLL_INTERVAL
+            } else {
+                DRAIN_INTERVAL
+            };
+            self.sampler
+                .wait(remaining.map_or(interval, |left| left.min(interval)));
+        }
+        progress.finish();
+        Ok(())
+    }
+
+    /// Drains the ring into the stages: samples to aggregation (or to the
+    /// Java side, to wait for their Java stacks), new processes to the
+    /// unwinder, exec and exit to both.
+    fn take_in(&mut self) -> Result<()> {
+        let Self {
+            sampler,
+            unwinder,
+            aggregator,
+            java,
+            malformed,
+            ..
+        } = self;
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
@@ -98,80 +191,56 @@ pub fn run(args: &RecordArgs) -> Result<()> {
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
                 aggregator.process_ended(tgid);
-                if let Some(unwinder) = &unwinder {
+                if let Some(unwinder) = unwinder.as_ref() {
                     unwinder.forget(tgid);
                 }
             }
-            Err(_) => malformed += 1,
+            Err(_) => *malformed += 1,
         });
-        if let Some(unwinder) = &unwinder {
-            for image in images_loaded..aggregator.processes() {
-                unwinder.load(aggregator.image(image));
+        if let Some(unwinder) = &self.unwinder {
+            for image in self.images_loaded..self.aggregator.processes() {
+                unwinder.load(self.aggregator.image(image));
             }
-            images_loaded = aggregator.processes();
+            self.images_loaded = self.aggregator.processes();
         }
-        java.poll(&mut sampler, &mut aggregator)?;
-        let elapsed = started.elapsed();
-        let remaining = args
-            .duration
-            .map(|duration| duration.saturating_sub(elapsed));
-        if stop.load(Ordering::Relaxed)
-            || remaining.is_some_and(|left| left.is_zero())
-            || all_exited(&args.pids)
-        {
-            break;
-        }
-        if progress.is_shown() {
-            let counters = sampler.counters()?;
-            progress.update(
-                elapsed,
-                aggregator.samples(),
-                aggregator.processes(),
-                counters[Counter::LostRingFull as usize],
-            );
-        }
-        let interval = if java.attaching() {
-            ATTACH_POLL_INTERVAL
-        } else {
-            DRAIN_INTERVAL
-        };
-        sampler.wait(remaining.map_or(interval, |left| left.min(interval)));
+        self.java.poll(&mut self.sampler, &mut self.aggregator)
     }
-    let duration = started.elapsed();
-    let cpus = sampler.cpus().len();
-    let counters = sampler.counters()?;
-    let bpf_time_per_sample = sampler.time_per_sample();
-    drop(sampler);
-    progress.finish();
-    let (java_symbols, java_summary) = java.finish(&mut aggregator);
 
-    let summary = RecordingSummary {
-        duration,
-        frequency_hz: args.frequency,
-        cpus,
-        lost_ring_full: counters[Counter::LostRingFull as usize] + malformed,
-        partial_kernel_stacks: counters[Counter::KernelStackFailed as usize],
-        partial_user_stacks: counters[Counter::UserStackFailed as usize],
-        lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
-        idle_skipped: counters[Counter::IdleSkipped as usize],
-        bpf_time_per_sample,
-        java: java_summary,
-        unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
-        ..RecordingSummary::default()
-    };
-    let profile = aggregator.finish(&Symbolizer::new(args.lines), &java_symbols, summary);
-    write_profile(&profile, format, output.file())
-        .and_then(|()| Ok(output.commit()?))
-        .with_context(|| format!("writing the profile to {}", args.output.display()))?;
-    eprintln!(
-        "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",
-        profile.summary.samples,
-        profile.summary.processes,
-        duration.as_secs_f64(),
-        profile.summary.lost(),
-        args.output.display()
-    );
-    Ok(())
+    /// Stops sampling, waits for the Java side's last answers, and names
+    /// and folds the stacks.
+    fn finish(self, args: &RecordArgs) -> Result<Profile> {
+        let Self {
+            sampler,
+            unwinder,
+            mut aggregator,
+            java,
+            malformed,
+            started,
+            ..
+        } = self;
+        let duration = started.elapsed();
+        let cpus = sampler.cpus().len();
+        let counters = sampler.counters()?;
+        let bpf_time_per_sample = sampler.time_per_sample();
+        drop(sampler);
+        let (java_symbols, java_summary) = java.finish(&mut aggregator);
+        let summary = RecordingSummary {
+            duration,
+            frequency_hz: args.frequency,
+            cpus,
+            lost_ring_full: counters[Counter::LostRingFull as usize],
+            malformed_records: malformed,
+            partial_kernel_stacks: counters[Counter::KernelStackFailed as usize],
+            partial_user_stacks: counters[Counter::UserStackFailed as usize],
+            lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
+            idle_skipped: counters[Counter::IdleSkipped as usize],
+            bpf_time_per_sample,
+            java: java_summary,
+            unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
+            ..RecordingSummary::default()
+        };
+        Ok(aggregator.finish(&Symbolizer::new(args.lines), &java_symbols, summary))
+    }
 }
 
 /// Says on stderr that sampling has begun, and what it covers.

@@ -61,6 +61,14 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     ] {
         writeln!(out, "{:<33} {value}", format!("{label}:"))?;
     }
+    if summary.malformed_records > 0 {
+        // A bug of stoke's, not the host's: said only when it happens.
+        writeln!(
+            out,
+            "{:<33} {}",
+            "Malformed ring records (lost):", summary.malformed_records
+        )?;
+    }
     write_stack_quality(summary, out)?;
     write_java(&summary.java, out)?;
 
