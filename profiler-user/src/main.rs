@@ -1,5 +1,7 @@
 //! `stoke`, a system-wide CPU profiler. The modules follow the data flow:
-//! [`sample`] → [`symbolize`] → [`aggregate`] → [`write`].
+//! [`sample`] → [`unwind`] (tables for the BPF unwinder, while sampling) →
+//! [`symbolize`] → [`aggregate`] → [`write`], with [`jvm`] joining at the
+//! sample and symbolize stages; [`record`] runs them in order.
 
 mod aggregate;
 mod cli;
