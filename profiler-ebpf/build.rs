@@ -1,5 +1,6 @@
 //! Compiles `src/bpf/sampler.bpf.c` (every BPF program of stoke's) with
-//! clang `-target bpf` into the object that `lib.rs` embeds. The compiler is `$CLANG`, else `clang-19`, else `clang`.
+//! clang `-target bpf` into the object that `lib.rs` embeds. The compiler
+//! is `$CLANG`, else `clang-19`, else `clang`.
 
 use std::{env, path::PathBuf, process::Command};
 
