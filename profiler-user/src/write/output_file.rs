@@ -148,13 +148,6 @@ mod tests {
 
     use super::*;
 
-    fn dir(label: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("stoke-output-{label}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
@@ -166,50 +159,53 @@ mod tests {
 
     #[test]
     fn the_file_appears_only_when_committed() {
-        let dir = dir("commit");
-        let target = dir.join("out.txt");
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.txt");
         let mut output = OutputFile::create(&target, 0o644).unwrap();
         output.file().write_all(b"profile").unwrap();
-        assert!(names(&dir).is_empty(), "nothing named before the commit");
+        assert!(
+            names(dir.path()).is_empty(),
+            "nothing named before the commit"
+        );
         output.commit().unwrap();
-        assert_eq!(names(&dir), ["out.txt"]);
+        assert_eq!(names(dir.path()), ["out.txt"]);
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "profile");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn an_uncommitted_file_leaves_the_old_one_alone() {
-        let dir = dir("abandon");
-        let target = dir.join("out.txt");
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.txt");
         std::fs::write(&target, "old").unwrap();
         let mut output = OutputFile::create(&target, 0o644).unwrap();
         output.file().write_all(b"partial").unwrap();
         drop(output);
-        assert_eq!(names(&dir), ["out.txt"]);
+        assert_eq!(names(dir.path()), ["out.txt"]);
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "old");
         let mut output = OutputFile::create(&target, 0o644).unwrap();
         output.file().write_all(b"new").unwrap();
         output.commit().unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
-        assert_eq!(names(&dir), ["out.txt"]);
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names(dir.path()), ["out.txt"]);
     }
 
     #[test]
     fn unwritable_targets_fail_at_once() {
-        let dir = dir("bad");
-        assert!(OutputFile::create(&dir, 0o644).is_err(), "a directory");
-        assert!(OutputFile::create(&dir.join("missing/out.txt"), 0o644).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            OutputFile::create(dir.path(), 0o644).is_err(),
+            "a directory"
+        );
+        assert!(OutputFile::create(&dir.path().join("missing/out.txt"), 0o644).is_err());
     }
 
     #[test]
     fn the_fallback_without_o_tmpfile_cleans_up_too() {
-        let dir = dir("named");
-        let target = dir.join("out.txt");
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.txt");
         let file = tempfile::Builder::new()
             .prefix(".stoke-")
-            .tempfile_in(&dir)
+            .tempfile_in(dir.path())
             .unwrap();
         let (file, path) = file.into_parts();
         let output = OutputFile {
@@ -217,9 +213,8 @@ mod tests {
             target: target.clone(),
             named: Some(path),
         };
-        assert_eq!(names(&dir).len(), 1);
+        assert_eq!(names(dir.path()).len(), 1);
         drop(output);
-        assert!(names(&dir).is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(names(dir.path()).is_empty());
     }
 }
