@@ -23,20 +23,25 @@ for dir in /sys/kernel/tracing /sys/kernel/debug; do
 done
 [ ! -e /sys/kernel/debug/tracing/events ] && [ ! -e /sys/kernel/tracing/events ]
 exec "$@""#;
-    let mut command = Command::new("unshare");
-    command
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(stoke_bin())
-        .args(args);
+    let mut command = in_mount_namespace(script);
+    command.arg(stoke_bin()).args(args);
     Stoke::spawn_command(command)
+}
+
+/// `sh -c script sh` in a mount namespace of its own: what the script
+/// mounts stays there. Arguments added to the command follow `sh`.
+fn in_mount_namespace(script: &str) -> Command {
+    let mut command = Command::new("unshare");
+    command.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+    ]);
+    command
 }
 
 #[test]
@@ -134,17 +139,8 @@ status=0
 echo "left: $(ls -A "$DIR")"
 echo "content: $(cat "$DIR/host.svg")"
 exit $status"#;
-    let mut command = Command::new("unshare");
+    let mut command = in_mount_namespace(script);
     command
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
         .arg(&small)
         .arg(stoke_bin())
         .args(record_args(

@@ -20,15 +20,9 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "sigurg_count.h"
 
-static volatile sig_atomic_t sigurg_count;
 static volatile unsigned long sink;
-
-static void on_sigurg(int signal)
-{
-	(void)signal;
-	sigurg_count++;
-}
 
 __attribute__((noinline)) void after_exec_leaf(unsigned long iterations)
 {
@@ -45,15 +39,8 @@ __attribute__((noinline)) void after_exec_burn(double end)
 
 static int count_signals(double seconds)
 {
-	struct sigaction action;
-	memset(&action, 0, sizeof action);
-	action.sa_handler = on_sigurg;
-	sigemptyset(&action.sa_mask);
-	action.sa_flags = SA_RESTART;
-	if (sigaction(SIGURG, &action, NULL) != 0) {
-		perror("jvm_then_exec: sigaction");
+	if (count_sigurg("jvm_then_exec") != 0)
 		return 2;
-	}
 	printf("counting\n");
 	fflush(stdout);
 	after_exec_burn(now_monotonic() + seconds);

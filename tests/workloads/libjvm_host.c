@@ -11,15 +11,9 @@
 #include <string.h>
 
 #include "common.h"
+#include "sigurg_count.h"
 
-static volatile sig_atomic_t sigurg_count;
 static volatile unsigned long sink;
-
-static void on_sigurg(int signal)
-{
-	(void)signal;
-	sigurg_count++;
-}
 
 __attribute__((noinline)) void host_leaf(unsigned long iterations)
 {
@@ -45,15 +39,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "libjvm_host: dlopen: %s\n", dlerror());
 		return 2;
 	}
-	struct sigaction action;
-	memset(&action, 0, sizeof action);
-	action.sa_handler = on_sigurg;
-	sigemptyset(&action.sa_mask);
-	action.sa_flags = SA_RESTART;
-	if (sigaction(SIGURG, &action, NULL) != 0) {
-		perror("libjvm_host: sigaction");
+	if (count_sigurg("libjvm_host") != 0)
 		return 2;
-	}
 	say_ready();
 	host_burn(now_monotonic() + seconds);
 	printf("sigurg %d\n", (int)sigurg_count);
