@@ -2,10 +2,12 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use serde::{Serialize, Serializer};
+
 use crate::unwind::loader::UnwindSummary;
 
 /// One distinct symbolized stack and the samples that hit it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FoldedStack {
     /// Frame names, root first: the process frame, the thread frame with
     /// `-t`, then code from the outermost caller to the sampled function.
@@ -47,9 +49,11 @@ pub struct Profile {
 }
 
 /// Counts and settings of a recording, for the reader of its output.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Durations are written as seconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RecordingSummary {
     /// How long samples were taken.
+    #[serde(serialize_with = "seconds")]
     pub duration: Duration,
     /// The sampling frequency asked for, per CPU.
     pub frequency_hz: u64,
@@ -73,10 +77,12 @@ pub struct RecordingSummary {
     pub processes: usize,
     /// Mean run time of the BPF sampler per sample, when the kernel's BPF
     /// statistics were on (`--bpf-stats` or `kernel.bpf_stats_enabled`).
+    #[serde(serialize_with = "optional_seconds")]
     pub bpf_time_per_sample: Option<Duration>,
     /// Distinct addresses named after the recording.
     pub symbolized_addresses: usize,
     /// How long naming them took.
+    #[serde(serialize_with = "seconds")]
     pub symbolize_time: Duration,
     /// How Java profiling went.
     pub java: JavaSummary,
@@ -88,7 +94,7 @@ pub struct RecordingSummary {
 
 /// How far native user stacks got (samples with Java frames left out: their
 /// native part ends at the first Java frame by design).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StackQuality {
     /// Samples with a native user stack.
     pub samples: u64,
@@ -101,7 +107,7 @@ pub struct StackQuality {
 }
 
 /// How Java profiling went.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct JavaSummary {
     /// JVMs whose agent answered.
     pub jvms: usize,
@@ -113,6 +119,21 @@ pub struct JavaSummary {
     pub non_java_samples: u64,
     /// Samples of JVM threads that kept only their native stack, by reason.
     pub native_only: BTreeMap<&'static str, u64>,
+}
+
+/// A duration as seconds, for machine-readable outputs.
+pub fn seconds<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(duration.as_secs_f64())
+}
+
+fn optional_seconds<S: Serializer>(
+    duration: &Option<Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => seconds(duration, serializer),
+        None => serializer.serialize_none(),
+    }
 }
 
 impl RecordingSummary {

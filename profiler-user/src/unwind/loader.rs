@@ -67,7 +67,7 @@ enum Request {
 }
 
 /// What loading tables cost, for the summary and the bench.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct UnwindSummary {
     /// Files whose tables were compiled and loaded.
     pub files: usize,
@@ -86,6 +86,7 @@ pub struct UnwindSummary {
     /// Bytes the loaded rows take in the map.
     pub bytes: usize,
     /// Time spent compiling tables.
+    #[serde(serialize_with = "crate::profile::seconds")]
     pub compile_time: Duration,
     /// Processes whose tables were loaded.
     pub processes: usize,

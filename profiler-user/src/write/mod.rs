@@ -2,6 +2,7 @@
 
 mod flamegraph;
 mod folded;
+mod json;
 mod output_file;
 mod summary;
 
@@ -23,12 +24,14 @@ pub enum Format {
     Svg,
     /// A text report of the hottest functions.
     Txt,
+    /// The summary and every stack, for programs.
+    Json,
 }
 
 /// The output path's extension names no format and `--format` was not given.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot tell the output format of {}: name it .svg, .folded or .txt, or pass --format",
+    "cannot tell the output format of {}: name it .svg, .folded, .txt or .json, or pass --format",
     .path.display()
 )]
 pub struct UnknownExtension {
@@ -50,6 +53,7 @@ impl Format {
             Some("folded" | "collapsed") => Ok(Format::Folded),
             Some("svg") => Ok(Format::Svg),
             Some("txt") => Ok(Format::Txt),
+            Some("json") => Ok(Format::Json),
             _ => Err(UnknownExtension {
                 path: path.to_owned(),
             }),
@@ -65,6 +69,7 @@ pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> 
         Format::Folded => folded::write(profile, &mut out)?,
         Format::Svg => flamegraph::write(profile, &mut out)?,
         Format::Txt => summary::write(profile, &mut out)?,
+        Format::Json => json::write(profile, &mut out)?,
     }
     out.flush()?;
     Ok(())
@@ -112,6 +117,7 @@ mod tests {
             ("a.svg", Format::Svg),
             ("A.SVG", Format::Svg),
             ("a.txt", Format::Txt),
+            ("a.json", Format::Json),
         ] {
             assert_eq!(
                 Format::for_output(Path::new(path), None).unwrap(),
@@ -138,7 +144,7 @@ mod tests {
     #[test]
     fn write_profile_writes_each_format() {
         let profile = profile(&[("app;main", 2)]);
-        for format in [Format::Folded, Format::Svg, Format::Txt] {
+        for format in [Format::Folded, Format::Svg, Format::Txt, Format::Json] {
             let mut out = Vec::new();
             write_profile(&profile, format, &mut out).unwrap();
             assert!(
