@@ -107,19 +107,40 @@ impl Root {
             0,
             libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
         )?);
-        if !handle.metadata()?.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
-        // Reopening the very inode the O_PATH descriptor holds: no lookup
-        // by name happens again.
-        File::options()
-            .read(true)
-            .custom_flags(libc::O_NOCTTY)
-            .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
+        reopen_regular(&handle)
     }
+}
+
+/// Opens the regular file at `path` for reading, following symlinks (the
+/// `/proc/PID/map_files/` and `/proc/self/fd/` links included). Like
+/// [`Root::open_file`], anything but a regular file is refused before it is
+/// opened for reading: a process can map `/dev/zero` or a device, and name
+/// a FIFO where a file is expected.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let handle = File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)?;
+    reopen_regular(&handle)
+}
+
+/// Reopens what the `O_PATH` descriptor `handle` holds for reading, if it
+/// is a regular file (checked on the descriptor, so no rename in between
+/// can swap it).
+fn reopen_regular(handle: &File) -> io::Result<File> {
+    if !handle.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    // Reopening the very inode the O_PATH descriptor holds: no lookup by
+    // name happens again. Non-blocking and no controlling terminal, though
+    // a regular file needs neither: nothing a file does may stall stoke.
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! `unwind` is a reference unwinder that applies the rows the way the BPF
 //! side does.
 
+pub mod bounded;
 pub mod debug_file;
 pub mod inspect;
 pub mod loader;
