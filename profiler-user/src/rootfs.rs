@@ -187,4 +187,50 @@ mod tests {
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn only_regular_files_are_opened() {
+        let dir = std::env::temp_dir().join(format!("stoke-regular-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("file"), b"file").unwrap();
+        let fifo = CString::new(dir.join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink(dir.join("fifo"), dir.join("to-fifo")).unwrap();
+        std::os::unix::fs::symlink(dir.join("file"), dir.join("to-file")).unwrap();
+        let opened = |name: &str| open_regular(&dir.join(name)).map_err(|error| error.kind());
+        assert!(opened("file").is_ok());
+        assert!(opened("to-file").is_ok());
+        // Refused without waiting for a writer.
+        assert_eq!(opened("fifo").unwrap_err(), io::ErrorKind::InvalidInput);
+        assert_eq!(opened("to-fifo").unwrap_err(), io::ErrorKind::InvalidInput);
+        for device in ["/dev/zero", "/dev/null", "/dev/tty"] {
+            assert!(open_regular(Path::new(device)).is_err(), "{device}");
+        }
+        // A process's mapping of /dev/zero, as stoke meets it.
+        let zero = File::open("/dev/zero").unwrap();
+        // SAFETY: a new private mapping, unmapped below.
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                zero.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(address, libc::MAP_FAILED);
+        let start = address as usize;
+        let link = format!("/proc/self/map_files/{start:x}-{:x}", start + 4096);
+        assert!(std::fs::symlink_metadata(&link).is_ok(), "{link}");
+        assert_eq!(
+            open_regular(Path::new(&link)).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(address, 4096) };
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -258,3 +258,178 @@ fn seal(file: &File) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{ffi::CString, os::unix::ffi::OsStrExt, sync::mpsc, time::Duration};
+
+    use object::{
+        read::elf::{ElfFile64, ProgramHeader},
+        Object, ObjectSymbol,
+    };
+
+    use super::*;
+    use crate::{
+        symbolize::Symbolizer,
+        unwind::debug_file_tests::{build, run, split},
+    };
+
+    /// A fresh directory, removed on drop.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(label: &str) -> Self {
+            let path =
+                std::env::temp_dir().join(format!("stoke-copy-{label}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Self(path)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// The file offset in `program` of function `name`, whose address
+    /// `symbols` (the program or its debug file) gives.
+    fn offset_of(program: &Path, symbols: &Path, name: &str) -> u64 {
+        let bytes = std::fs::read(symbols).unwrap();
+        let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let address = file
+            .symbols()
+            .find(|symbol| symbol.name() == Ok(name))
+            .unwrap_or_else(|| panic!("{name} in {}", symbols.display()))
+            .address();
+        let bytes = std::fs::read(program).unwrap();
+        let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let endian = file.endian();
+        let load = file
+            .elf_program_headers()
+            .iter()
+            .find(|header| {
+                let start = header.p_vaddr(endian);
+                header.p_type(endian) == elf::PT_LOAD
+                    && (start..start + header.p_memsz(endian)).contains(&address)
+            })
+            .unwrap();
+        address - load.p_vaddr(endian) + load.p_offset(endian)
+    }
+
+    /// What blazesym names the code at `offset` of `program` as, reading
+    /// the file itself, following its links (regular files, for a
+    /// reference).
+    fn reference_name(program: &Path, offset: u64) -> Option<String> {
+        use blazesym::symbolize::{
+            source::{Elf, Source},
+            Input, Symbolizer as Blazesym,
+        };
+        let blazesym = Blazesym::new();
+        let results = blazesym
+            .symbolize(
+                &Source::Elf(Elf::new(program)),
+                Input::FileOffset(&[offset][..]),
+            )
+            .unwrap();
+        results[0].as_sym().map(|sym| sym.name.to_string())
+    }
+
+    /// Runs `work` on a thread of its own, failing if it takes more than
+    /// 10 s (a FIFO opened would block it forever).
+    fn within_10_s<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || sender.send(work()));
+        receiver
+            .recv_timeout(Duration::from_secs(10))
+            .expect("blocked for more than 10 s")
+    }
+
+    #[test]
+    fn names_come_from_the_debug_file_stoke_found() {
+        let dir = Dir::new("debug");
+        let program = build(&dir.0, "split", &[]);
+        let debug = dir.0.join("split.debug");
+        split(&program, &debug, None);
+        // No symbols left in the program: only its debug file names `a`.
+        run("strip", &[&program]);
+        let offset = offset_of(&program, &debug, "a");
+        // (blazesym names it from its DWARF, whatever name that gives.)
+        let reference = reference_name(&program, offset).expect("named from the debug file");
+        let mapped = MappedFile::on_host(&program);
+        let names = Symbolizer::new(false).file(&mapped, &[offset]);
+        assert_eq!(&*names[0][0], reference);
+        // Its link now names the copy of the debug file, by descriptor.
+        let copy = for_blazesym(&mapped).unwrap();
+        let bytes = std::fs::read(copy.path()).unwrap();
+        let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let (name, _) = elf.gnu_debuglink().unwrap().unwrap();
+        let fd: i32 = std::str::from_utf8(name).unwrap().parse().unwrap();
+        assert_eq!(
+            std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                .unwrap()
+                .to_string_lossy()
+                .split(' ')
+                .next(),
+            Some("/memfd:stoke-debug-symbols")
+        );
+        drop(copy);
+        std::fs::remove_file(&debug).unwrap();
+        assert_eq!(
+            reference_name(&program, offset),
+            None,
+            "the stripped program names it itself"
+        );
+    }
+
+    #[test]
+    fn links_to_fifos_are_never_followed() {
+        let dir = Dir::new("fifo");
+        let fifo = dir.0.join("fifo");
+        let name = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let program = build(&dir.0, "linked", &[]);
+        let offset = offset_of(&program, &program, "a");
+        let reference = reference_name(&program, offset).expect("named");
+        // An absolute debug link, which stoke's lookup refuses and blazesym
+        // would follow; and a `.dwp` beside the program.
+        let mut section = fifo.as_os_str().as_bytes().to_vec();
+        section.push(0);
+        section.resize(section.len().next_multiple_of(4) + 4, 0);
+        let content = dir.0.join("debuglink");
+        std::fs::write(&content, section).unwrap();
+        let add = format!(".gnu_debuglink={}", content.display());
+        run(
+            "objcopy",
+            &[Path::new("--add-section"), Path::new(&add), &program],
+        );
+        let name = CString::new(dir.0.join("linked.dwp").as_os_str().as_bytes()).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let names = within_10_s(move || {
+            let mapped = MappedFile::on_host(&program);
+            let copy = for_blazesym(&mapped).unwrap();
+            let bytes = std::fs::read(copy.path()).unwrap();
+            let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+            assert!(elf.section_by_name(".gnu_debuglink").is_none());
+            assert!(elf.gnu_debuglink().unwrap().is_none());
+            Symbolizer::new(false).file(&mapped, &[offset])
+        });
+        assert_eq!(&*names[0][0], reference);
+    }
+
+    #[test]
+    fn copies_are_sealed() {
+        let mapped = MappedFile::on_host(Path::new("/usr/bin/xz"));
+        let copy = for_blazesym(&mapped).unwrap();
+        // SAFETY: fcntl on a descriptor the copy holds.
+        let seals = unsafe { libc::fcntl(copy.file.as_raw_fd(), libc::F_GET_SEALS) };
+        let wanted =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+        assert_eq!(seals & wanted, wanted);
+        assert!(copy.file.set_len(0).is_err());
+        assert!(copy.file.write_all_at(b"x", 0).is_err());
+    }
+}

@@ -44,6 +44,25 @@ pub struct FileOrigin {
 }
 
 impl MappedFile {
+    /// The file at `path` on this host, as if a process had mapped it.
+    #[cfg(test)]
+    pub fn on_host(path: &Path) -> Self {
+        let file = rootfs::open_regular(path).unwrap();
+        let metadata = file.metadata().unwrap();
+        Self {
+            file,
+            key: (
+                std::os::unix::fs::MetadataExt::dev(&metadata),
+                std::os::unix::fs::MetadataExt::ino(&metadata),
+            ),
+            name: base_name(path).into(),
+            origin: Some(FileOrigin {
+                root: Arc::new(Root::host().unwrap()),
+                path: path.to_owned(),
+            }),
+        }
+    }
+
     /// A path that opens this very file for as long as the recording runs.
     pub fn path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))

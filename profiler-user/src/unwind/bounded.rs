@@ -197,6 +197,50 @@ mod tests {
         std::fs::remove_file(path).unwrap();
     }
 
+    /// xz with its `.eh_frame` section header claiming `size` bytes, in a
+    /// file (sparse) of `file_size` bytes.
+    fn forged_xz(name: &str, size: u64, file_size: u64) -> std::path::PathBuf {
+        use object::{read::elf::ElfFile64, Object, ObjectSection};
+        let mut bytes = std::fs::read("/usr/bin/xz").unwrap();
+        let index = ElfFile64::<object::Endianness>::parse(&*bytes)
+            .unwrap()
+            .section_by_name(".eh_frame")
+            .unwrap()
+            .index()
+            .0;
+        let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().unwrap()) as usize;
+        let size_field = shoff + index * 64 + 32;
+        bytes[size_field..size_field + 8].copy_from_slice(&size.to_le_bytes());
+        let path = temp_file(name, &bytes);
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(file_size)
+            .unwrap();
+        path
+    }
+
+    #[test]
+    fn forged_section_sizes_are_not_read() {
+        // 100 MB of .eh_frame claimed, in a 200 MB file: above the 64 MB a
+        // section may have, left out without being read.
+        let path = forged_xz("forged", 100 << 20, 200 << 20);
+        let (table, time) = super::super::debug_file::read_and_compile(&path, None, None);
+        let table = table.unwrap();
+        assert!(table.stats.section_errors >= 1, "{:?}", table.stats);
+        assert!(time < Duration::from_secs(1), "{time:?}");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn compiling_stops_at_the_deadline() {
+        let bytes = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+        let error =
+            super::super::table::compile_from(&*bytes, Instant::now(), |_| None).unwrap_err();
+        assert!(error.to_string().contains("too long"), "{error}");
+    }
+
     #[test]
     fn a_file_truncated_while_read_gives_an_error() {
         let path = temp_file("truncated", &[7; 100_000]);

@@ -17,7 +17,7 @@ pub mod loader;
 pub mod table;
 
 #[cfg(test)]
-mod debug_file_tests;
+pub(crate) mod debug_file_tests;
 #[cfg(test)]
 mod tests;
 

@@ -330,12 +330,11 @@ pub fn compile_from<'data, R: ReadRef<'data>>(
     // the other may still be whole.
     if let Some(section) = section(".eh_frame") {
         // A NOBITS .eh_frame (a separate debug file) reads as empty.
-        let bytes = section
-            .file_range(endian)
-            .filter(|&(_, size)| size <= MAX_SECTION_BYTES)
-            .map_or(Ok(&[][..]), |(offset, size)| {
-                data.read_bytes_at(offset, size)
-            });
+        let bytes = match section.file_range(endian) {
+            None => Ok(&[][..]),
+            Some((_, size)) if size > MAX_SECTION_BYTES => Err(()),
+            Some((offset, size)) => data.read_bytes_at(offset, size),
+        };
         if let Ok(data) = bytes {
             let bases = bases.clone().set_eh_frame(section.sh_addr(endian));
             let mut eh_frame = EhFrame::new(data, LittleEndian);
