@@ -79,7 +79,12 @@ pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
         .origin
         .as_ref()
         .and_then(|origin| {
-            let found = debug_file::find(&origin.root, Some(&origin.path), &links.as_links())?;
+            let found = debug_file::find_until(
+                &origin.root,
+                Some(&origin.path),
+                &links.as_links(),
+                deadline,
+            )?;
             debug_copy(found.file, deadline).ok()
         })
         .filter(|_| links.debuglink.is_some());

@@ -52,7 +52,24 @@ pub struct DebugFile {
 
 /// Finds the separate debug file of the file at `path` (inside `root`;
 /// `None` if unknown: then only the build ID can find it).
+#[cfg(test)]
 pub fn find(root: &Root, path: Option<&Path>, links: &DebugLinks<'_>) -> Option<DebugFile> {
+    find_until(
+        root,
+        path,
+        links,
+        Instant::now() + table::COMPILE_TIME_BUDGET,
+    )
+}
+
+/// Like [`find`], giving up at `deadline` (checksumming a candidate reads
+/// all of it).
+pub fn find_until(
+    root: &Root,
+    path: Option<&Path>,
+    links: &DebugLinks<'_>,
+    deadline: Instant,
+) -> Option<DebugFile> {
     if let Some(found) = links.build_id.and_then(|id| by_build_id(root, id)) {
         return Some(found);
     }
@@ -75,7 +92,6 @@ pub fn find(root: &Root, path: Option<&Path>, links: &DebugLinks<'_>) -> Option<
     ];
     candidates.into_iter().find_map(|candidate| {
         let file = root.open_file(&candidate).ok()?;
-        let deadline = Instant::now() + table::COMPILE_TIME_BUDGET;
         (checksum(&file, deadline).ok()? == crc).then_some(DebugFile {
             file,
             path: candidate,
@@ -155,7 +171,10 @@ pub fn read_and_compile(
         .and_then(|file| {
             let exceeded = file.exceeded();
             let cache = ReadCache::new(file);
-            table::compile_from(&cache, deadline, |links| find(root?, path, links)).map_err(
+            table::compile_from(&cache, deadline, |links| {
+                find_until(root?, path, links, deadline)
+            })
+            .map_err(
                 // The reader's errors reach the compiler as malformed ELF:
                 // say which bound was hit instead.
                 |error| match exceeded.get() {
