@@ -7,8 +7,9 @@
  *   hostile_files SECONDS zero           /dev/zero, readable and executable
  *   hostile_files SECONDS truncate FILE  FILE, whole, readable and
  *                                        executable (never touched), then
- *                                        shrunk to 4 KB and grown back
- *                                        every 100 ms */
+ *                                        shrunk to 4 KB and grown back at
+ *                                        once (sparse: its bytes past 4 KB
+ *                                        are gone) every second */
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -69,7 +70,7 @@ int main(int argc, char **argv)
 	while (now_monotonic() < end) {
 		double next = now_monotonic() + 0.1;
 		call_until(next, hostile_leaf, 20000);
-		if (truncating && ftruncate(fd, tick % 2 ? size : 4096) != 0) {
+		if (truncating && tick % 10 == 0 && (ftruncate(fd, 4096) != 0 || ftruncate(fd, size) != 0)) {
 			perror("ftruncate");
 			return 1;
 		}

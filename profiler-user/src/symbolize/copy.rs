@@ -75,9 +75,11 @@ pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
     let deadline = Instant::now() + table::COMPILE_TIME_BUDGET;
     let file = copy_of(&mapped.path(), c"stoke-symbols")?;
     let links = links_of(&file, deadline)?;
+    // Only a `.gnu_debuglink` can name the debug file to blazesym.
     let debug_file = mapped
         .origin
         .as_ref()
+        .filter(|_| links.debuglink.is_some())
         .and_then(|origin| {
             let found = debug_file::find_until(
                 &origin.root,
@@ -86,12 +88,12 @@ pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
                 deadline,
             )?;
             debug_copy(found.file, deadline).ok()
-        })
-        .filter(|_| links.debuglink.is_some());
+        });
     let crc_and_fd = debug_file
         .as_ref()
         .map(|(debug, crc)| (*crc, debug.as_raw_fd()));
     rewrite_links(&file, &links, crc_and_fd)?;
+    check_links(&file, crc_and_fd, deadline)?;
     seal(&file)?;
     Ok(Copy {
         file,
@@ -105,6 +107,7 @@ fn debug_copy(found: File, deadline: Instant) -> io::Result<(File, u32)> {
     let file = copy_of(&path, c"stoke-debug-symbols")?;
     let links = links_of(&file, deadline)?;
     rewrite_links(&file, &links, None)?;
+    check_links(&file, None, deadline)?;
     seal(&file)?;
     let crc = debug_file::checksum(&file, deadline)?;
     Ok((file, crc))
@@ -251,6 +254,26 @@ fn rewrite_links(file: &File, links: &Links, debug: Option<(u32, i32)>) -> io::R
         file.write_all_at(&0u32.to_le_bytes(), name_field)?;
     }
     Ok(())
+}
+
+/// Checks that `file` has no link section left but a `.gnu_debuglink` to
+/// `debug`, if given: a forged section name table can give the empty name
+/// (offset 0) a link section's name.
+fn check_links(file: &File, debug: Option<(u32, i32)>, deadline: Instant) -> io::Result<()> {
+    let links = links_of(file, deadline)?;
+    let ours = match (&links.debuglink, debug) {
+        (None, _) => true,
+        (Some(link), Some((crc, fd))) => link.name == fd.to_string().as_bytes() && link.crc == crc,
+        (Some(_), None) => false,
+    };
+    if ours && links.other_name_fields.is_empty() {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "its links to other files cannot be removed",
+        ))
+    }
 }
 
 /// Seals `file` against any change: blazesym maps it, and a mapping of a
