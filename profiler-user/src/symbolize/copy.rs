@@ -195,6 +195,12 @@ fn links_of(file: &File, deadline: Instant) -> io::Result<Links> {
     let malformed = |_| io::Error::new(io::ErrorKind::InvalidData, "malformed ELF section table");
     let endian = header.endian().map_err(malformed)?;
     let sections = header.sections(endian, &cache).map_err(malformed)?;
+    if sections.len() > table::MAX_SECTIONS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "more sections than any real file has",
+        ));
+    }
     let mut links = Links {
         build_id: table::build_id_note(endian, &sections, &cache)
             .ok()

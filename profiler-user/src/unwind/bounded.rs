@@ -234,6 +234,30 @@ mod tests {
     }
 
     #[test]
+    fn files_with_too_many_sections_get_no_table() {
+        // xz's section table copied to the end, followed by copies of its
+        // last header, up to 200,000 sections (extended numbering: e_shnum
+        // 0, the count in section 0's sh_size).
+        let mut bytes = std::fs::read("/usr/bin/xz").unwrap();
+        let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().unwrap()) as usize;
+        let count = usize::from(u16::from_le_bytes([bytes[0x3c], bytes[0x3d]]));
+        let mut headers = bytes[shoff..shoff + count * 64].to_vec();
+        let last = headers[headers.len() - 64..].to_vec();
+        let total = 200_000;
+        for _ in count..total {
+            headers.extend_from_slice(&last);
+        }
+        headers[32..40].copy_from_slice(&(total as u64).to_le_bytes());
+        let new_shoff = bytes.len().next_multiple_of(8);
+        bytes.resize(new_shoff, 0);
+        bytes.extend_from_slice(&headers);
+        bytes[0x28..0x30].copy_from_slice(&(new_shoff as u64).to_le_bytes());
+        bytes[0x3c..0x3e].copy_from_slice(&0u16.to_le_bytes());
+        let error = super::super::table::compile_from(&*bytes, later(), |_| None).unwrap_err();
+        assert!(error.to_string().contains("more sections"), "{error}");
+    }
+
+    #[test]
     fn compiling_stops_at_the_deadline() {
         let bytes = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
         let error =

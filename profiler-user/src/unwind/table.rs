@@ -234,6 +234,13 @@ pub const MAX_SECTION_BYTES: u64 = 64 << 20;
 /// handful; a forged file with thousands would cost a read each.
 const MAX_NOTE_SECTIONS: usize = 64;
 
+/// The most sections a file may have (real ones have under 100; a file
+/// read for its table is looked through for a few of them by name).
+pub const MAX_SECTIONS: usize = 1 << 17;
+
+/// The most program headers a file may have (real ones have about 15).
+const MAX_PROGRAM_HEADERS: usize = 1 << 12;
+
 /// The most FDEs evaluated per file (libjvm.so has about 40,000): each
 /// costs an evaluation, and a forged section can pack millions.
 const MAX_FDES: usize = 1 << 21;
@@ -285,8 +292,13 @@ pub fn compile_from<'data, R: ReadRef<'data>>(
     if header.e_machine(endian) != elf::EM_X86_64 || !header.is_little_endian() {
         return Err(CompileError::Architecture(header.e_machine(endian)));
     }
-    let segments: Vec<LoadSegment> = header
-        .program_headers(endian, data)?
+    let program_headers = header.program_headers(endian, data)?;
+    if program_headers.len() > MAX_PROGRAM_HEADERS {
+        return Err(CompileError::Limit(
+            "more program headers than any real file has",
+        ));
+    }
+    let segments: Vec<LoadSegment> = program_headers
         .iter()
         .filter(|header| header.p_type(endian) == elf::PT_LOAD)
         .map(|header| LoadSegment {
@@ -299,6 +311,9 @@ pub fn compile_from<'data, R: ReadRef<'data>>(
         .collect();
 
     let sections = header.sections(endian, data)?;
+    if sections.len() > MAX_SECTIONS {
+        return Err(CompileError::Limit("more sections than any real file has"));
+    }
     let section = |name: &str| {
         sections
             .section_by_name(endian, name.as_bytes())
@@ -479,6 +494,9 @@ fn separate_debug_frame<'data, R: ReadRef<'data>>(
         return Err(());
     }
     let sections = header.sections(endian, data).map_err(|_| ())?;
+    if sections.len() > MAX_SECTIONS {
+        return Err(());
+    }
     if let Some(expected) = build_id {
         // gdb accepts a debug file without a build ID; one with another
         // is of another build.
@@ -533,7 +551,10 @@ pub fn fingerprint(file: BoundedFile, hasher: &impl BuildHasher) -> Option<Finge
     let cache = ReadCache::new(file);
     let header = elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
     let endian = header.endian().ok()?;
-    let sections = header.sections(endian, &cache).ok()?;
+    let sections = header
+        .sections(endian, &cache)
+        .ok()
+        .filter(|sections| sections.len() <= MAX_SECTIONS)?;
     let build_id = build_id_note(endian, &sections, &cache).ok()??.to_vec();
     let eh_frame = match sections.section_by_name(endian, b".eh_frame") {
         Some((_, section)) if section.sh_type(endian) != elf::SHT_NOBITS => {
