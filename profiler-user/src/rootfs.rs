@@ -107,19 +107,40 @@ impl Root {
             0,
             libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
         )?);
-        if !handle.metadata()?.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
-        // Reopening the very inode the O_PATH descriptor holds: no lookup
-        // by name happens again.
-        File::options()
-            .read(true)
-            .custom_flags(libc::O_NOCTTY)
-            .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
+        reopen_regular(&handle)
     }
+}
+
+/// Opens the regular file at `path` for reading, following symlinks (the
+/// `/proc/PID/map_files/` and `/proc/self/fd/` links included). Like
+/// [`Root::open_file`], anything but a regular file is refused before it is
+/// opened for reading: a process can map `/dev/zero` or a device, and name
+/// a FIFO where a file is expected.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let handle = File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)?;
+    reopen_regular(&handle)
+}
+
+/// Reopens what the `O_PATH` descriptor `handle` holds for reading, if it
+/// is a regular file (checked on the descriptor, so no rename in between
+/// can swap it).
+fn reopen_regular(handle: &File) -> io::Result<File> {
+    if !handle.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    // Reopening the very inode the O_PATH descriptor holds: no lookup by
+    // name happens again. Non-blocking and no controlling terminal, though
+    // a regular file needs neither: nothing a file does may stall stoke.
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
 }
 
 #[cfg(test)]
@@ -164,6 +185,52 @@ mod tests {
         {
             assert_eq!(read("null"), Err(io::ErrorKind::InvalidInput));
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn only_regular_files_are_opened() {
+        let dir = std::env::temp_dir().join(format!("stoke-regular-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("file"), b"file").unwrap();
+        let fifo = CString::new(dir.join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink(dir.join("fifo"), dir.join("to-fifo")).unwrap();
+        std::os::unix::fs::symlink(dir.join("file"), dir.join("to-file")).unwrap();
+        let opened = |name: &str| open_regular(&dir.join(name)).map_err(|error| error.kind());
+        assert!(opened("file").is_ok());
+        assert!(opened("to-file").is_ok());
+        // Refused without waiting for a writer.
+        assert_eq!(opened("fifo").unwrap_err(), io::ErrorKind::InvalidInput);
+        assert_eq!(opened("to-fifo").unwrap_err(), io::ErrorKind::InvalidInput);
+        for device in ["/dev/zero", "/dev/null", "/dev/tty"] {
+            assert!(open_regular(Path::new(device)).is_err(), "{device}");
+        }
+        // A process's mapping of /dev/zero, as stoke meets it.
+        let zero = File::open("/dev/zero").unwrap();
+        // SAFETY: a new private mapping, unmapped below.
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                zero.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(address, libc::MAP_FAILED);
+        let start = address as usize;
+        let link = format!("/proc/self/map_files/{start:x}-{:x}", start + 4096);
+        assert!(std::fs::symlink_metadata(&link).is_ok(), "{link}");
+        assert_eq!(
+            open_regular(Path::new(&link)).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(address, 4096) };
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

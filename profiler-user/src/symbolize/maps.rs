@@ -5,7 +5,8 @@
 //! the very file the process mapped: one deleted since, or one inside a
 //! container's mount namespace, where the path means nothing on the host.
 //! The descriptor is kept until the recording ends, and each file (by
-//! device and inode) is opened once per host.
+//! device and inode) is opened once per host. Only regular files are
+//! opened: a mapped device or FIFO keeps its name and no symbols.
 
 use std::{
     cell::OnceCell,
@@ -19,7 +20,7 @@ use std::{
 
 use procfs::process::{MMPermissions, MMapPath, Process};
 
-use crate::rootfs::Root;
+use crate::rootfs::{self, Root};
 
 /// A file some process mapped executable, held open.
 #[derive(Debug)]
@@ -43,6 +44,25 @@ pub struct FileOrigin {
 }
 
 impl MappedFile {
+    /// The file at `path` on this host, as if a process had mapped it.
+    #[cfg(test)]
+    pub fn on_host(path: &Path) -> Self {
+        let file = rootfs::open_regular(path).unwrap();
+        let metadata = file.metadata().unwrap();
+        Self {
+            file,
+            key: (
+                std::os::unix::fs::MetadataExt::dev(&metadata),
+                std::os::unix::fs::MetadataExt::ino(&metadata),
+            ),
+            name: base_name(path).into(),
+            origin: Some(FileOrigin {
+                root: Arc::new(Root::host().unwrap()),
+                path: path.to_owned(),
+            }),
+        }
+    }
+
     /// A path that opens this very file for as long as the recording runs.
     pub fn path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
@@ -231,7 +251,12 @@ impl ProcessTable {
         if let Some(file) = self.files.get(&key) {
             return Some(file.clone());
         }
-        let file = File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}")).ok()?;
+        // A process can map a device (`/dev/zero` readable and executable):
+        // only regular files are read, for unwind tables and symbols.
+        let file = rootfs::open_regular(Path::new(&format!(
+            "/proc/{pid}/map_files/{start:x}-{end:x}"
+        )))
+        .ok()?;
         let origin = root
             .get_or_insert_with(|| Root::of_process(pid).ok().map(Arc::new))
             .clone()

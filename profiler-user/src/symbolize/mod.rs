@@ -2,12 +2,14 @@
 //! frames from the ELF files (and their DWARF) that processes mapped.
 //!
 //! Symbolization happens once, after recording, over each distinct address:
-//! a file's addresses go to blazesym in one batch. Only what blazesym cannot
-//! learn later is captured while processes live (see [`maps`]).
+//! a file's addresses go to blazesym in one batch, read from a sealed copy
+//! of the file (see [`copy`]). Only what blazesym cannot learn later is
+//! captured while processes live (see [`maps`]).
 
+pub mod copy;
 pub mod maps;
 
-use std::{path::Path, sync::Arc};
+use std::{io, path::Path, sync::Arc};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
@@ -54,12 +56,34 @@ impl Symbolizer {
     }
 
     /// Names addresses given as offsets into a mapped file; a frame without
-    /// a symbol is named `file+0xOFFSET`.
+    /// a symbol is named `file+0xOFFSET`. The file is copied for the time of
+    /// the call (see [`copy`]): one file at a time takes memory.
     pub fn file(&self, file: &MappedFile, offsets: &[u64]) -> Vec<Frames> {
-        let source = Source::Elf(Elf::new(file.path()));
-        self.batch(&source, Input::FileOffset(offsets), |offset| {
-            format!("{}+{offset:#x}", file.name)
-        })
+        let unnamed = |offset: u64| format!("{}+{offset:#x}", file.name);
+        let copy = match copy::for_blazesym(file) {
+            Ok(copy) => copy,
+            Err(error) => {
+                // The one case a user would wonder about; the others (a
+                // file that is no ELF file) were never named before either.
+                if error.kind() == io::ErrorKind::FileTooLarge {
+                    eprintln!(
+                        "stoke: warning: {}: {error}: its frames are named {}+0xOFFSET",
+                        file.name, file.name
+                    );
+                }
+                return offsets
+                    .iter()
+                    .map(|&offset| Frames::from([Arc::from(unnamed(offset))]))
+                    .collect();
+            }
+        };
+        // DWARF is read from the copy itself and from the debug file its
+        // rewritten `.gnu_debuglink` names, nothing else.
+        let source = Source::Elf(Elf {
+            debug_syms: true,
+            ..Elf::new(copy.path())
+        });
+        self.batch(&source, Input::FileOffset(offsets), unnamed)
     }
 
     fn batch(
@@ -75,6 +99,7 @@ impl Symbolizer {
             .enable_code_info(self.lines)
             .enable_inlined_fns(self.lines)
             .enable_demangling(true)
+            .set_debug_dirs(Some([copy::DEBUG_DIR]))
             .build();
         match blazesym.symbolize(source, input) {
             Ok(results) => results

@@ -18,15 +18,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::table::{self, CompileError, UnwindTable};
+use object::ReadCache;
+
+use super::{
+    bounded::BoundedFile,
+    table::{self, CompileError, UnwindTable},
+};
 use crate::rootfs::Root;
 
 /// Where distributions install debug files.
 const DEBUG_DIR: &str = "/usr/lib/debug";
 
 /// The largest debug file whose checksum is computed (reading all of it):
-/// larger ones found by debuglink are left out.
-const MAX_CHECKSUMMED_BYTES: u64 = 4 << 30;
+/// larger ones found by debuglink are left out. libjvm.so's is 250 MB.
+const MAX_CHECKSUMMED_BYTES: u64 = 1 << 30;
 
 /// What a file says about its separate debug file.
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,7 +52,24 @@ pub struct DebugFile {
 
 /// Finds the separate debug file of the file at `path` (inside `root`;
 /// `None` if unknown: then only the build ID can find it).
+#[cfg(test)]
 pub fn find(root: &Root, path: Option<&Path>, links: &DebugLinks<'_>) -> Option<DebugFile> {
+    find_until(
+        root,
+        path,
+        links,
+        Instant::now() + table::COMPILE_TIME_BUDGET,
+    )
+}
+
+/// Like [`find`], giving up at `deadline` (checksumming a candidate reads
+/// all of it).
+pub fn find_until(
+    root: &Root,
+    path: Option<&Path>,
+    links: &DebugLinks<'_>,
+    deadline: Instant,
+) -> Option<DebugFile> {
     if let Some(found) = links.build_id.and_then(|id| by_build_id(root, id)) {
         return Some(found);
     }
@@ -70,7 +92,7 @@ pub fn find(root: &Root, path: Option<&Path>, links: &DebugLinks<'_>) -> Option<
     ];
     candidates.into_iter().find_map(|candidate| {
         let file = root.open_file(&candidate).ok()?;
-        (checksum(&file).ok()? == crc).then_some(DebugFile {
+        (checksum(&file, deadline).ok()? == crc).then_some(DebugFile {
             file,
             path: candidate,
         })
@@ -93,8 +115,9 @@ fn by_build_id(root: &Root, id: &[u8]) -> Option<DebugFile> {
     Some(DebugFile { file, path })
 }
 
-/// The CRC32 of a whole file, as `.gnu_debuglink` has it (zlib's).
-fn checksum(file: &File) -> io::Result<u32> {
+/// The CRC32 of a whole file, as `.gnu_debuglink` has it (zlib's), if it
+/// can be read before `deadline`.
+pub fn checksum(file: &File, deadline: Instant) -> io::Result<u32> {
     if file.metadata()?.len() > MAX_CHECKSUMMED_BYTES {
         return Err(io::Error::other("too large a debug file"));
     }
@@ -110,6 +133,9 @@ fn checksum(file: &File) -> io::Result<u32> {
         offset += read as u64;
         if offset > MAX_CHECKSUMMED_BYTES {
             return Err(io::Error::other("too large a debug file"));
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::other("reading the debug file takes too long"));
         }
     }
     Ok(hasher.finalize())
@@ -127,16 +153,35 @@ pub enum TableError {
 /// What a recording does with each mapped file: reads `source`, looks up
 /// its separate debug file in `root` (the file being at `path` there) and
 /// compiles both into a table. Also says how long it took.
+///
+/// `source` must be a regular file of at most
+/// [`super::bounded::MAX_FILE_BYTES`]; only its headers, notes and CFI sections
+/// are read, within [`super::bounded::MAX_READ_BYTES`] and
+/// [`table::COMPILE_TIME_BUDGET`] (the debug file's lookup and reading
+/// included).
 pub fn read_and_compile(
     source: &Path,
     root: Option<&Root>,
     path: Option<&Path>,
 ) -> (Result<UnwindTable, TableError>, Duration) {
     let started = Instant::now();
-    let table = std::fs::read(source)
+    let deadline = started + table::COMPILE_TIME_BUDGET;
+    let table = BoundedFile::open(source, deadline)
         .map_err(TableError::from)
-        .and_then(|bytes| {
-            table::compile_with(&bytes, |links| find(root?, path, links)).map_err(TableError::from)
+        .and_then(|file| {
+            let exceeded = file.exceeded();
+            let cache = ReadCache::new(file);
+            table::compile_from(&cache, deadline, |links| {
+                find_until(root?, path, links, deadline)
+            })
+            .map_err(
+                // The reader's errors reach the compiler as malformed ELF:
+                // say which bound was hit instead.
+                |error| match exceeded.get() {
+                    Some(why) => TableError::Compile(CompileError::Limit(why)),
+                    None => TableError::from(error),
+                },
+            )
         });
     (table, started.elapsed())
 }

@@ -30,7 +30,7 @@ const FLAGS: &[&str] = &[
 /// The program's own functions.
 const FUNCTIONS: &[&str] = &["a", "b", "c", "main"];
 
-fn run(program: &str, args: &[&Path]) {
+pub(crate) fn run(program: &str, args: &[&Path]) {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -50,7 +50,7 @@ fn temp_dir(label: &str) -> TempDir {
 }
 
 /// Builds [`STOPPER_C`] into `dir/name` with [`FLAGS`] and `extra`.
-fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+pub(crate) fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let source = dir.join("stopper.c");
     fs::write(&source, STOPPER_C).unwrap();
     let program = dir.join(name);
@@ -70,7 +70,7 @@ fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
 /// it, and a `.gnu_debuglink` to `debug` (whose CRC32 it records). When
 /// `compress` is given, the debug file's sections are compressed with it
 /// first.
-fn split(program: &Path, debug: &Path, compress: Option<&str>) {
+pub(crate) fn split(program: &Path, debug: &Path, compress: Option<&str>) {
     run("objcopy", &[Path::new("--only-keep-debug"), program, debug]);
     if let Some(format) = compress {
         let option = format!("--compress-debug-sections={format}");

@@ -12,7 +12,6 @@
 
 use std::{
     collections::HashMap,
-    fs::File,
     hash::RandomState,
     os::fd::{AsFd, AsRawFd},
     ptr::NonNull,
@@ -21,7 +20,7 @@ use std::{
         Arc,
     },
     thread::JoinHandle,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
@@ -29,6 +28,7 @@ use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use profiler_common::unwind::{Mapping, ProcessMappings, UnwindRow, MAX_MAPPINGS};
 
 use super::{
+    bounded::BoundedFile,
     debug_file,
     table::{self, Fingerprint, UnwindTable},
 };
@@ -228,7 +228,8 @@ impl Worker {
     /// The table of a file not seen before: another copy's of the same
     /// build, or compiled and loaded now.
     fn table_of(&mut self, file: &MappedFile) -> Option<Arc<LoadedFile>> {
-        let fingerprint = File::open(file.path())
+        let deadline = Instant::now() + table::COMPILE_TIME_BUDGET;
+        let fingerprint = BoundedFile::open(&file.path(), deadline)
             .ok()
             .and_then(|opened| table::fingerprint(opened, &self.hasher));
         if let Some(shared) = fingerprint.as_ref().and_then(|f| self.builds.get(f)) {

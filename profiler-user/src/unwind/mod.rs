@@ -10,13 +10,14 @@
 //! `unwind` is a reference unwinder that applies the rows the way the BPF
 //! side does.
 
+pub mod bounded;
 pub mod debug_file;
 pub mod inspect;
 pub mod loader;
 pub mod table;
 
 #[cfg(test)]
-mod debug_file_tests;
+pub(crate) mod debug_file_tests;
 #[cfg(test)]
 mod tests;
 

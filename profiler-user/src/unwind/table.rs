@@ -11,7 +11,14 @@
 //! rather than dropped, so that a lookup never silently applies the rule of a
 //! neighbouring function.
 
-use std::{borrow::Cow, collections::HashMap, hash::BuildHasher, io::Read, path::PathBuf};
+use std::{
+    borrow::Cow,
+    collections::HashMap,
+    hash::BuildHasher,
+    io::Read,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, CommonInformationEntry, DebugFrame, EhFrame, EndianSlice,
@@ -20,11 +27,14 @@ use gimli::{
 };
 use object::{
     elf,
-    read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, SectionTable},
-    CompressedData, CompressionFormat, Object, ObjectSection, ReadCache, ReadRef,
+    read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable},
+    CompressedData, CompressionFormat, ReadCache, ReadRef,
 };
 
-use super::debug_file::{DebugFile, DebugLinks};
+use super::{
+    bounded::BoundedFile,
+    debug_file::{DebugFile, DebugLinks},
+};
 
 /// x86_64 DWARF register numbers (System V psABI, "DWARF Register Number
 /// Mapping").
@@ -170,8 +180,11 @@ pub enum CompileError {
     #[error("not a readable 64-bit ELF file: {0}")]
     Elf(#[from] object::Error),
     /// An ELF file for another architecture: the rows only speak x86_64.
-    #[error("not an x86_64 file ({0:?})")]
-    Architecture(object::Architecture),
+    #[error("not an x86_64 file (e_machine {0:?})")]
+    Architecture(elf::Machine),
+    /// The file exceeds one of the bounds hostile input is held to.
+    #[error("{0}: left out")]
+    Limit(&'static str),
 }
 
 type Slice<'data> = EndianSlice<'data, LittleEndian>;
@@ -206,12 +219,40 @@ struct Collected {
     fdes: Vec<Fde>,
     raw: Vec<RawRow>,
     stats: TableStats,
+    /// When compiling gives up.
+    deadline: Instant,
+    /// The bound the file exceeded, if one was: then it gets no table.
+    limit: Option<&'static str>,
 }
 
-/// The largest `.debug_frame` section read once decompressed: far above
-/// any real one (libjvm.so's `.eh_frame`, among the largest, is 1.5 MB),
-/// low enough that a forged size cannot exhaust memory.
-pub const MAX_SECTION_BYTES: u64 = 256 << 20;
+/// The largest CFI section read (once decompressed): far above any real
+/// one (libjvm.so's `.eh_frame`, among the largest, is 1.5 MB), low enough
+/// that a forged size cannot exhaust memory.
+pub const MAX_SECTION_BYTES: u64 = 64 << 20;
+
+/// The most note sections searched for the build ID: real files have a
+/// handful; a forged file with thousands would cost a read each.
+const MAX_NOTE_SECTIONS: usize = 64;
+
+/// The most sections a file may have (real ones have under 100; a file
+/// read for its table is looked through for a few of them by name).
+pub const MAX_SECTIONS: usize = 1 << 17;
+
+/// The most program headers a file may have (real ones have about 15).
+const MAX_PROGRAM_HEADERS: usize = 1 << 12;
+
+/// The most FDEs evaluated per file (libjvm.so has about 40,000): each
+/// costs an evaluation, and a forged section can pack millions.
+const MAX_FDES: usize = 1 << 21;
+
+/// The most rows gimli's evaluation may produce per file, before merging
+/// (libjvm.so: about 300,000); each takes memory until the table is built.
+const MAX_RAW_ROWS: usize = 1 << 23;
+
+/// How long compiling one file may take: libjvm.so takes 40 ms. A file
+/// that takes longer is forged or pathological, and holds up the tables
+/// of every process after it.
+pub const COMPILE_TIME_BUDGET: Duration = Duration::from_secs(3);
 
 /// Compiles the unwind table of an ELF file from its own sections: its
 /// `.eh_frame` and `.debug_frame`. Errors only when the file is no x86_64
@@ -226,17 +267,38 @@ pub fn compile(elf_bytes: &[u8]) -> Result<UnwindTable, CompileError> {
 /// it (build ID, `.gnu_debuglink`). The debug file is hostile input: a
 /// malformed one is counted in [`TableStats::debug_file_errors`] and leaves
 /// the table as the file's own sections make it.
+#[cfg(test)]
 pub fn compile_with(
     elf_bytes: &[u8],
     find_debug_file: impl FnOnce(&DebugLinks<'_>) -> Option<DebugFile>,
 ) -> Result<UnwindTable, CompileError> {
-    let file = ElfFile64::<object::Endianness>::parse(elf_bytes)?;
-    if file.architecture() != object::Architecture::X86_64 || !file.is_little_endian() {
-        return Err(CompileError::Architecture(file.architecture()));
+    compile_from(
+        elf_bytes,
+        Instant::now() + COMPILE_TIME_BUDGET,
+        find_debug_file,
+    )
+}
+
+/// Like [`compile_with`], reading the file through `data` (a
+/// [`ReadCache`] over a [`BoundedFile`] reads only the headers, notes and
+/// CFI sections, not the whole file), and giving up at `deadline`.
+pub fn compile_from<'data, R: ReadRef<'data>>(
+    data: R,
+    deadline: Instant,
+    find_debug_file: impl FnOnce(&DebugLinks<'_>) -> Option<DebugFile>,
+) -> Result<UnwindTable, CompileError> {
+    let header = elf::FileHeader64::<object::Endianness>::parse(data)?;
+    let endian = header.endian()?;
+    if header.e_machine(endian) != elf::EM_X86_64 || !header.is_little_endian() {
+        return Err(CompileError::Architecture(header.e_machine(endian)));
     }
-    let endian = file.endian();
-    let segments: Vec<LoadSegment> = file
-        .elf_program_headers()
+    let program_headers = header.program_headers(endian, data)?;
+    if program_headers.len() > MAX_PROGRAM_HEADERS {
+        return Err(CompileError::Limit(
+            "more program headers than any real file has",
+        ));
+    }
+    let segments: Vec<LoadSegment> = program_headers
         .iter()
         .filter(|header| header.p_type(endian) == elf::PT_LOAD)
         .map(|header| LoadSegment {
@@ -248,7 +310,16 @@ pub fn compile_with(
         })
         .collect();
 
-    let section_address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let sections = header.sections(endian, data)?;
+    if sections.len() > MAX_SECTIONS {
+        return Err(CompileError::Limit("more sections than any real file has"));
+    }
+    let section = |name: &str| {
+        sections
+            .section_by_name(endian, name.as_bytes())
+            .map(|(_, section)| section)
+    };
+    let section_address = |name: &str| section(name).map(|s| s.sh_addr(endian));
     let mut bases = BaseAddresses::default();
     // Pointers in .eh_frame are relative to these (DW_EH_PE_pcrel,
     // textrel, datarel): gimli errors on a pointer whose base is unset.
@@ -266,14 +337,21 @@ pub fn compile_with(
         fdes: Vec::new(),
         raw: Vec::new(),
         stats: TableStats::default(),
+        deadline,
+        limit: None,
     };
     let mut context = UnwindContext::new();
     // A section whose bytes are not in the file is left out, not fatal:
     // the other may still be whole.
-    if let Some(section) = file.section_by_name(".eh_frame") {
+    if let Some(section) = section(".eh_frame") {
         // A NOBITS .eh_frame (a separate debug file) reads as empty.
-        if let Ok(data) = section.data() {
-            let bases = bases.clone().set_eh_frame(section.address());
+        let bytes = match section.file_range(endian) {
+            None => Ok(&[][..]),
+            Some((_, size)) if size > MAX_SECTION_BYTES => Err(()),
+            Some((offset, size)) => data.read_bytes_at(offset, size),
+        };
+        if let Ok(data) = bytes {
+            let bases = bases.clone().set_eh_frame(section.sh_addr(endian));
             let mut eh_frame = EhFrame::new(data, LittleEndian);
             eh_frame.set_address_size(8);
             collect(
@@ -288,9 +366,8 @@ pub fn compile_with(
             collected.stats.section_errors += 1;
         }
     }
-    if let Some(section) = file.section_by_name(".debug_frame") {
-        let header = section.elf_section_header();
-        if let Some(data) = debug_frame_bytes(header, endian, elf_bytes, &mut collected.stats) {
+    if let Some(section) = section(".debug_frame") {
+        if let Some(data) = debug_frame_bytes(section, endian, data, &mut collected.stats) {
             collect_debug_frame(
                 &data,
                 &bases,
@@ -311,13 +388,13 @@ pub fn compile_with(
     // its `.debug_frame` that overlap the file's own are not evaluated
     // (see `collect`).
     let links = DebugLinks {
-        build_id: file.build_id().ok().flatten(),
-        debuglink: file.gnu_debuglink().ok().flatten(),
+        build_id: build_id_note(endian, &sections, data).ok().flatten(),
+        debuglink: gnu_debuglink(endian, &sections, data),
     };
     let mut debug_file = None;
-    if links.build_id.is_some() || links.debuglink.is_some() {
+    if collected.limit.is_none() && (links.build_id.is_some() || links.debuglink.is_some()) {
         if let Some(found) = find_debug_file(&links) {
-            let cache = ReadCache::new(found.file);
+            let cache = ReadCache::new(BoundedFile::for_debug_file(found.file, deadline));
             match separate_debug_frame(&cache, links.build_id, &mut collected.stats) {
                 Ok(data) => {
                     if let Some(data) = data {
@@ -336,9 +413,30 @@ pub fn compile_with(
             }
         }
     }
+    if let Some(limit) = collected.limit {
+        return Err(CompileError::Limit(limit));
+    }
     let mut table = assemble(collected, segments);
     table.debug_file = debug_file;
     Ok(table)
+}
+
+/// `.gnu_debuglink`'s file name and CRC32, if the file has a well-formed
+/// one.
+pub fn gnu_debuglink<'data, R: ReadRef<'data>>(
+    endian: object::Endianness,
+    sections: &SectionTable<'data, elf::FileHeader64<object::Endianness>, R>,
+    data: R,
+) -> Option<(&'data [u8], u32)> {
+    let (_, section) = sections.section_by_name(endian, b".gnu_debuglink")?;
+    let (offset, size) = section.file_range(endian)?;
+    // A file name (at most PATH_MAX) and the CRC.
+    let bytes = data.read_bytes_at(offset, size.min(4096 + 8)).ok()?;
+    let name_length = bytes.iter().position(|&byte| byte == 0)?;
+    let crc_offset = (name_length + 1).next_multiple_of(4);
+    let crc = bytes.get(crc_offset..crc_offset + 4)?;
+    let crc = u32::from_le_bytes(crc.try_into().ok()?);
+    Some((&bytes[..name_length], crc))
 }
 
 /// Collects a `.debug_frame` section's FDEs.
@@ -396,6 +494,9 @@ fn separate_debug_frame<'data, R: ReadRef<'data>>(
         return Err(());
     }
     let sections = header.sections(endian, data).map_err(|_| ())?;
+    if sections.len() > MAX_SECTIONS {
+        return Err(());
+    }
     if let Some(expected) = build_id {
         // gdb accepts a debug file without a build ID; one with another
         // is of another build.
@@ -410,13 +511,17 @@ fn separate_debug_frame<'data, R: ReadRef<'data>>(
 }
 
 /// The GNU build ID note among `sections`, if there is one.
-fn build_id_note<'data, R: ReadRef<'data>>(
+pub(crate) fn build_id_note<'data, R: ReadRef<'data>>(
     endian: object::Endianness,
     sections: &SectionTable<'data, elf::FileHeader64<object::Endianness>, R>,
     data: R,
 ) -> Result<Option<&'data [u8]>, ()> {
     let mut found = None;
-    for section in sections.iter() {
+    let notes = sections
+        .iter()
+        .filter(|section| section.sh_type(endian) == elf::SHT_NOTE)
+        .take(MAX_NOTE_SECTIONS);
+    for section in notes {
         let Some(mut notes) = section.notes(endian, data).map_err(|_| ())? else {
             continue;
         };
@@ -442,11 +547,14 @@ pub struct Fingerprint {
 /// honest files, but any process can forge one: hashing the CFI the table
 /// is compiled from (with `hasher`'s secret keys) keeps a forged copy from
 /// lending its table to the real file.
-pub fn fingerprint(file: std::fs::File, hasher: &impl BuildHasher) -> Option<Fingerprint> {
+pub fn fingerprint(file: BoundedFile, hasher: &impl BuildHasher) -> Option<Fingerprint> {
     let cache = ReadCache::new(file);
     let header = elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
     let endian = header.endian().ok()?;
-    let sections = header.sections(endian, &cache).ok()?;
+    let sections = header
+        .sections(endian, &cache)
+        .ok()
+        .filter(|sections| sections.len() <= MAX_SECTIONS)?;
     let build_id = build_id_note(endian, &sections, &cache).ok()??.to_vec();
     let eh_frame = match sections.section_by_name(endian, b".eh_frame") {
         Some((_, section)) if section.sh_type(endian) != elf::SHT_NOBITS => {
@@ -566,7 +674,7 @@ fn collect<'data, S: UnwindSection<Slice<'data>>>(
     // Most FDEs share a handful of CIEs: parse each once.
     let mut cies: HashMap<usize, CommonInformationEntry<Slice<'data>>> = HashMap::new();
     let mut entries = section.entries(bases);
-    loop {
+    while collected.limit.is_none() {
         let partial = match entries.next() {
             Ok(None) => break,
             Ok(Some(CieOrFde::Cie(_))) => continue,
@@ -578,6 +686,19 @@ fn collect<'data, S: UnwindSection<Slice<'data>>>(
             }
         };
         collected.stats.fdes += 1;
+        if collected.stats.fdes > MAX_FDES {
+            collected.limit = Some("more CFI entries than any real file has");
+            break;
+        }
+        if collected.raw.len() > MAX_RAW_ROWS {
+            collected.limit = Some("more CFI rows than any real file has");
+            break;
+        }
+        // Checked per FDE: one FDE's rows are bounded by its bytes.
+        if Instant::now() > collected.deadline {
+            collected.limit = Some("compiling its CFI takes too long");
+            break;
+        }
         let fde = partial.parse(|section, bases, offset| {
             let key = UnwindOffset::into(offset);
             if let Some(cie) = cies.get(&key) {
@@ -614,6 +735,10 @@ fn collect<'data, S: UnwindSection<Slice<'data>>>(
                     return Err(gimli::Error::InvalidCfiSetLoc(pc));
                 }
                 previous = pc;
+                if collected.raw.len() >= MAX_RAW_ROWS {
+                    collected.limit = Some("more CFI rows than any real file has");
+                    return Ok(());
+                }
                 // A signal trampoline's CFI describes the kernel's signal
                 // frame with expressions; the unwinder reads the saved
                 // registers from the frame itself.
@@ -768,6 +893,7 @@ fn assemble(collected: Collected, segments: Vec<LoadSegment>) -> UnwindTable {
         mut fdes,
         raw,
         mut stats,
+        ..
     } = collected;
     fdes.sort_by_key(|fde| (fde.start, fde.source));
     let base = fdes.first().map_or(0, |fde| fde.start);

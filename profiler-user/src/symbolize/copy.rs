@@ -1,0 +1,469 @@
+//! What blazesym reads: a private copy of each mapped file, in a sealed
+//! memfd.
+//!
+//! blazesym maps the files it reads, and follows the links a file names to
+//! other files (`.gnu_debuglink`, `.gnu_debugaltlink`, `.debug_sup`, a
+//! `.dwp` beside it) on the host's filesystem, by any path the file gives:
+//! a FIFO would block stoke forever, a device could react to being opened.
+//! A process could also truncate a file that stoke has mapped (SIGBUS).
+//! So blazesym gets a copy that no one else can change (sealed against
+//! writes, shrinking and growing), with those links removed; where stoke's
+//! own lookup ([`debug_file::find`], inside the process's root, regular
+//! files only) found a separate debug file, a sealed copy of it too, which
+//! the copy's `.gnu_debuglink` then names by descriptor.
+
+use std::{
+    ffi::CStr,
+    fs::File,
+    io::{self, Write},
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd},
+        unix::fs::FileExt,
+    },
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use object::{
+    elf,
+    read::elf::{FileHeader, SectionHeader},
+    ReadCache,
+};
+
+use super::maps::MappedFile;
+use crate::{
+    rootfs,
+    unwind::{
+        bounded::BoundedFile,
+        debug_file::{self, DebugLinks},
+        table,
+    },
+};
+
+/// The largest file copied for blazesym, separate debug files included:
+/// far above any real library (libjvm.so is about 20 MB), and what a copy
+/// may cost in memory while its file is symbolized. A larger file's
+/// frames are named `file+0xOFFSET`.
+pub const MAX_COPY_BYTES: u64 = 256 << 20;
+
+/// Sections naming other files that blazesym would open.
+const LINK_SECTIONS: [&[u8]; 3] = [b".gnu_debuglink", b".gnu_debugaltlink", b".debug_sup"];
+
+/// Where blazesym looks for the debug file a copy's `.gnu_debuglink` names
+/// (a descriptor number).
+pub const DEBUG_DIR: &str = "/proc/self/fd";
+
+/// A file's sealed copy, and its separate debug file's, held open while
+/// blazesym reads them.
+#[derive(Debug)]
+pub struct Copy {
+    file: File,
+    _debug_file: Option<File>,
+}
+
+impl Copy {
+    /// The path blazesym opens.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+}
+
+/// Copies `mapped` (and its separate debug file, if stoke's lookup finds
+/// one) for blazesym. Errors with [`io::ErrorKind::FileTooLarge`] for a
+/// file larger than [`MAX_COPY_BYTES`].
+pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
+    let deadline = Instant::now() + table::COMPILE_TIME_BUDGET;
+    let file = copy_of(&mapped.path(), c"stoke-symbols")?;
+    let links = links_of(&file, deadline)?;
+    // Only a `.gnu_debuglink` can name the debug file to blazesym.
+    let debug_file = mapped
+        .origin
+        .as_ref()
+        .filter(|_| links.debuglink.is_some())
+        .and_then(|origin| {
+            let found = debug_file::find_until(
+                &origin.root,
+                Some(&origin.path),
+                &links.as_links(),
+                deadline,
+            )?;
+            debug_copy(found.file, deadline).ok()
+        });
+    let crc_and_fd = debug_file
+        .as_ref()
+        .map(|(debug, crc)| (*crc, debug.as_raw_fd()));
+    rewrite_links(&file, &links, crc_and_fd)?;
+    check_links(&file, crc_and_fd, deadline)?;
+    seal(&file)?;
+    Ok(Copy {
+        file,
+        _debug_file: debug_file.map(|(debug, _)| debug),
+    })
+}
+
+/// A copy of a separate debug file, without links, sealed; and its CRC32.
+fn debug_copy(found: File, deadline: Instant) -> io::Result<(File, u32)> {
+    let path = PathBuf::from(format!("/proc/self/fd/{}", found.as_raw_fd()));
+    let file = copy_of(&path, c"stoke-debug-symbols")?;
+    let links = links_of(&file, deadline)?;
+    rewrite_links(&file, &links, None)?;
+    check_links(&file, None, deadline)?;
+    seal(&file)?;
+    let crc = debug_file::checksum(&file, deadline)?;
+    Ok((file, crc))
+}
+
+/// The regular file at `path`, copied into a new memfd, within
+/// [`MAX_COPY_BYTES`]. A file truncated meanwhile gives a shorter copy.
+fn copy_of(path: &Path, name: &CStr) -> io::Result<File> {
+    let source = rootfs::open_regular(path)?;
+    let size = source.metadata()?.len();
+    if size > MAX_COPY_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!(
+                "{} MB, more than the {} MB read for symbols",
+                size >> 20,
+                MAX_COPY_BYTES >> 20
+            ),
+        ));
+    }
+    // SAFETY: a NUL-terminated name; the result is checked, and when valid
+    // a descriptor that nothing else owns.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: see above.
+    let mut copy = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let mut buffer = vec![0; 1 << 20];
+    let mut offset = 0;
+    // Not beyond the size seen: a file growing meanwhile is copied as it was.
+    while offset < size {
+        let wanted = buffer.len().min((size - offset) as usize);
+        let read = source.read_at(&mut buffer[..wanted], offset)?;
+        if read == 0 {
+            break;
+        }
+        copy.write_all(&buffer[..read])?;
+        offset += read as u64;
+    }
+    Ok(copy)
+}
+
+/// A copy's `.gnu_debuglink`.
+#[derive(Debug)]
+struct DebugLink {
+    name: Vec<u8>,
+    crc: u32,
+    /// The section's file offset and size.
+    range: (u64, u64),
+    /// The file offset of its section header's `sh_name`.
+    name_field: u64,
+}
+
+/// Where a copy's link sections are.
+#[derive(Debug, Default)]
+struct Links {
+    build_id: Option<Vec<u8>>,
+    /// The first `.gnu_debuglink`, the one readers use.
+    debuglink: Option<DebugLink>,
+    /// File offsets of the `sh_name` fields of the other link sections.
+    other_name_fields: Vec<u64>,
+}
+
+impl Links {
+    fn as_links(&self) -> DebugLinks<'_> {
+        DebugLinks {
+            build_id: self.build_id.as_deref(),
+            debuglink: self
+                .debuglink
+                .as_ref()
+                .map(|link| (link.name.as_slice(), link.crc)),
+        }
+    }
+}
+
+/// Reads where `file`'s link sections are (a file that is no 64-bit ELF
+/// file has none that blazesym would follow: it reads nothing else).
+fn links_of(file: &File, deadline: Instant) -> io::Result<Links> {
+    let cache = ReadCache::new(BoundedFile::for_debug_file(file.try_clone()?, deadline));
+    let Ok(header) = elf::FileHeader64::<object::Endianness>::parse(&cache) else {
+        return Ok(Links::default());
+    };
+    let malformed = |_| io::Error::new(io::ErrorKind::InvalidData, "malformed ELF section table");
+    let endian = header.endian().map_err(malformed)?;
+    let sections = header.sections(endian, &cache).map_err(malformed)?;
+    if sections.len() > table::MAX_SECTIONS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "more sections than any real file has",
+        ));
+    }
+    let mut links = Links {
+        build_id: table::build_id_note(endian, &sections, &cache)
+            .ok()
+            .flatten()
+            .map(<[u8]>::to_vec),
+        ..Links::default()
+    };
+    let entry_size = u64::from(header.e_shentsize(endian));
+    for (index, section) in sections.enumerate() {
+        let Ok(name) = sections.section_name(endian, section) else {
+            continue;
+        };
+        if !LINK_SECTIONS.contains(&name) {
+            continue;
+        }
+        let name_field = header.e_shoff(endian) + index.0 as u64 * entry_size;
+        let debuglink = (name == b".gnu_debuglink" && links.debuglink.is_none())
+            .then(|| section.file_range(endian))
+            .flatten()
+            .zip(table::gnu_debuglink(endian, &sections, &cache));
+        match debuglink {
+            Some((range, (name, crc))) => {
+                links.debuglink = Some(DebugLink {
+                    name: name.to_vec(),
+                    crc,
+                    range,
+                    name_field,
+                });
+            }
+            None => links.other_name_fields.push(name_field),
+        }
+    }
+    Ok(links)
+}
+
+/// Makes blazesym follow no link of `file`'s but `.gnu_debuglink` to
+/// `debug` (its CRC32 and descriptor), if given and there is room for it:
+/// the others lose their names (`sh_name` 0, the empty name), so blazesym
+/// does not find them.
+fn rewrite_links(file: &File, links: &Links, debug: Option<(u32, i32)>) -> io::Result<()> {
+    let mut name_fields = links.other_name_fields.clone();
+    if let Some(link) = &links.debuglink {
+        let (offset, size) = link.range;
+        let name = debug.map(|(_, fd)| fd.to_string()).unwrap_or_default();
+        let crc_offset = (name.len() + 1).next_multiple_of(4);
+        match debug {
+            Some((crc, _)) if crc_offset as u64 + 4 <= size => {
+                let mut content = vec![0; crc_offset + 4];
+                content[..name.len()].copy_from_slice(name.as_bytes());
+                content[crc_offset..crc_offset + 4].copy_from_slice(&crc.to_le_bytes());
+                file.write_all_at(&content, offset)?;
+            }
+            _ => name_fields.push(link.name_field),
+        }
+    }
+    for name_field in name_fields {
+        file.write_all_at(&0u32.to_le_bytes(), name_field)?;
+    }
+    Ok(())
+}
+
+/// Checks that `file` has no link section left but a `.gnu_debuglink` to
+/// `debug`, if given: a forged section name table can give the empty name
+/// (offset 0) a link section's name.
+fn check_links(file: &File, debug: Option<(u32, i32)>, deadline: Instant) -> io::Result<()> {
+    let links = links_of(file, deadline)?;
+    let ours = match (&links.debuglink, debug) {
+        (None, _) => true,
+        (Some(link), Some((crc, fd))) => link.name == fd.to_string().as_bytes() && link.crc == crc,
+        (Some(_), None) => false,
+    };
+    if ours && links.other_name_fields.is_empty() {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "its links to other files cannot be removed",
+        ))
+    }
+}
+
+/// Seals `file` against any change: blazesym maps it, and a mapping of a
+/// file that shrinks faults (SIGBUS).
+fn seal(file: &File) -> io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor this function borrows.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{ffi::CString, os::unix::ffi::OsStrExt, sync::mpsc, time::Duration};
+
+    use object::{
+        read::elf::{ElfFile64, ProgramHeader},
+        Object, ObjectSymbol,
+    };
+
+    use super::*;
+    use crate::{
+        symbolize::Symbolizer,
+        unwind::debug_file_tests::{build, run, split},
+    };
+
+    /// A fresh directory, removed on drop.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(label: &str) -> Self {
+            let path =
+                std::env::temp_dir().join(format!("stoke-copy-{label}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).unwrap();
+            Self(path)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// The file offset in `program` of function `name`, whose address
+    /// `symbols` (the program or its debug file) gives.
+    fn offset_of(program: &Path, symbols: &Path, name: &str) -> u64 {
+        let bytes = std::fs::read(symbols).unwrap();
+        let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let address = file
+            .symbols()
+            .find(|symbol| symbol.name() == Ok(name))
+            .unwrap_or_else(|| panic!("{name} in {}", symbols.display()))
+            .address();
+        let bytes = std::fs::read(program).unwrap();
+        let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let endian = file.endian();
+        let load = file
+            .elf_program_headers()
+            .iter()
+            .find(|header| {
+                let start = header.p_vaddr(endian);
+                header.p_type(endian) == elf::PT_LOAD
+                    && (start..start + header.p_memsz(endian)).contains(&address)
+            })
+            .unwrap();
+        address - load.p_vaddr(endian) + load.p_offset(endian)
+    }
+
+    /// What blazesym names the code at `offset` of `program` as, reading
+    /// the file itself, following its links (regular files, for a
+    /// reference).
+    fn reference_name(program: &Path, offset: u64) -> Option<String> {
+        use blazesym::symbolize::{
+            source::{Elf, Source},
+            Input, Symbolizer as Blazesym,
+        };
+        let blazesym = Blazesym::new();
+        let results = blazesym
+            .symbolize(
+                &Source::Elf(Elf::new(program)),
+                Input::FileOffset(&[offset][..]),
+            )
+            .unwrap();
+        results[0].as_sym().map(|sym| sym.name.to_string())
+    }
+
+    /// Runs `work` on a thread of its own, failing if it takes more than
+    /// 10 s (a FIFO opened would block it forever).
+    fn within_10_s<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || sender.send(work()));
+        receiver
+            .recv_timeout(Duration::from_secs(10))
+            .expect("blocked for more than 10 s")
+    }
+
+    #[test]
+    fn names_come_from_the_debug_file_stoke_found() {
+        let dir = Dir::new("debug");
+        let program = build(&dir.0, "split", &[]);
+        let debug = dir.0.join("split.debug");
+        split(&program, &debug, None);
+        // No symbols left in the program: only its debug file names `a`.
+        run("strip", &[&program]);
+        let offset = offset_of(&program, &debug, "a");
+        // (blazesym names it from its DWARF, whatever name that gives.)
+        let reference = reference_name(&program, offset).expect("named from the debug file");
+        let mapped = MappedFile::on_host(&program);
+        let names = Symbolizer::new(false).file(&mapped, &[offset]);
+        assert_eq!(&*names[0][0], reference);
+        // Its link now names the copy of the debug file, by descriptor.
+        let copy = for_blazesym(&mapped).unwrap();
+        let bytes = std::fs::read(copy.path()).unwrap();
+        let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let (name, _) = elf.gnu_debuglink().unwrap().unwrap();
+        let fd: i32 = std::str::from_utf8(name).unwrap().parse().unwrap();
+        assert_eq!(
+            std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                .unwrap()
+                .to_string_lossy()
+                .split(' ')
+                .next(),
+            Some("/memfd:stoke-debug-symbols")
+        );
+        drop(copy);
+        std::fs::remove_file(&debug).unwrap();
+        assert_eq!(
+            reference_name(&program, offset),
+            None,
+            "the stripped program names it itself"
+        );
+    }
+
+    #[test]
+    fn links_to_fifos_are_never_followed() {
+        let dir = Dir::new("fifo");
+        let fifo = dir.0.join("fifo");
+        let name = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let program = build(&dir.0, "linked", &[]);
+        let offset = offset_of(&program, &program, "a");
+        let reference = reference_name(&program, offset).expect("named");
+        // An absolute debug link, which stoke's lookup refuses and blazesym
+        // would follow; and a `.dwp` beside the program.
+        let mut section = fifo.as_os_str().as_bytes().to_vec();
+        section.push(0);
+        section.resize(section.len().next_multiple_of(4) + 4, 0);
+        let content = dir.0.join("debuglink");
+        std::fs::write(&content, section).unwrap();
+        let add = format!(".gnu_debuglink={}", content.display());
+        run(
+            "objcopy",
+            &[Path::new("--add-section"), Path::new(&add), &program],
+        );
+        let name = CString::new(dir.0.join("linked.dwp").as_os_str().as_bytes()).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let names = within_10_s(move || {
+            let mapped = MappedFile::on_host(&program);
+            let copy = for_blazesym(&mapped).unwrap();
+            let bytes = std::fs::read(copy.path()).unwrap();
+            let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+            assert!(elf.section_by_name(".gnu_debuglink").is_none());
+            assert!(elf.gnu_debuglink().unwrap().is_none());
+            Symbolizer::new(false).file(&mapped, &[offset])
+        });
+        assert_eq!(&*names[0][0], reference);
+    }
+
+    #[test]
+    fn copies_are_sealed() {
+        let mapped = MappedFile::on_host(Path::new("/usr/bin/xz"));
+        let copy = for_blazesym(&mapped).unwrap();
+        // SAFETY: fcntl on a descriptor the copy holds.
+        let seals = unsafe { libc::fcntl(copy.file.as_raw_fd(), libc::F_GET_SEALS) };
+        let wanted =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+        assert_eq!(seals & wanted, wanted);
+        assert!(copy.file.set_len(0).is_err());
+        assert!(copy.file.write_all_at(b"x", 0).is_err());
+    }
+}
