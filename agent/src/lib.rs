@@ -53,8 +53,6 @@ enum StartError {
 }
 
 static STARTED: AtomicBool = AtomicBool::new(false);
-/// Whether this JVM lets the agent retransform classes.
-static RETRANSFORM: AtomicBool = AtomicBool::new(false);
 static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
 static JVMTI: OnceLock<Jvmti> = OnceLock::new();
 static SHARED: OnceLock<&'static SharedMemory> = OnceLock::new();
@@ -108,7 +106,6 @@ unsafe fn start_agent(vm: *mut JavaVM, live: bool) -> Result<(), StartError> {
     jvmti
         .add_capabilities()
         .map_err(|_| StartError::Capabilities)?;
-    RETRANSFORM.store(jvmti.add_retransform_capability(), Ordering::Release);
     let shared: &'static SharedMemory = Box::leak(Box::new(
         SharedMemory::create().map_err(|_| StartError::SharedMemory)?,
     ));
@@ -189,6 +186,10 @@ fn worker(shared: &'static SharedMemory) {
     let Some(&jvmti) = JVMTI.get() else { return };
     let mut described = HashSet::new();
     let mut recompiled = HashSet::new();
+    // Asked for at the first recompile request only (`stoke record
+    // --java-retransform`): holding it makes HotSpot's JIT record extra
+    // dependencies in every method it compiles.
+    let mut can_retransform = None;
     loop {
         std::thread::sleep(WORKER_PERIOD);
         if !handler::is_installed() {
@@ -220,7 +221,9 @@ fn worker(shared: &'static SharedMemory) {
                     if described.insert(method_id) {
                         publish_method(jvmti, jni, shared, method_id);
                     }
-                } else if RETRANSFORM.load(Ordering::Acquire) && recompiled.insert(method_id) {
+                } else if *can_retransform.get_or_insert_with(|| jvmti.add_retransform_capability())
+                    && recompiled.insert(method_id)
+                {
                     // SAFETY: a method id the JVM handed out; jni is ours.
                     unsafe { jvmti.recompile_class_of(jni, method_id as jmethodID) };
                 }

@@ -83,7 +83,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         threads: args.threads,
         lines: args.lines,
     });
-    let mut java = JavaProfiler::new(!args.no_jvm);
+    let mut java = JavaProfiler::new(!args.no_jvm, args.java_retransform);
     let mut malformed = 0u64;
     loop {
         sampler.drain(|bytes| match Record::parse(bytes) {

@@ -15,6 +15,24 @@ use crate::sample::record::Sample;
 /// How long a signalled sample waits for its Java stack.
 const PAIRING_WINDOW_NS: u64 = 1_000_000_000;
 
+/// How far past stoke's clock a Java stack's time may lie: the agent reads
+/// the same clock before stoke takes the stack, so only a slack for the
+/// reads themselves.
+const FUTURE_SLACK_NS: u64 = 10_000_000;
+
+/// Most Java stacks held for one thread: a thread's answers wait for
+/// samples of the BPF ring read at the latest a poll later, so a few
+/// hundred at most at the highest rates.
+const MAX_JAVA_PER_THREAD: usize = 1024;
+
+/// Most Java stacks held, all threads together, counted in frames (16
+/// bytes each) plus [`SAMPLE_COST`] per stack: the bound of what agents, or
+/// processes posing as one, can make stoke hold (about 16 MB).
+const MAX_HELD_COST: usize = 1 << 20;
+
+/// What one held Java stack costs besides its frames, in frames.
+const SAMPLE_COST: usize = 6;
+
 /// What became of a signalled sample.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -43,11 +61,24 @@ impl Unpaired {
     }
 }
 
+/// Why a Java stack was dropped on arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejected {
+    /// Its time lies outside the pairing window around now: no sample can
+    /// pair with it.
+    OutOfWindow,
+    /// Its thread, or all threads together, already hold as many as
+    /// allowed.
+    Full,
+}
+
 /// Signalled samples and Java stacks waiting for each other, by thread.
 #[derive(Debug, Default)]
 pub struct Merger {
     native: HashMap<u32, VecDeque<Sample>>,
     java: HashMap<u32, VecDeque<JavaSample>>,
+    /// What the Java stacks in `java` cost ([`MAX_HELD_COST`]).
+    held_cost: usize,
 }
 
 impl Merger {
@@ -56,9 +87,24 @@ impl Merger {
         self.native.entry(sample.tid).or_default().push_back(sample);
     }
 
-    /// A Java stack of thread `tid` (the host's id of the thread).
-    pub fn add_java(&mut self, tid: u32, sample: JavaSample) {
-        self.java.entry(tid).or_default().push_back(sample);
+    /// A Java stack of thread `tid` (the host's id of the thread), taken
+    /// in at `now_ns`; dropped unless it could answer a sample.
+    pub fn add_java(&mut self, tid: u32, sample: JavaSample, now_ns: u64) -> Result<(), Rejected> {
+        let window = now_ns.saturating_sub(PAIRING_WINDOW_NS)..=now_ns + FUTURE_SLACK_NS;
+        if !window.contains(&sample.time_ns) {
+            return Err(Rejected::OutOfWindow);
+        }
+        let cost = cost(&sample);
+        if self.held_cost + cost > MAX_HELD_COST {
+            return Err(Rejected::Full);
+        }
+        let javas = self.java.entry(tid).or_default();
+        if javas.len() >= MAX_JAVA_PER_THREAD {
+            return Err(Rejected::Full);
+        }
+        self.held_cost += cost;
+        javas.push_back(sample);
+        Ok(())
     }
 
     /// Pairs what can be paired, and gives up on what waited past the
@@ -66,8 +112,12 @@ impl Merger {
     pub fn settle(&mut self, now_ns: u64, flush: bool, mut emit: impl FnMut(Outcome)) {
         let deadline = now_ns.saturating_sub(PAIRING_WINDOW_NS);
         for (tid, natives) in &mut self.native {
-            let javas = self.java.entry(*tid).or_default();
+            let Some(javas) = self.java.get_mut(tid) else {
+                continue;
+            };
             pair(natives, javas, &mut emit);
+        }
+        for natives in self.native.values_mut() {
             while let Some(sample) = natives.front() {
                 if !flush && sample.time_ns >= deadline {
                     break;
@@ -80,9 +130,14 @@ impl Merger {
             // An answer older than every waiting sample answers nothing.
             javas.retain(|java| !flush && java.time_ns >= deadline);
         }
+        self.held_cost = self.java.values().flatten().map(cost).sum();
         self.native.retain(|_, natives| !natives.is_empty());
         self.java.retain(|_, javas| !javas.is_empty());
     }
+}
+
+fn cost(java: &JavaSample) -> usize {
+    SAMPLE_COST + java.frames.len()
 }
 
 fn pair(
@@ -161,8 +216,8 @@ mod tests {
         let mut merger = Merger::default();
         merger.add_native(native(1, 100));
         merger.add_native(native(2, 105));
-        merger.add_java(2, java(2, 110));
-        merger.add_java(1, java(1, 120));
+        merger.add_java(2, java(2, 110), 110).unwrap();
+        merger.add_java(1, java(1, 120), 120).unwrap();
         assert_eq!(settle(&mut merger, 200, false), ["1@100=120", "2@105=110"]);
     }
 
@@ -173,7 +228,7 @@ mod tests {
         earlier.user = vec![0x10];
         merger.add_native(earlier);
         merger.add_native(native(1, 150));
-        merger.add_java(1, java(1, 160));
+        merger.add_java(1, java(1, 160), 160).unwrap();
         assert_eq!(
             settle(&mut merger, 200, false),
             ["1@100:Coalesced", "1@150=160"]
@@ -189,7 +244,7 @@ mod tests {
         second.user = vec![0x10, 0x20];
         merger.add_native(first);
         merger.add_native(second);
-        merger.add_java(1, java(1, 160));
+        merger.add_java(1, java(1, 160), 160).unwrap();
         assert_eq!(settle(&mut merger, 200, false), ["1@100=160", "1@150=160"]);
     }
 
@@ -197,7 +252,7 @@ mod tests {
     fn unanswered_samples_wait_for_the_window_then_go_native() {
         let mut merger = Merger::default();
         merger.add_native(native(1, 100));
-        merger.add_java(1, java(1, 50));
+        merger.add_java(1, java(1, 50), 50).unwrap();
         assert!(settle(&mut merger, 200, false).is_empty());
         let later = 100 + PAIRING_WINDOW_NS + 1;
         assert_eq!(settle(&mut merger, later, false), ["1@100:NoAnswer"]);
@@ -212,9 +267,42 @@ mod tests {
     #[test]
     fn an_answer_that_arrives_before_its_sample_is_drained_still_pairs() {
         let mut merger = Merger::default();
-        merger.add_java(1, java(1, 120));
+        merger.add_java(1, java(1, 120), 120).unwrap();
         assert!(settle(&mut merger, 130, false).is_empty());
         merger.add_native(native(1, 100));
         assert_eq!(settle(&mut merger, 140, false), ["1@100=120"]);
+    }
+
+    #[test]
+    fn stacks_from_the_future_or_the_past_are_dropped() {
+        let mut merger = Merger::default();
+        let now = 10 * PAIRING_WINDOW_NS;
+        let future = java(1, now + FUTURE_SLACK_NS + 1);
+        assert_eq!(merger.add_java(1, future, now), Err(Rejected::OutOfWindow));
+        let ancient = java(1, now - PAIRING_WINDOW_NS - 1);
+        assert_eq!(merger.add_java(1, ancient, now), Err(Rejected::OutOfWindow));
+        assert_eq!(merger.add_java(1, java(1, now), now), Ok(()));
+        assert_eq!(merger.add_java(1, java(1, now + 5), now), Ok(()));
+    }
+
+    #[test]
+    fn held_stacks_are_bounded_per_thread_and_in_all() {
+        let mut merger = Merger::default();
+        for _ in 0..MAX_JAVA_PER_THREAD {
+            assert_eq!(merger.add_java(1, java(1, 100), 100), Ok(()));
+        }
+        assert_eq!(merger.add_java(1, java(1, 100), 100), Err(Rejected::Full));
+        let mut accepted = MAX_JAVA_PER_THREAD;
+        for tid in 2.. {
+            if merger.add_java(tid, java(tid, 100), 100).is_err() {
+                break;
+            }
+            accepted += 1;
+        }
+        assert_eq!(accepted, MAX_HELD_COST / SAMPLE_COST);
+        // Settled, the stacks that answer nothing go, and room is made.
+        assert!(settle(&mut merger, 100 + PAIRING_WINDOW_NS + 1, false).is_empty());
+        assert_eq!(merger.held_cost, 0);
+        assert_eq!(merger.add_java(1, java(1, 100), 100), Ok(()));
     }
 }

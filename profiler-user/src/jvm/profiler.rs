@@ -19,7 +19,7 @@ use profiler_common::jvm::{
 use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
-    merge::{Merger, Outcome},
+    merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     JavaStackFrame,
 };
@@ -86,7 +86,9 @@ struct Jvm {
     memory: AgentMemory,
     symbols: JavaSymbols,
     /// The JVM's own thread ids (its pid namespace) to the host's.
-    host_tids: HashMap<u32, u32>,
+    threads: ThreadIds,
+    /// Java stacks from the agent dropped on arrival.
+    dropped: Dropped,
     signalled: bool,
     /// Java stacks cut short after their innermost method, by method.
     cut_short: HashMap<u64, u32>,
@@ -115,11 +117,17 @@ pub struct JavaProfiler {
     jvms: HashMap<u32, Jvm>,
     merger: Merger,
     summary: JavaSummary,
+    /// Whether stacks cut short after one method have their class
+    /// retransformed: a deoptimization a production JVM may not want.
+    retransform: bool,
 }
 
 impl JavaProfiler {
     /// Starts the attach thread; with `enabled` false, JVMs are left alone.
-    pub fn new(enabled: bool) -> Self {
+    /// With `retransform`, the classes of methods compiled before the
+    /// agent came are retransformed, so that HotSpot recompiles them with
+    /// the debug information whole stacks need (`--java-retransform`).
+    pub fn new(enabled: bool, retransform: bool) -> Self {
         let (to_attach, requests) = mpsc::channel::<u32>();
         let (results, attached) = mpsc::channel();
         if enabled {
@@ -146,6 +154,7 @@ impl JavaProfiler {
             jvms: HashMap::new(),
             merger: Merger::default(),
             summary: JavaSummary::default(),
+            retransform,
         }
     }
 
@@ -233,6 +242,7 @@ impl JavaProfiler {
         std::thread::sleep(FINAL_ANSWER_WAIT);
         for (&pid, jvm) in &mut self.jvms {
             take_in(pid, jvm, &mut self.merger);
+            jvm.dropped.warn(pid);
         }
         self.settle(monotonic_ns(), true, aggregator);
         // The names asked for just now need one more round trip.
@@ -271,7 +281,8 @@ impl JavaProfiler {
                     Jvm {
                         memory,
                         symbols: JavaSymbols::default(),
-                        host_tids: HashMap::new(),
+                        threads: ThreadIds::of(pid),
+                        dropped: Dropped::default(),
                         signalled: true,
                         cut_short: HashMap::new(),
                     },
@@ -307,7 +318,7 @@ impl JavaProfiler {
     fn settle(&mut self, now_ns: u64, flush: bool, aggregator: &mut Aggregator) {
         let mut wanted: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut cut_short = Vec::new();
-        let (jvms, summary) = (&self.jvms, &mut self.summary);
+        let (jvms, summary, retransform) = (&self.jvms, &mut self.summary, self.retransform);
         self.merger.settle(now_ns, flush, |outcome| match outcome {
             Outcome::Paired(sample, java) => {
                 let Some(jvm) = jvms.get(&sample.tgid) else {
@@ -329,7 +340,7 @@ impl JavaProfiler {
                     }
                     code => *summary.native_only.entry(agct_failure(code)).or_default() += 1,
                 }
-                if let [only] = frames.as_slice() {
+                if let ([only], true) = (frames.as_slice(), retransform) {
                     cut_short.push((sample.tgid, only.method_id));
                 }
                 let ids = wanted.entry(sample.tgid).or_default();
@@ -377,10 +388,17 @@ fn warn_native_only(why: &str) {
 /// Drains one JVM's events and Java samples into the symbols and merger.
 fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
     jvm.memory.drain_events(|event| jvm.symbols.apply(event));
-    let host_tids = &mut jvm.host_tids;
+    let now = monotonic_ns();
+    let (threads, dropped) = (&mut jvm.threads, &mut jvm.dropped);
     jvm.memory.drain_samples(|sample| {
-        if let Some(tid) = host_tid(pid, sample.tid, host_tids) {
-            merger.add_java(tid, sample);
+        let Some(tid) = threads.host_tid(pid, sample.tid) else {
+            dropped.unknown_thread += 1;
+            return;
+        };
+        match merger.add_java(tid, sample, now) {
+            Ok(()) => {}
+            Err(Rejected::OutOfWindow) => dropped.out_of_window += 1,
+            Err(Rejected::Full) => dropped.full += 1,
         }
     });
 }
@@ -410,26 +428,95 @@ fn java_frames(jvm: &Jvm, java: &JavaSample) -> Vec<JavaStackFrame> {
         .collect()
 }
 
-/// The host's id of a JVM thread, which the agent knows by the id in the
-/// JVM's own pid namespace (the same one outside containers).
-fn host_tid(pid: u32, ns_tid: u32, known: &mut HashMap<u32, u32>) -> Option<u32> {
-    if let Some(&tid) = known.get(&ns_tid) {
-        return Some(tid);
-    }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    for task in tasks.flatten() {
-        let Some(tid) = task
-            .file_name()
-            .to_str()
-            .and_then(|t| t.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if let Some(inner) = innermost_ns_id(&task.path().join("status")) {
-            known.insert(inner, tid);
+/// Java stacks an agent sent that stoke dropped, by why.
+#[derive(Debug, Default)]
+struct Dropped {
+    out_of_window: u64,
+    unknown_thread: u64,
+    full: u64,
+}
+
+impl Dropped {
+    /// Says what was dropped, if anything: a real agent sends none of it.
+    fn warn(&self, pid: u32) {
+        let total = self.out_of_window + self.unknown_thread + self.full;
+        if total > 0 {
+            eprintln!(
+                "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed outside the pairing window, {} of unknown threads, {} beyond the bound of held stacks); a JVM with Stoke's agent sends none: is it one?",
+                self.out_of_window, self.unknown_thread, self.full
+            );
         }
     }
-    known.get(&ns_tid).copied()
+}
+
+/// How often, at most, a JVM's threads are listed anew to find an id the
+/// agent names: whatever ids a process writes, stoke reads `/proc` at this
+/// pace.
+const THREAD_RESCAN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Most thread ids known per JVM.
+const MAX_KNOWN_THREADS: usize = 1 << 17;
+
+/// The host's ids of one JVM's threads, which the agent knows by the ids
+/// of the JVM's own pid namespace.
+#[derive(Debug)]
+struct ThreadIds {
+    /// The JVM's pid namespace is stoke's: the ids are the host's.
+    same_namespace: bool,
+    known: HashMap<u32, u32>,
+    last_scan: Option<Instant>,
+}
+
+impl ThreadIds {
+    fn of(pid: u32) -> Self {
+        let depth = |path: &str| {
+            std::fs::read_to_string(path).ok().and_then(|text| {
+                text.lines()
+                    .find_map(|line| line.strip_prefix("NSpid:"))
+                    .map(|ids| ids.split_whitespace().count())
+            })
+        };
+        let theirs = depth(&format!("/proc/{pid}/status"));
+        Self {
+            same_namespace: theirs.is_some() && theirs == depth("/proc/self/status"),
+            known: HashMap::new(),
+            last_scan: None,
+        }
+    }
+
+    /// The host's id of the thread the agent names `ns_tid`.
+    fn host_tid(&mut self, pid: u32, ns_tid: u32) -> Option<u32> {
+        if self.same_namespace {
+            return Some(ns_tid);
+        }
+        if let Some(&tid) = self.known.get(&ns_tid) {
+            return Some(tid);
+        }
+        if self
+            .last_scan
+            .is_some_and(|last| last.elapsed() < THREAD_RESCAN_INTERVAL)
+        {
+            return None;
+        }
+        self.last_scan = Some(Instant::now());
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        for task in tasks.flatten().take(MAX_KNOWN_THREADS) {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some(inner) = innermost_ns_id(&task.path().join("status")) {
+                if self.known.len() >= MAX_KNOWN_THREADS {
+                    self.known.clear();
+                }
+                self.known.insert(inner, tid);
+            }
+        }
+        self.known.get(&ns_tid).copied()
+    }
 }
 
 /// The last field of a status file's `NSpid:` line: the id in the
