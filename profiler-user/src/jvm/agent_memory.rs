@@ -290,6 +290,16 @@ impl AgentMemory {
         taken
     }
 
+    /// A number that moves whenever the agent takes requests or appends
+    /// events.
+    pub fn progress(&self) -> u64 {
+        let header = self.header();
+        header
+            .requests_read
+            .load(Ordering::Relaxed)
+            .wrapping_add(header.events_committed.load(Ordering::Relaxed))
+    }
+
     /// Hands every event appended since the last call to `take`.
     pub fn drain_events(&mut self, mut take: impl FnMut(Event)) {
         let committed = self.header().events_committed.load(Ordering::Acquire) as usize;

@@ -45,6 +45,16 @@ const FINAL_ANSWER_WAIT: Duration = Duration::from_millis(300);
 /// their thread back.
 const FINAL_NAMES_WAIT: Duration = Duration::from_secs(2);
 
+/// Most JVMs said, one line each, to keep native stacks: thousands of
+/// processes mapping a libjvm.so get one line for all the others.
+const MAX_WARNINGS: usize = 20;
+
+/// How long the agents may make no progress at all with the last names
+/// before stoke stops waiting for them: a live agent answers every 10 ms,
+/// and one that answers nothing (a process posing as a JVM) must not hold
+/// the recording's end back.
+const FINAL_NAMES_STALL: Duration = Duration::from_millis(300);
+
 /// Samples cut short after one method before its class is recompiled.
 const RECOMPILE_AFTER: u32 = 1;
 
@@ -120,6 +130,8 @@ pub struct JavaProfiler {
     /// Whether stacks cut short after one method have their class
     /// retransformed: a deoptimization a production JVM may not want.
     retransform: bool,
+    /// JVMs said to keep native stacks only.
+    warnings: usize,
 }
 
 impl JavaProfiler {
@@ -155,6 +167,7 @@ impl JavaProfiler {
             merger: Merger::default(),
             summary: JavaSummary::default(),
             retransform,
+            warnings: 0,
         }
     }
 
@@ -236,23 +249,35 @@ impl JavaProfiler {
         mut self,
         aggregator: &mut Aggregator,
     ) -> (HashMap<u32, JavaSymbols>, JavaSummary) {
-        for (_, last) in self.attach_retries.values() {
-            warn_native_only(last);
+        for (_, last) in std::mem::take(&mut self.attach_retries).into_values() {
+            self.warn_native_only(&last);
+        }
+        if self.warnings > MAX_WARNINGS {
+            eprintln!(
+                "stoke: warning: {} more processes that looked like JVMs keep native stacks only (only the first {MAX_WARNINGS} said why)",
+                self.warnings - MAX_WARNINGS
+            );
         }
         std::thread::sleep(FINAL_ANSWER_WAIT);
         for (&pid, jvm) in &mut self.jvms {
             take_in(pid, jvm, &mut self.merger);
-            jvm.dropped.warn(pid);
+            jvm.dropped.warn(pid, jvm.symbols.dropped());
         }
         self.settle(monotonic_ns(), true, aggregator);
         // The names asked for just now need one more round trip.
         let deadline = Instant::now() + FINAL_NAMES_WAIT;
+        let mut progress = (self.progress(), Instant::now());
         while Instant::now() < deadline
+            && progress.1.elapsed() < FINAL_NAMES_STALL
             && self.jvms.values().any(|jvm| !jvm.symbols.all_described())
         {
             std::thread::sleep(Duration::from_millis(20));
             for jvm in self.jvms.values_mut() {
                 jvm.memory.drain_events(|event| jvm.symbols.apply(event));
+            }
+            let now = self.progress();
+            if now != progress.0 {
+                progress = (now, Instant::now());
             }
         }
         self.summary
@@ -264,6 +289,24 @@ impl JavaProfiler {
             .map(|(pid, jvm)| (pid, jvm.symbols))
             .collect();
         (symbols, self.summary)
+    }
+
+    /// Says why a JVM keeps native stacks only; after [`MAX_WARNINGS`],
+    /// only counts it.
+    fn warn_native_only(&mut self, why: &str) {
+        self.warnings += 1;
+        if self.warnings <= MAX_WARNINGS {
+            eprintln!("stoke: warning: {why}; its stacks stay native-only");
+        }
+    }
+
+    /// How far the agents got with stoke's requests and their event logs,
+    /// all JVMs together: while it moves, names are still coming.
+    fn progress(&self) -> u64 {
+        self.jvms
+            .values()
+            .map(|jvm| jvm.memory.progress())
+            .fold(0, u64::wrapping_add)
     }
 
     fn adopt(&mut self, attached: Attached, sampler: &mut Sampler) -> Result<()> {
@@ -309,7 +352,7 @@ impl JavaProfiler {
                     return Ok(());
                 }
                 self.attach_retries.remove(&pid);
-                warn_native_only(&named);
+                self.warn_native_only(&named);
             }
         }
         Ok(())
@@ -380,10 +423,6 @@ impl JavaProfiler {
     }
 }
 
-/// Says why a JVM keeps native stacks only.
-fn warn_native_only(why: &str) {
-    eprintln!("stoke: warning: {why}; its stacks stay native-only");
-}
 
 /// Drains one JVM's events and Java samples into the symbols and merger.
 fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
@@ -437,12 +476,13 @@ struct Dropped {
 }
 
 impl Dropped {
-    /// Says what was dropped, if anything: a real agent sends none of it.
-    fn warn(&self, pid: u32) {
+    /// Says what was dropped, if anything, with the `events` of the
+    /// agent's log left out: a real agent sends none of it.
+    fn warn(&self, pid: u32, events: u64) {
         let total = self.out_of_window + self.unknown_thread + self.full;
-        if total > 0 {
+        if total + events > 0 {
             eprintln!(
-                "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed outside the pairing window, {} of unknown threads, {} beyond the bound of held stacks); a JVM with Stoke's agent sends none: is it one?",
+                "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed outside the pairing window, {} of unknown threads, {} beyond the bound of held stacks) and {events} code events beyond the code map's bounds; a JVM with Stoke's agent sends none: is it one?",
                 self.out_of_window, self.unknown_thread, self.full
             );
         }
