@@ -161,10 +161,8 @@ fn hostile_tmp(label: &str, make_tmp: impl FnOnce(&Path)) {
     let etc_before = etc_names();
     let out = dir.join("tmp.txt");
     let seconds = 2.0;
-    let (output, peak) = record_measured(
-        &record_args(&args!["-p", pid], 99, seconds, &out),
-        seconds,
-    );
+    let (output, peak) =
+        record_measured(&record_args(&args!["-p", pid], 99, seconds, &out), seconds);
     // The attach gives up at once or after its 5 s timeout at most.
     assert_finished(&output, seconds, 8.0, &out);
     assert!(
@@ -178,10 +176,16 @@ fn hostile_tmp(label: &str, make_tmp: impl FnOnce(&Path)) {
     assert!(peak < 100 << 20, "peak RSS {} MB", peak >> 20);
     let etc_after = etc_names();
     let new: Vec<&String> = etc_after.difference(&etc_before).collect();
-    assert!(new.is_empty(), "stoke wrote into /etc through the symlink: {new:?}");
+    assert!(
+        new.is_empty(),
+        "stoke wrote into /etc through the symlink: {new:?}"
+    );
     running.wait_exit(Duration::from_secs(30));
     let (_, sigquit) = signals_received(&mut running);
-    assert_eq!(sigquit, 0, "stoke sent SIGQUIT though it could not write the trigger file");
+    assert_eq!(
+        sigquit, 0,
+        "stoke sent SIGQUIT though it could not write the trigger file"
+    );
 }
 
 fn etc_names() -> std::collections::BTreeSet<String> {
@@ -260,7 +264,11 @@ fn thousands_of_short_lived_fake_jvms_cost_stoke_no_more_than_other_processes() 
         jvm_peak >> 20,
         base_peak >> 20
     );
-    let warnings = jvms.stderr.lines().filter(|l| l.starts_with("stoke: warning:")).count();
+    let warnings = jvms
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("stoke: warning:"))
+        .count();
     assert!(
         warnings <= 21,
         "{warnings} warning lines for the short-lived fake JVMs (at most 20 and one for the rest)"

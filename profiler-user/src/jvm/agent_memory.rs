@@ -8,11 +8,11 @@
 
 use std::{
     fs::File,
+    os::fd::{FromRawFd, OwnedFd},
     os::{
         fd::AsRawFd,
         unix::fs::{FileExt, MetadataExt},
     },
-    os::fd::{FromRawFd, OwnedFd},
     ptr::NonNull,
     sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
@@ -20,9 +20,9 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use profiler_common::jvm::{
-    self, Activity, AgentState, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE, MAGIC,
-    MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS, TOTAL_SIZE,
-    VERSION,
+    self, Activity, AgentState, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE,
+    MAGIC, MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS,
+    TOTAL_SIZE, VERSION,
 };
 
 /// A test hook, for tests/tests/hostile_jvm.rs: with this environment
@@ -37,10 +37,6 @@ const WAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the exclusive lock is tried for: the agent takes it for a
 /// moment when it looks whether a stoke still reads it.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
-
-/// `statfs` magic numbers of the filesystems memfds live on.
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
 
 /// A Java stack the agent took in its signal handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -411,7 +407,8 @@ fn own_description(taken: &OwnedFd) -> Result<File> {
         }
         (statfs, stat, libc::fcntl(fd, libc::F_GET_SEALS))
     };
-    if ![TMPFS_MAGIC, HUGETLBFS_MAGIC].contains(&(statfs.f_type as i64)) {
+    // The filesystems memfds live on.
+    if ![libc::TMPFS_MAGIC, libc::HUGETLBFS_MAGIC].contains(&statfs.f_type) {
         bail!("the agent memory is not on tmpfs: no memfd");
     }
     if stat.st_mode & libc::S_IFMT != libc::S_IFREG || stat.st_nlink != 0 {

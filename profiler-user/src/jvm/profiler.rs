@@ -423,7 +423,6 @@ impl JavaProfiler {
     }
 }
 
-
 /// Drains one JVM's events and Java samples into the symbols and merger.
 fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
     jvm.memory.drain_events(|event| jvm.symbols.apply(event));
@@ -477,12 +476,14 @@ struct Dropped {
 
 impl Dropped {
     /// Says what was dropped, if anything, with the `events` of the
-    /// agent's log left out: a real agent sends none of it.
+    /// agent's log left out: a real agent sends no stack outside the window
+    /// and no more code than the bounds allow; a process posing as one
+    /// does.
     fn warn(&self, pid: u32, events: u64) {
         let total = self.out_of_window + self.unknown_thread + self.full;
         if total + events > 0 {
             eprintln!(
-                "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed outside the pairing window, {} of unknown threads, {} beyond the bound of held stacks) and {events} code events beyond the code map's bounds; a JVM with Stoke's agent sends none: is it one?",
+                "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed outside the pairing window, {} of unknown threads, {} beyond the bound of held stacks) and {events} code events beyond the code map's bounds",
                 self.out_of_window, self.unknown_thread, self.full
             );
         }

@@ -14,8 +14,9 @@ use profiler_common::jvm::{inline_edges, Event, InlineEdge, JavaFrame, MethodInf
 const MAX_CODE_BLOBS: usize = 1 << 19;
 
 /// Most compiled versions of one method alive at once: HotSpot keeps a few
-/// (tiers, OSR); more come only from a forged log.
-const MAX_BLOBS_PER_METHOD: usize = 16;
+/// (tiers, OSR versions, not-entrant ones not flushed yet; over 16 seen on
+/// JavaBusy), a forged log as many as it likes.
+const MAX_BLOBS_PER_METHOD: usize = 64;
 
 /// Most inlined calls kept per compiled blob, and in all.
 const MAX_EDGES_PER_BLOB: usize = 4096;
@@ -82,8 +83,7 @@ impl JavaSymbols {
     pub fn apply(&mut self, event: Event) {
         match event {
             Event::Method(info) => {
-                if self.methods.len() < MAX_METHODS || self.methods.contains_key(&info.method_id)
-                {
+                if self.methods.len() < MAX_METHODS || self.methods.contains_key(&info.method_id) {
                     self.methods.insert(info.method_id, describe(&info));
                 } else {
                     self.dropped += 1;
