@@ -96,19 +96,40 @@ fn signals_received(fake: &mut Running) -> (u32, u32) {
     (words[1].parse().unwrap(), words[3].parse().unwrap())
 }
 
-#[test]
-fn a_fake_jvm_flooding_its_fake_agent_memory_costs_stoke_bounded_time_and_memory() {
+/// Runs the flooding fake JVM, in a pid namespace of its own with
+/// `in_namespace` (its thread ids then are not the host's, and stoke must
+/// look them up), records it, and checks stoke and the fake.
+fn flood(label: &str, in_namespace: bool) {
     require_root();
-    let dir = TempDir::new("hostile-flood");
+    let dir = TempDir::new(label);
     let libjvm = fake_libjvm(dir.path());
     let fake = Workload::build("hostile_fake_jvm", dir.path());
-    let mut running = fake.spawn(&args![8, libjvm.display(), "flood"]);
+    let fake_args = args![8, libjvm.display(), "flood"];
+    let (mut running, pid) = if in_namespace {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--pid", "--fork", "--kill-child"])
+            .arg(fake.exe())
+            .args(&fake_args);
+        let running = Running::start(command, "hostile_fake_jvm", &fake.comm());
+        let children = fs::read_to_string(format!("/proc/{0}/task/{0}/children", running.pid()))
+            .expect("reading unshare's children");
+        let pid = children
+            .split_whitespace()
+            .next()
+            .expect("the fake")
+            .parse()
+            .unwrap();
+        (running, pid)
+    } else {
+        let running = fake.spawn(&fake_args);
+        let pid = running.pid();
+        (running, pid)
+    };
     let out = dir.join("flood.txt");
     let seconds = 4.0;
-    let (output, peak) = record_measured(
-        &record_args(&args!["-p", running.pid()], 999, seconds, &out),
-        seconds,
-    );
+    let (output, peak) =
+        record_measured(&record_args(&args!["-p", pid], 999, seconds, &out), seconds);
     // The end waits 0.3 s for the last answers and 0.3 s more for names
     // that do not come; then naming thousands of forged frames.
     assert_finished(&output, seconds, 3.0, &out);
@@ -117,7 +138,7 @@ fn a_fake_jvm_flooding_its_fake_agent_memory_costs_stoke_bounded_time_and_memory
     let warning = output
         .stderr
         .lines()
-        .find(|l| l.starts_with(&format!("stoke: warning: JVM {}: dropped", running.pid())))
+        .find(|l| l.starts_with(&format!("stoke: warning: JVM {pid}: dropped")))
         .unwrap_or_else(|| panic!("stoke did not say it dropped forged Java stacks"));
     println!("{warning}");
     // A recording of one process at 999 Hz needs some 30 MB; the flood may
@@ -131,6 +152,16 @@ fn a_fake_jvm_flooding_its_fake_agent_memory_costs_stoke_bounded_time_and_memory
     let (sigurg, sigquit) = signals_received(&mut running);
     println!("the fake JVM got {sigurg} SIGURG, {sigquit} SIGQUIT");
     assert_eq!(sigquit, 0, "stoke sent SIGQUIT to a fake JVM");
+}
+
+#[test]
+fn a_fake_jvm_flooding_its_fake_agent_memory_costs_stoke_bounded_time_and_memory() {
+    flood("hostile-flood", false);
+}
+
+#[test]
+fn a_flooding_fake_jvm_in_a_pid_namespace_costs_stoke_bounded_time_and_memory() {
+    flood("hostile-flood-pidns", true);
 }
 
 /// A static build of the fake JVM in a fresh root `dir/root`, with the
