@@ -64,9 +64,13 @@ impl Unpaired {
 /// Why a Java stack was dropped on arrival.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejected {
-    /// Its time lies outside the pairing window around now: no sample can
-    /// pair with it.
-    OutOfWindow,
+    /// Its time lies in the future: no agent sends that.
+    Future,
+    /// Its time lies before the pairing window: no sample waits for it
+    /// (left in the ring by an earlier stoke, or answered too late).
+    Stale,
+    /// Its thread is none of the JVM's.
+    UnknownThread,
     /// Its thread, or all threads together, already hold as many as
     /// allowed.
     Full,
@@ -87,13 +91,22 @@ impl Merger {
         self.native.entry(sample.tid).or_default().push_back(sample);
     }
 
-    /// A Java stack of thread `tid` (the host's id of the thread), taken
-    /// in at `now_ns`; dropped unless it could answer a sample.
-    pub fn add_java(&mut self, tid: u32, sample: JavaSample, now_ns: u64) -> Result<(), Rejected> {
-        let window = now_ns.saturating_sub(PAIRING_WINDOW_NS)..=now_ns + FUTURE_SLACK_NS;
-        if !window.contains(&sample.time_ns) {
-            return Err(Rejected::OutOfWindow);
+    /// A Java stack of thread `tid` (the host's id of the thread, `None`
+    /// if it is no thread of the JVM), taken in at `now_ns`; dropped unless
+    /// it could answer a sample.
+    pub fn add_java(
+        &mut self,
+        tid: Option<u32>,
+        sample: JavaSample,
+        now_ns: u64,
+    ) -> Result<(), Rejected> {
+        if sample.time_ns > now_ns + FUTURE_SLACK_NS {
+            return Err(Rejected::Future);
         }
+        if sample.time_ns < now_ns.saturating_sub(PAIRING_WINDOW_NS) {
+            return Err(Rejected::Stale);
+        }
+        let tid = tid.ok_or(Rejected::UnknownThread)?;
         let cost = cost(&sample);
         if self.held_cost + cost > MAX_HELD_COST {
             return Err(Rejected::Full);
@@ -216,8 +229,8 @@ mod tests {
         let mut merger = Merger::default();
         merger.add_native(native(1, 100));
         merger.add_native(native(2, 105));
-        merger.add_java(2, java(2, 110), 110).unwrap();
-        merger.add_java(1, java(1, 120), 120).unwrap();
+        merger.add_java(Some(2), java(2, 110), 110).unwrap();
+        merger.add_java(Some(1), java(1, 120), 120).unwrap();
         assert_eq!(settle(&mut merger, 200, false), ["1@100=120", "2@105=110"]);
     }
 
@@ -228,7 +241,7 @@ mod tests {
         earlier.user = vec![0x10];
         merger.add_native(earlier);
         merger.add_native(native(1, 150));
-        merger.add_java(1, java(1, 160), 160).unwrap();
+        merger.add_java(Some(1), java(1, 160), 160).unwrap();
         assert_eq!(
             settle(&mut merger, 200, false),
             ["1@100:Coalesced", "1@150=160"]
@@ -244,7 +257,7 @@ mod tests {
         second.user = vec![0x10, 0x20];
         merger.add_native(first);
         merger.add_native(second);
-        merger.add_java(1, java(1, 160), 160).unwrap();
+        merger.add_java(Some(1), java(1, 160), 160).unwrap();
         assert_eq!(settle(&mut merger, 200, false), ["1@100=160", "1@150=160"]);
     }
 
@@ -252,7 +265,7 @@ mod tests {
     fn unanswered_samples_wait_for_the_window_then_go_native() {
         let mut merger = Merger::default();
         merger.add_native(native(1, 100));
-        merger.add_java(1, java(1, 50), 50).unwrap();
+        merger.add_java(Some(1), java(1, 50), 50).unwrap();
         assert!(settle(&mut merger, 200, false).is_empty());
         let later = 100 + PAIRING_WINDOW_NS + 1;
         assert_eq!(settle(&mut merger, later, false), ["1@100:NoAnswer"]);
@@ -267,7 +280,7 @@ mod tests {
     #[test]
     fn an_answer_that_arrives_before_its_sample_is_drained_still_pairs() {
         let mut merger = Merger::default();
-        merger.add_java(1, java(1, 120), 120).unwrap();
+        merger.add_java(Some(1), java(1, 120), 120).unwrap();
         assert!(settle(&mut merger, 130, false).is_empty());
         merger.add_native(native(1, 100));
         assert_eq!(settle(&mut merger, 140, false), ["1@100=120"]);
@@ -278,23 +291,30 @@ mod tests {
         let mut merger = Merger::default();
         let now = 10 * PAIRING_WINDOW_NS;
         let future = java(1, now + FUTURE_SLACK_NS + 1);
-        assert_eq!(merger.add_java(1, future, now), Err(Rejected::OutOfWindow));
+        assert_eq!(merger.add_java(Some(1), future, now), Err(Rejected::Future));
         let ancient = java(1, now - PAIRING_WINDOW_NS - 1);
-        assert_eq!(merger.add_java(1, ancient, now), Err(Rejected::OutOfWindow));
-        assert_eq!(merger.add_java(1, java(1, now), now), Ok(()));
-        assert_eq!(merger.add_java(1, java(1, now + 5), now), Ok(()));
+        assert_eq!(merger.add_java(Some(1), ancient, now), Err(Rejected::Stale));
+        assert_eq!(
+            merger.add_java(None, java(1, now), now),
+            Err(Rejected::UnknownThread)
+        );
+        assert_eq!(merger.add_java(Some(1), java(1, now), now), Ok(()));
+        assert_eq!(merger.add_java(Some(1), java(1, now + 5), now), Ok(()));
     }
 
     #[test]
     fn held_stacks_are_bounded_per_thread_and_in_all() {
         let mut merger = Merger::default();
         for _ in 0..MAX_JAVA_PER_THREAD {
-            assert_eq!(merger.add_java(1, java(1, 100), 100), Ok(()));
+            assert_eq!(merger.add_java(Some(1), java(1, 100), 100), Ok(()));
         }
-        assert_eq!(merger.add_java(1, java(1, 100), 100), Err(Rejected::Full));
+        assert_eq!(
+            merger.add_java(Some(1), java(1, 100), 100),
+            Err(Rejected::Full)
+        );
         let mut accepted = MAX_JAVA_PER_THREAD;
         for tid in 2.. {
-            if merger.add_java(tid, java(tid, 100), 100).is_err() {
+            if merger.add_java(Some(tid), java(tid, 100), 100).is_err() {
                 break;
             }
             accepted += 1;
@@ -303,6 +323,6 @@ mod tests {
         // Settled, the stacks that answer nothing go, and room is made.
         assert!(settle(&mut merger, 100 + PAIRING_WINDOW_NS + 1, false).is_empty());
         assert_eq!(merger.held_cost, 0);
-        assert_eq!(merger.add_java(1, java(1, 100), 100), Ok(()));
+        assert_eq!(merger.add_java(Some(1), java(1, 100), 100), Ok(()));
     }
 }

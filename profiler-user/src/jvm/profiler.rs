@@ -58,6 +58,9 @@ const FINAL_NAMES_STALL: Duration = Duration::from_millis(300);
 /// Samples cut short after one method before its class is recompiled.
 const RECOMPILE_AFTER: u32 = 1;
 
+/// Most methods counted per JVM for recompiling (ids come from the JVM).
+const MAX_CUT_SHORT: usize = 1 << 16;
+
 /// How often a process that is no JVM (yet) is looked at again.
 const MAX_RECHECKS: u32 = 6;
 
@@ -404,6 +407,9 @@ impl JavaProfiler {
             let Some(jvm) = self.jvms.get_mut(&pid) else {
                 continue;
             };
+            if jvm.cut_short.len() >= MAX_CUT_SHORT && !jvm.cut_short.contains_key(&method_id) {
+                continue;
+            }
             let count = jvm.cut_short.entry(method_id).or_default();
             *count += 1;
             // Code compiled before the agent came lacks the debug information
@@ -429,13 +435,12 @@ fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
     let now = monotonic_ns();
     let (threads, dropped) = (&mut jvm.threads, &mut jvm.dropped);
     jvm.memory.drain_samples(|sample| {
-        let Some(tid) = threads.host_tid(pid, sample.tid) else {
-            dropped.unknown_thread += 1;
-            return;
-        };
+        let tid = threads.host_tid(pid, sample.tid);
         match merger.add_java(tid, sample, now) {
             Ok(()) => {}
-            Err(Rejected::OutOfWindow) => dropped.out_of_window += 1,
+            Err(Rejected::Future) => dropped.future += 1,
+            Err(Rejected::Stale) => dropped.stale += 1,
+            Err(Rejected::UnknownThread) => dropped.unknown_thread += 1,
             Err(Rejected::Full) => dropped.full += 1,
         }
     });
@@ -469,24 +474,28 @@ fn java_frames(jvm: &Jvm, java: &JavaSample) -> Vec<JavaStackFrame> {
 /// Java stacks an agent sent that stoke dropped, by why.
 #[derive(Debug, Default)]
 struct Dropped {
-    out_of_window: u64,
+    future: u64,
+    stale: u64,
     unknown_thread: u64,
     full: u64,
 }
 
 impl Dropped {
-    /// Says what was dropped, if anything, with the `events` of the
-    /// agent's log left out: a real agent sends no stack outside the window
-    /// and no more code than the bounds allow; a process posing as one
-    /// does.
+    /// Says what was dropped, with the `events` of the agent's log left
+    /// out, if a real agent would not have sent it: stacks timed in the
+    /// future, more stacks than the bounds hold, more code than the code
+    /// map holds. Stale stacks (left by an earlier stoke) and stacks of
+    /// threads gone meanwhile are no sign of trouble, and only counted
+    /// then.
     fn warn(&self, pid: u32, events: u64) {
-        let total = self.out_of_window + self.unknown_thread + self.full;
-        if total + events > 0 {
-            eprintln!(
-                "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed outside the pairing window, {} of unknown threads, {} beyond the bound of held stacks) and {events} code events beyond the code map's bounds",
-                self.out_of_window, self.unknown_thread, self.full
-            );
+        if self.future + self.full + events == 0 {
+            return;
         }
+        let total = self.future + self.stale + self.unknown_thread + self.full;
+        eprintln!(
+            "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed in the future, {} before the pairing window, {} of unknown threads, {} beyond the bound of held stacks) and {events} code events beyond the code map's bounds",
+            self.future, self.stale, self.unknown_thread, self.full
+        );
     }
 }
 
