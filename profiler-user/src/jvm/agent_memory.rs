@@ -436,3 +436,57 @@ fn own_description(taken: &OwnedFd) -> Result<File> {
     }
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A memfd named `name`, of `size` bytes, with `seals`.
+    fn memfd(name: &std::ffi::CStr, size: usize, seals: i32) -> OwnedFd {
+        // SAFETY: plain syscalls; the descriptor is checked and owned.
+        unsafe {
+            let fd = libc::memfd_create(name.as_ptr(), libc::MFD_ALLOW_SEALING);
+            assert!(fd >= 0, "memfd_create");
+            let fd = OwnedFd::from_raw_fd(fd);
+            assert_eq!(libc::ftruncate(fd.as_raw_fd(), size as libc::off_t), 0);
+            if seals != 0 {
+                assert_eq!(libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals), 0);
+            }
+            fd
+        }
+    }
+
+    #[test]
+    fn only_a_sealed_memfd_named_like_the_agents_passes() {
+        let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+        let good = memfd(c"stoke-agent", TOTAL_SIZE, sealed);
+        let file = own_description(&good).expect("the agent's memfd passes");
+        // A description of its own: its lock is not the agent's.
+        // SAFETY: flock on descriptors we own.
+        unsafe {
+            assert_eq!(
+                libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB),
+                0
+            );
+            assert_ne!(
+                libc::flock(good.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB),
+                0
+            );
+        }
+
+        let unsealed = memfd(c"stoke-agent", TOTAL_SIZE, 0);
+        let error = own_description(&unsealed).unwrap_err();
+        assert!(format!("{error:#}").contains("not sealed"), "{error:#}");
+        let small = memfd(c"stoke-agent", 4096, sealed);
+        let error = own_description(&small).unwrap_err();
+        assert!(format!("{error:#}").contains("smaller"), "{error:#}");
+        let renamed = memfd(c"stoke-agent2", TOTAL_SIZE, sealed);
+        let error = own_description(&renamed).unwrap_err();
+        assert!(format!("{error:#}").contains("not named"), "{error:#}");
+        // A file of procfs, a directory: no memfd.
+        for path in ["/proc/self/status", "/"] {
+            let fd = OwnedFd::from(File::open(path).expect(path));
+            assert!(own_description(&fd).is_err(), "{path} passed");
+        }
+    }
+}
