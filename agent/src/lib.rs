@@ -9,10 +9,14 @@
 //! - where the JIT put compiled methods (with the calls it inlined into
 //!   them) and generated code.
 //!
+//! When no stoke reads it for a while, it frees that memory and waits for
+//! the next ([`idle`]).
+//!
 //! Nothing here may crash or stall the JVM: every callback catches panics,
 //! and failures leave the JVM running without Java stacks.
 
 mod handler;
+mod idle;
 mod inlining;
 mod jvmti;
 #[allow(clippy::all)]
@@ -25,15 +29,16 @@ use std::{
     panic::{catch_unwind, AssertUnwindSafe},
     ptr,
     sync::{
-        atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicPtr, Ordering},
         Mutex, OnceLock,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use profiler_common::jvm::{AgentState, Event, MethodInfo, RECOMPILE_REQUEST};
 
 use crate::{
+    idle::IdleWatch,
     jvmti::{Callbacks, Jvmti},
     jvmti_sys::{
         jclass, jint, jmethodID, jthread, jvmtiEnv, JNIEnv, JavaVM, JNI_OK, JNI_VERSION_1_6,
@@ -63,16 +68,6 @@ static KNOWN_METHODS: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
 /// How often the worker answers stoke and checks the signal handler.
 const WORKER_PERIOD: Duration = Duration::from_millis(10);
 
-/// How often the worker looks whether a stoke holds the memory.
-const READER_CHECK_PERIOD: Duration = Duration::from_millis(100);
-
-/// How long the agent stays active with no stoke reading it, by default:
-/// then it frees its event log and parks its worker until the next stoke.
-const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(60);
-
-/// The agent's idle time in milliseconds, from its `idle=SECONDS` option.
-static IDLE_AFTER_MS: AtomicU64 = AtomicU64::new(DEFAULT_IDLE_AFTER.as_millis() as u64);
-
 /// Entry point for `-agentpath:` at JVM startup.
 #[no_mangle]
 pub extern "C" fn Agent_OnLoad(
@@ -101,9 +96,7 @@ fn start(vm: *mut JavaVM, options: *mut c_char, live: bool) -> jint {
     if !options.is_null() {
         // SAFETY: the JVM passes a NUL-terminated option string.
         let options = unsafe { CStr::from_ptr(options) };
-        if let Some(idle) = idle_option(&options.to_string_lossy()) {
-            IDLE_AFTER_MS.store(idle.as_millis() as u64, Ordering::Relaxed);
-        }
+        idle::configure(&options.to_string_lossy());
     }
     match catch_unwind(|| unsafe { start_agent(vm, live) }) {
         Ok(Ok(())) => 0,
@@ -166,16 +159,6 @@ fn go_live(vm: *mut JavaVM, shared: &'static SharedMemory) {
     }
 }
 
-/// The idle time an `idle=SECONDS` option (among comma-separated ones)
-/// asks for.
-fn idle_option(options: &str) -> Option<Duration> {
-    options
-        .split(',')
-        .find_map(|option| option.strip_prefix("idle="))
-        .and_then(|seconds| seconds.parse::<f64>().ok())
-        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
-}
-
 /// # Safety
 /// `vm` is the JavaVM; the calling thread is a Java thread.
 unsafe fn remember_loaded_methods(jvmti: Jvmti, vm: *mut JavaVM) {
@@ -213,9 +196,7 @@ fn worker(shared: &'static SharedMemory) {
     let Some(&jvmti) = JVMTI.get() else { return };
     let mut described = HashSet::new();
     let mut recompiled = HashSet::new();
-    let idle_after = Duration::from_millis(IDLE_AFTER_MS.load(Ordering::Relaxed));
-    let mut last_read = Instant::now();
-    let mut last_check = Instant::now();
+    let mut idle = IdleWatch::new();
     // Asked for at the first recompile request only (`stoke record
     // --java-retransform`): holding it makes HotSpot's JIT record extra
     // dependencies in every method it compiles.
@@ -225,23 +206,12 @@ fn worker(shared: &'static SharedMemory) {
         if !handler::is_installed() {
             shared.set_state(AgentState::HandlerLost);
         }
-        if last_check.elapsed() >= READER_CHECK_PERIOD {
-            last_check = Instant::now();
-            if shared.held_by_stoke() {
-                last_read = last_check;
-            } else if last_read.elapsed() < idle_after {
-                shared.unlock();
-            } else {
-                shared.go_idle();
-                shared.unlock();
-                shared.wait_for_stoke();
-                // The next stoke asks for every name again, and needs the
-                // code map anew.
-                described.clear();
-                let _ = jvmti.replay_code_events();
-                shared.active();
-                last_read = Instant::now();
-            }
+        if idle.idled(shared) {
+            // The stoke that woke the agent asks for every name again, and
+            // needs the code map anew.
+            described.clear();
+            let _ = jvmti.replay_code_events();
+            shared.active();
         }
         shared.take_requests(|request| {
             let method_id = request & !RECOMPILE_REQUEST;

@@ -2,15 +2,20 @@
 //! (`profiler_common::jvm`): finds and maps the agent's memfd, takes Java
 //! samples and events, asks for method names.
 //!
-//! The JVM is not trusted: the memfd must be sealed against shrinking (else
-//! the process could truncate it and crash stoke with SIGBUS), and every
-//! count, length and position read from it is bounded before use.
+//! The JVM is not trusted: the memfd is taken with `pidfd_getfd`, not
+//! opened by a path the process controls; it must be a memfd sealed against
+//! shrinking (else the process could truncate it and crash stoke with
+//! SIGBUS), checked on the descriptor mapped; and every count, length and
+//! position read from it is bounded before use.
+//!
+//! The consumer side is restartable: a stoke killed at any point leaves the
+//! ring for the next one ([`AgentMemory::drain_samples`]), and the kernel
+//! drops its lock.
 
 use std::{
     fs::File,
-    os::fd::{FromRawFd, OwnedFd},
     os::{
-        fd::AsRawFd,
+        fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::fs::{FileExt, MetadataExt},
     },
     ptr::NonNull,
@@ -25,7 +30,7 @@ use profiler_common::jvm::{
     TOTAL_SIZE, VERSION,
 };
 
-/// A test hook, for tests/tests/hostile_jvm.rs: with this environment
+/// A test hook, for tests/tests/java_lifecycle.rs: with this environment
 /// variable set to N, stoke kills itself with SIGKILL right after it took
 /// its Nth Java sample from an agent's ring, at the worst point for the
 /// next stoke (the read position moved, the slot not given back yet).
