@@ -142,7 +142,7 @@ fn flood(label: &str, in_namespace: bool) {
         .unwrap_or_else(|| panic!("stoke did not say it dropped forged Java stacks"));
     println!("{warning}");
     // A recording of one process at 999 Hz needs some 30 MB; the flood may
-    // add the bounded 16 MB of held stacks, the bounded code map and
+    // add the bounded 8 MB of held stacks, the bounded code map and
     // requests, and the profile of thousands of distinct forged stacks.
     assert!(
         peak < 100 << 20,

@@ -436,7 +436,7 @@ fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
     let (threads, dropped) = (&mut jvm.threads, &mut jvm.dropped);
     jvm.memory.drain_samples(|sample| {
         let tid = threads.host_tid(pid, sample.tid);
-        match merger.add_java(tid, sample, now) {
+        match merger.add_java(pid, tid, sample, now) {
             Ok(()) => {}
             Err(Rejected::Future) => dropped.future += 1,
             Err(Rejected::Stale) => dropped.stale += 1,
