@@ -36,8 +36,10 @@ use profiler_common::jvm::{
 /// next stoke (the read position moved, the slot not given back yet).
 pub const KILL_AFTER_DRAINED: &str = "STOKE_TEST_KILL_AFTER_DRAINED";
 
-/// How long an idle agent may take to wake and replay its code map.
-const WAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an idle agent may take to wake and replay its code map (8-32
+/// ms in tests): the attach thread waits no longer for a process that only
+/// says it is an idle agent.
+const WAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long the exclusive lock is tried for: the agent takes it for a
 /// moment when it looks whether a stoke still reads it.
