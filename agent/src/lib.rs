@@ -9,10 +9,14 @@
 //! - where the JIT put compiled methods (with the calls it inlined into
 //!   them) and generated code.
 //!
+//! When no stoke reads it for a while, it frees that memory and waits for
+//! the next ([`idle`]).
+//!
 //! Nothing here may crash or stall the JVM: every callback catches panics,
 //! and failures leave the JVM running without Java stacks.
 
 mod handler;
+mod idle;
 mod inlining;
 mod jvmti;
 #[allow(clippy::all)]
@@ -34,6 +38,7 @@ use std::{
 use profiler_common::jvm::{AgentState, Event, MethodInfo, RECOMPILE_REQUEST};
 
 use crate::{
+    idle::IdleWatch,
     jvmti::{Callbacks, Jvmti},
     jvmti_sys::{
         jclass, jint, jmethodID, jthread, jvmtiEnv, JNIEnv, JavaVM, JNI_OK, JNI_VERSION_1_6,
@@ -53,8 +58,6 @@ enum StartError {
 }
 
 static STARTED: AtomicBool = AtomicBool::new(false);
-/// Whether this JVM lets the agent retransform classes.
-static RETRANSFORM: AtomicBool = AtomicBool::new(false);
 static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
 static JVMTI: OnceLock<Jvmti> = OnceLock::new();
 static SHARED: OnceLock<&'static SharedMemory> = OnceLock::new();
@@ -69,26 +72,31 @@ const WORKER_PERIOD: Duration = Duration::from_millis(10);
 #[no_mangle]
 pub extern "C" fn Agent_OnLoad(
     vm: *mut JavaVM,
-    _options: *mut c_char,
+    options: *mut c_char,
     _reserved: *mut c_void,
 ) -> jint {
-    start(vm, false)
+    start(vm, options, false)
 }
 
 /// Entry point for dynamic attach (`stoke record`).
 #[no_mangle]
 pub extern "C" fn Agent_OnAttach(
     vm: *mut JavaVM,
-    _options: *mut c_char,
+    options: *mut c_char,
     _reserved: *mut c_void,
 ) -> jint {
-    start(vm, true)
+    start(vm, options, true)
 }
 
-fn start(vm: *mut JavaVM, live: bool) -> jint {
+fn start(vm: *mut JavaVM, options: *mut c_char, live: bool) -> jint {
     // A second attach finds the agent running and reuses it.
     if STARTED.swap(true, Ordering::AcqRel) {
         return 0;
+    }
+    if !options.is_null() {
+        // SAFETY: the JVM passes a NUL-terminated option string.
+        let options = unsafe { CStr::from_ptr(options) };
+        idle::configure(&options.to_string_lossy());
     }
     match catch_unwind(|| unsafe { start_agent(vm, live) }) {
         Ok(Ok(())) => 0,
@@ -108,7 +116,6 @@ unsafe fn start_agent(vm: *mut JavaVM, live: bool) -> Result<(), StartError> {
     jvmti
         .add_capabilities()
         .map_err(|_| StartError::Capabilities)?;
-    RETRANSFORM.store(jvmti.add_retransform_capability(), Ordering::Release);
     let shared: &'static SharedMemory = Box::leak(Box::new(
         SharedMemory::create().map_err(|_| StartError::SharedMemory)?,
     ));
@@ -189,10 +196,22 @@ fn worker(shared: &'static SharedMemory) {
     let Some(&jvmti) = JVMTI.get() else { return };
     let mut described = HashSet::new();
     let mut recompiled = HashSet::new();
+    let mut idle = IdleWatch::new();
+    // Asked for at the first recompile request only (`stoke record
+    // --java-retransform`): holding it makes HotSpot's JIT record extra
+    // dependencies in every method it compiles.
+    let mut can_retransform = None;
     loop {
         std::thread::sleep(WORKER_PERIOD);
         if !handler::is_installed() {
             shared.set_state(AgentState::HandlerLost);
+        }
+        if idle.idled(shared) {
+            // The stoke that woke the agent asks for every name again, and
+            // needs the code map anew.
+            described.clear();
+            let _ = jvmti.replay_code_events();
+            shared.active();
         }
         shared.take_requests(|request| {
             let method_id = request & !RECOMPILE_REQUEST;
@@ -220,7 +239,9 @@ fn worker(shared: &'static SharedMemory) {
                     if described.insert(method_id) {
                         publish_method(jvmti, jni, shared, method_id);
                     }
-                } else if RETRANSFORM.load(Ordering::Acquire) && recompiled.insert(method_id) {
+                } else if *can_retransform.get_or_insert_with(|| jvmti.add_retransform_capability())
+                    && recompiled.insert(method_id)
+                {
                     // SAFETY: a method id the JVM handed out; jni is ours.
                     unsafe { jvmti.recompile_class_of(jni, method_id as jmethodID) };
                 }

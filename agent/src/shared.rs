@@ -13,17 +13,27 @@ use std::{
 };
 
 use profiler_common::jvm::{
-    self, AgentState, Event, Header, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE, MAGIC,
+    self, Activity, AgentState, Event, Header, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE, MAGIC,
     REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS, SIGNAL, TOTAL_SIZE, VERSION,
 };
 
 /// The mapped memfd.
 pub struct SharedMemory {
     base: NonNull<u8>,
-    /// Kept open: stoke finds the memory through `/proc/PID/fd`.
-    _memfd: OwnedFd,
-    /// Bytes of the event log in use; the lock orders appends.
-    events_used: Mutex<usize>,
+    /// Kept open: stoke finds the memory through `/proc/PID/fd`. Its own
+    /// open file description, which no stoke shares (stoke reopens the
+    /// memfd), tells by `flock` whether a stoke holds the memory.
+    memfd: OwnedFd,
+    /// The event log's state; the lock orders appends.
+    events: Mutex<EventLog>,
+}
+
+/// The agent's side of the event log.
+struct EventLog {
+    /// Bytes in use.
+    used: usize,
+    /// False while idle: the log is freed, and nothing is appended.
+    open: bool,
 }
 
 // SAFETY: the memory is shared by design; every field written concurrently
@@ -73,22 +83,18 @@ impl SharedMemory {
         }
         let shared = Self {
             base: NonNull::new(base.cast()).ok_or_else(io::Error::last_os_error)?,
-            _memfd: memfd,
-            events_used: Mutex::new(0),
+            memfd,
+            events: Mutex::new(EventLog {
+                used: 0,
+                open: true,
+            }),
         };
         shared.initialize();
         Ok(shared)
     }
 
     fn initialize(&self) {
-        for index in 0..SAMPLE_SLOTS {
-            // SAFETY: in bounds; nobody else uses the memory yet.
-            unsafe {
-                (*self.slot(index as u64))
-                    .sequence
-                    .store(index as u64, Ordering::Relaxed)
-            };
-        }
+        self.reset_sample_ring();
         let header = self.header_ptr();
         // SAFETY: the header lies at the start of the mapping, zeroed.
         unsafe {
@@ -99,6 +105,30 @@ impl SharedMemory {
             // The magic goes last: a reader that sees it sees the rest.
             std::sync::atomic::fence(Ordering::Release);
             addr_of_mut!((*header).magic).write_volatile(MAGIC);
+        }
+    }
+
+    /// Empties the sample ring. Only while no stoke reads it and none
+    /// signals (at creation, and when waking from idle, before stoke may
+    /// signal): a stray SIGURG meanwhile tears at most one sample, which
+    /// stoke checks like any.
+    fn reset_sample_ring(&self) {
+        for index in 0..SAMPLE_SLOTS {
+            // SAFETY: in bounds; the sequence is atomic.
+            unsafe {
+                (*self.slot(index as u64))
+                    .sequence
+                    .store(index as u64, Ordering::Relaxed)
+            };
+        }
+        let header = self.header();
+        for position in [
+            &header.samples_written,
+            &header.samples_read,
+            &header.requests_written,
+            &header.requests_read,
+        ] {
+            position.store(0, Ordering::Release);
         }
     }
 
@@ -192,26 +222,27 @@ impl SharedMemory {
         header.requests_read.store(read, Ordering::Release);
     }
 
-    /// Appends an event to the log; false if the log is full.
+    /// Appends an event to the log; false if the log is full, or closed
+    /// while the agent is idle.
     pub fn append_event(&self, event: &Event) -> bool {
-        let mut used = self
-            .events_used
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut log = self.lock_events();
+        if !log.open {
+            return false;
+        }
         // SAFETY: the log lies inside the mapping; bytes past `used` are
         // ours alone until committed, and the lock serializes writers.
         let free = unsafe {
             std::slice::from_raw_parts_mut(
-                self.base.as_ptr().add(EVENTS_OFFSET + *used),
-                EVENTS_SIZE - *used,
+                self.base.as_ptr().add(EVENTS_OFFSET + log.used),
+                EVENTS_SIZE - log.used,
             )
         };
         match jvm::encode(event, free) {
             Some(len) => {
-                *used += len;
+                log.used += len;
                 self.header()
                     .events_committed
-                    .store(*used as u64, Ordering::Release);
+                    .store(log.used as u64, Ordering::Release);
                 true
             }
             None => {
@@ -219,6 +250,80 @@ impl SharedMemory {
                 false
             }
         }
+    }
+
+    fn lock_events(&self) -> std::sync::MutexGuard<'_, EventLog> {
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether a stoke holds the memory (its exclusive lock); if none does,
+    /// the lock is taken for the caller until [`Self::unlock`], so that no
+    /// stoke comes meanwhile.
+    pub fn held_by_stoke(&self) -> bool {
+        // SAFETY: flock on our own descriptor.
+        unsafe { libc::flock(self.memfd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+    }
+
+    /// Drops the lock [`Self::held_by_stoke`] took.
+    pub fn unlock(&self) {
+        // SAFETY: flock on our own descriptor.
+        unsafe { libc::flock(self.memfd.as_raw_fd(), libc::LOCK_UN) };
+    }
+
+    /// Goes idle (the caller holds the lock, so no stoke reads the memory,
+    /// and none has signalled for the idle time): empties the event log
+    /// and gives the memory of the log and of the rings back to the system.
+    pub fn go_idle(&self) {
+        let mut log = self.lock_events();
+        log.open = false;
+        log.used = 0;
+        let header = self.header();
+        header.events_committed.store(0, Ordering::Release);
+        // SAFETY: fallocate on our memfd; punching a hole keeps its size
+        // (which the seals fix) and frees the pages, in every mapping;
+        // what is read there afterwards is zeros. The header's page stays.
+        unsafe {
+            libc::fallocate(
+                self.memfd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                SAMPLES_OFFSET as libc::off_t,
+                (TOTAL_SIZE - SAMPLES_OFFSET) as libc::off_t,
+            );
+        }
+        header
+            .activity
+            .store(Activity::Idle as u32, Ordering::Release);
+    }
+
+    /// Waits, taking no CPU, until a stoke wakes the idle agent; then opens
+    /// the event log again. The caller replays the code map into it and
+    /// then says [`Self::active`].
+    pub fn wait_for_stoke(&self) {
+        let activity = &self.header().activity;
+        while activity.load(Ordering::Acquire) == Activity::Idle as u32 {
+            // SAFETY: FUTEX_WAIT on a word of a shared mapping, woken by
+            // stoke's FUTEX_WAKE on the same word of the same memfd.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    activity.as_ptr(),
+                    libc::FUTEX_WAIT,
+                    Activity::Idle as u32,
+                    std::ptr::null::<libc::timespec>(),
+                );
+            }
+        }
+        self.reset_sample_ring();
+        self.lock_events().open = true;
+    }
+
+    /// Tells the stoke that woke the agent that the log holds the code map.
+    pub fn active(&self) {
+        self.header()
+            .activity
+            .store(Activity::Active as u32, Ordering::Release);
     }
 }
 

@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// The first eight bytes of the header: "STOKEJVM".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
 /// Bumped on any change to this layout.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The name the agent gives its memfd; `/proc/PID/fd` shows it as
 /// `/memfd:stoke-agent (deleted)`.
 pub const MEMFD_NAME: &str = "stoke-agent";
@@ -120,6 +120,26 @@ pub struct Header {
     pub events_committed: AtomicU64,
     /// Events dropped because the log was full.
     pub events_dropped: AtomicU64,
+    /// An [`Activity`], raw: whether the agent's worker runs or waits,
+    /// idle, for the next stoke. Also the futex word stoke wakes it with.
+    pub activity: AtomicU32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// Whether the agent works for a stoke, in [`Header::activity`]. An agent
+/// that no stoke has read for a while (`idle=SECONDS`, 60 by default)
+/// frees its event log and parks its worker; the next stoke wakes it.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activity {
+    /// The worker runs; the event log holds the code map.
+    Active = 0,
+    /// The worker waits on this word; the event log is empty and freed.
+    Idle = 1,
+    /// A stoke asked an idle agent to work again: the agent replays its
+    /// code map into the log, then says [`Activity::Active`].
+    Waking = 2,
 }
 
 /// One Java frame, laid out as JVMTI's `ASGCT_CallFrame` so that

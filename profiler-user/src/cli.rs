@@ -105,6 +105,13 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_jvm: bool,
 
+    /// Have the agent retransform (unchanged) the classes of Java methods
+    /// compiled before it came, whose stacks stop at the innermost method:
+    /// HotSpot then recompiles them with the debug information that whole
+    /// stacks need. Deoptimizes that code for a moment: off by default.
+    #[arg(long)]
+    pub java_retransform: bool,
+
     /// Measure the BPF sampler's own run time per sample and report it (turns
     /// on the kernel's BPF statistics, for every BPF program, while recording).
     #[arg(long)]

@@ -124,7 +124,7 @@ impl Recording {
                 threads: args.threads,
                 lines: args.lines,
             }),
-            java: JavaProfiler::new(!args.no_jvm),
+            java: JavaProfiler::new(!args.no_jvm, args.java_retransform),
             malformed: 0,
             started: Instant::now(),
         })

@@ -71,9 +71,9 @@ fn assert_inlined_frames_have_compiled_callers(stacks: &[Stack], label: &str) {
 }
 
 /// Records `jvm_options`' JVM every 2 s until `settled` accepts spin()'s
-/// kinds or 20 s have passed (the first recording attaches, and stoke has
-/// HotSpot recompile code compiled before it came, which takes the JIT a
-/// few seconds to do again with C2); returns the last kinds.
+/// kinds or 20 s have passed (the first recording attaches; the inlining
+/// shows once C2 compiles spin()'s callers, a few seconds into the JVM's
+/// life); returns the last kinds.
 fn record_until(
     jdk: Jdk,
     jvm_options: &[&str],

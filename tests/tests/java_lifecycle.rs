@@ -215,6 +215,57 @@ fn jvms_survive_a_killed_stoke_and_the_next_recording_reuses_the_agent() {
 }
 
 #[test]
+fn a_stoke_killed_mid_drain_leaves_the_agent_ring_usable() {
+    let (dir, workload) = prepare_java("java-kill-mid-drain", "JavaBusy", JDK_17);
+    let mut jvm = workload.spawn(&["60"]);
+    // The test hook kills stoke right after its 300th Java sample left the
+    // ring and before the slot went back to the agent: the worst moment.
+    let mut command = std::process::Command::new(stoke_tests::stoke_bin());
+    command
+        .args(record_args(
+            &args!["-p", jvm.pid()],
+            499,
+            10.0,
+            &dir.join("killed.txt"),
+        ))
+        .env("STOKE_TEST_KILL_AFTER_DRAINED", "300");
+    let output = Stoke::spawn_command(command).wait(Duration::from_secs(30));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&output.status),
+        Some(libc::SIGKILL),
+        "stoke did not kill itself mid-drain ({}): {}",
+        output.status,
+        output.stderr
+    );
+    assert!(
+        output.elapsed < Duration::from_secs(8),
+        "stoke took {:?} to drain 300 Java samples",
+        output.elapsed
+    );
+
+    // The next recording takes the Java stacks from the same ring, twice
+    // around it at least (2 s at 499 Hz is about 1,000 samples).
+    let txt = dir.join("again.txt");
+    let output = record_to(&args!["-p", jvm.pid()], 499, 2.0, &txt);
+    let report = fs::read_to_string(&txt).expect("reading the txt report");
+    println!("{}\n{report}", output.stderr);
+    let java = JavaReport::parse(&report);
+    let total = java.java_samples + java.non_java_samples + java.missing_total();
+    assert!(
+        java.java_samples > 300,
+        "only {} samples with Java frames after a stoke was killed mid-drain:\n{report}",
+        java.java_samples
+    );
+    assert_share(
+        java.java_samples,
+        total,
+        0.95,
+        format_args!("of the JVM have Java frames after a stoke was killed mid-drain:\n{report}"),
+    );
+    assert!(jvm.is_alive(), "the JVM died: {}", jvm.stderr());
+}
+
+#[test]
 fn a_second_stoke_leaves_a_recorded_jvm_to_the_first() {
     let (dir, workload) = prepare_java("java-two-stokes", "JavaBusy", JDK_17);
     let mut jvm = workload.spawn(&["30"]);
@@ -254,4 +305,133 @@ fn a_second_stoke_leaves_a_recorded_jvm_to_the_first() {
         format_args!("of the JVM have Java frames in the first recording, which a second stoke overlapped:\n{report}"),
     );
     assert!(jvm.is_alive(), "the JVM died: {}", jvm.stderr());
+}
+
+/// Bytes of memory process `pid`'s agent memfd holds (its allocated blocks).
+fn agent_memory_bytes(pid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).expect("listing the JVM's fds");
+    fds.flatten()
+        .find(|fd| {
+            fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy() == "/memfd:stoke-agent (deleted)")
+        })
+        .map(|fd| fs::metadata(fd.path()).expect("stat of the memfd").blocks() * 512)
+        .expect("the JVM has no agent memfd")
+}
+
+/// A field of `/proc/PID/task/TID/status` or `/proc/PID/status`.
+fn status_field(path: &str, field: &str) -> String {
+    let status = fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .unwrap_or_else(|| panic!("no {field} in {path}"))
+        .trim()
+        .to_owned()
+}
+
+/// Records `jvm` for 2 s and asserts that most of its samples have Java
+/// frames, with JavaBusy's methods named.
+fn assert_java_recording(jvm: &Running, dir: &TempDir, label: &str) {
+    let txt = dir.join(format!("{label}.txt"));
+    let output = record_to(&args!["-p", jvm.pid()], 499, 2.0, &txt);
+    let report = fs::read_to_string(&txt).expect("reading the txt report");
+    println!("{label}:\n{}\n{report}", output.stderr);
+    let java = JavaReport::parse(&report);
+    let total = java.java_samples + java.non_java_samples + java.missing_total();
+    assert!(
+        java.java_samples > 300,
+        "{label}: too few Java samples:\n{report}"
+    );
+    assert_share(
+        java.java_samples,
+        total,
+        0.95,
+        format_args!("of the JVM have Java frames in the {label} recording:\n{report}"),
+    );
+    assert!(
+        report.contains("JavaBusy.crunch"),
+        "{label}: JavaBusy unnamed:\n{report}"
+    );
+}
+
+#[test]
+fn an_agent_no_stoke_reads_goes_idle_and_the_next_stoke_wakes_it() {
+    let (dir, workload) = prepare_java("java-idle", "JavaBusy", JDK_17);
+    let agent = dir.join("libstoke_agent.so");
+    Stoke::spawn(&args!["agent", "-o", agent.display()])
+        .wait(Duration::from_secs(30))
+        .assert_success();
+    // Idle after 2 s without a stoke (60 s by default).
+    let option = format!("-agentpath:{}=idle=2", agent.display());
+    let mut jvm = workload.spawn_with_options(&[option], &["60"]);
+    let pid = jvm.pid();
+    let handlers_before = status_field(&format!("/proc/{pid}/status"), "SigCgt:");
+
+    assert_java_recording(&jvm, &dir, "first");
+    let stopped = Instant::now();
+    let active_bytes = agent_memory_bytes(pid);
+    let worker = jvm
+        .threads()
+        .into_iter()
+        .find(|(_, name)| name == "stoke-agent")
+        .map(|(tid, _)| tid)
+        .expect("the agent's worker thread");
+    let switches = || {
+        status_field(
+            &format!("/proc/{pid}/task/{worker}/status"),
+            "voluntary_ctxt_switches:",
+        )
+        .parse::<u64>()
+        .expect("a count")
+    };
+
+    // Idle: the event log's memory goes back, within the idle time and the
+    // worker's 0.1 s look, plus slack for a loaded host.
+    let idle_bytes = loop {
+        let bytes = agent_memory_bytes(pid);
+        if bytes < active_bytes {
+            break bytes;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(6),
+            "the agent still holds {bytes} bytes 6 s after the last stoke (idle after 2 s)"
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    let went_idle = stopped.elapsed();
+    println!(
+        "went idle {went_idle:?} after the recording: {active_bytes} -> {idle_bytes} bytes of agent memory"
+    );
+    assert!(
+        went_idle >= Duration::from_millis(1500),
+        "idle after {went_idle:?}, before 2 s"
+    );
+    // Only the header's page stays: the rings (4.3 MB) and the event log
+    // are given back.
+    assert!(
+        idle_bytes <= 4096,
+        "the idle agent still holds {idle_bytes} bytes"
+    );
+    // The worker waits, taking no CPU: no wake-ups while idle.
+    let parked = switches();
+    thread::sleep(Duration::from_secs(1));
+    assert_eq!(switches(), parked, "the idle agent's worker still wakes up");
+    // The JVM noticed nothing: its work goes on, its handlers unchanged.
+    let beats = jvm.lines_since("beat", stopped);
+    assert!(
+        beats as f64 >= went_idle.as_secs_f64() * 10.0 * 0.8,
+        "{beats} beats in {went_idle:?}"
+    );
+    assert!(jvm.is_alive(), "the JVM died: {}", jvm.stderr());
+
+    // The next stoke wakes it: Java frames as usual, methods named.
+    assert_java_recording(&jvm, &dir, "after idle");
+    assert_ne!(switches(), parked, "the worker did not wake");
+    assert_eq!(
+        status_field(&format!("/proc/{pid}/status"), "SigCgt:"),
+        handlers_before,
+        "the JVM's signal handlers changed"
+    );
 }

@@ -2,23 +2,48 @@
 //! (`profiler_common::jvm`): finds and maps the agent's memfd, takes Java
 //! samples and events, asks for method names.
 //!
-//! The JVM is not trusted: the memfd must be sealed against shrinking (else
-//! the process could truncate it and crash stoke with SIGBUS), and every
-//! count, length and position read from it is bounded before use.
+//! The JVM is not trusted: the memfd is taken with `pidfd_getfd`, not
+//! opened by a path the process controls; it must be a memfd sealed against
+//! shrinking (else the process could truncate it and crash stoke with
+//! SIGBUS), checked on the descriptor mapped; and every count, length and
+//! position read from it is bounded before use.
+//!
+//! The consumer side is restartable: a stoke killed at any point leaves the
+//! ring for the next one ([`AgentMemory::drain_samples`]), and the kernel
+//! drops its lock.
 
 use std::{
     fs::File,
-    os::{fd::AsRawFd, unix::fs::FileExt},
+    os::{
+        fd::{AsRawFd, FromRawFd, OwnedFd},
+        unix::fs::{FileExt, MetadataExt},
+    },
     ptr::NonNull,
     sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 use profiler_common::jvm::{
-    self, AgentState, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE, MAGIC,
-    MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS, TOTAL_SIZE,
-    VERSION,
+    self, Activity, AgentState, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE,
+    MAGIC, MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS,
+    TOTAL_SIZE, VERSION,
 };
+
+/// A test hook, for tests/tests/java_lifecycle.rs: with this environment
+/// variable set to N, stoke kills itself with SIGKILL right after it took
+/// its Nth Java sample from an agent's ring, at the worst point for the
+/// next stoke (the read position moved, the slot not given back yet).
+pub const KILL_AFTER_DRAINED: &str = "STOKE_TEST_KILL_AFTER_DRAINED";
+
+/// How long an idle agent may take to wake and replay its code map (8-32
+/// ms in tests): the attach thread waits no longer for a process that only
+/// says it is an idle agent.
+const WAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the exclusive lock is tried for: the agent takes it for a
+/// moment when it looks whether a stoke still reads it.
+const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// A Java stack the agent took in its signal handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +68,10 @@ pub struct AgentMemory {
     base: NonNull<u8>,
     /// Bytes of the event log already read.
     events_read: usize,
+    /// Samples taken from the ring so far.
+    drained: u64,
+    /// The test hook [`KILL_AFTER_DRAINED`].
+    kill_after_drained: Option<u64>,
     /// The memfd, held with an exclusive `flock`: one stoke at a time takes
     /// a JVM's Java stacks (the kernel drops the lock when stoke dies).
     _file: File,
@@ -60,20 +89,33 @@ impl Drop for AgentMemory {
 
 impl AgentMemory {
     /// The agent's memory in process `pid`, if an agent is loaded there.
+    ///
+    /// The memfd is taken from the process with `pidfd_getfd`, never opened
+    /// by a path the process controls (its `/proc/PID/fd` links could be
+    /// swapped for a FIFO or a device between a look and an open), and
+    /// checked on the very descriptor that is mapped: a sealed, unlinked
+    /// file of tmpfs or hugetlbfs (a memfd) named like the agent's.
     pub fn find(pid: u32) -> Result<Option<Self>> {
+        // The pidfd first: the descriptor table read below is this
+        // process's, even if the pid is reused meanwhile (its fds are gone
+        // then, and pidfd_getfd fails).
+        let Ok(pidfd) = pidfd_open(pid) else {
+            return Ok(None);
+        };
         let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             return Ok(None);
         };
-        let wanted = format!("/memfd:{} (deleted)", jvm::MEMFD_NAME);
         for entry in entries.flatten() {
             let is_agent = std::fs::read_link(entry.path())
-                .is_ok_and(|target| target.as_os_str() == wanted.as_str());
+                .is_ok_and(|target| target.as_os_str() == agent_link().as_str());
+            let Some(number) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
             if is_agent {
-                let file = File::options()
-                    .read(true)
-                    .write(true)
-                    .open(entry.path())
-                    .with_context(|| format!("opening the agent memory of JVM {pid}"))?;
+                let taken = pidfd_getfd(&pidfd, number)
+                    .with_context(|| format!("taking the agent memory of JVM {pid}"))?;
+                let file = own_description(&taken)
+                    .with_context(|| format!("checking the agent memory of JVM {pid}"))?;
                 return Self::map(file).map(Some);
             }
         }
@@ -95,23 +137,9 @@ impl AgentMemory {
         if version != VERSION {
             bail!("the loaded agent speaks layout version {version}, this stoke {VERSION}: restart the JVM to load this stoke's agent");
         }
-        // SAFETY: fcntl and fstat on a descriptor we own.
-        let (seals, size) = unsafe {
-            let mut stat: libc::stat = std::mem::zeroed();
-            let stated = libc::fstat(fd, &mut stat);
-            (
-                libc::fcntl(fd, libc::F_GET_SEALS),
-                (stated == 0).then_some(stat.st_size),
-            )
-        };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            bail!("the agent memory is not sealed against shrinking");
-        }
-        if size.is_none_or(|size| size < TOTAL_SIZE as i64) {
-            bail!("the agent memory is smaller than this version's layout");
-        }
-        // SAFETY: mapping TOTAL_SIZE bytes of a file at least that large
-        // that cannot shrink.
+        // SAFETY: mapping TOTAL_SIZE bytes of a file checked (by
+        // own_description) to be at least that large and sealed against
+        // shrinking.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -125,16 +153,60 @@ impl AgentMemory {
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error()).context("mapping the agent memory");
         }
-        let memory = Self {
+        let mut memory = Self {
             base: NonNull::new(base.cast()).context("mmap returned null")?,
             events_read: 0,
+            drained: 0,
+            kill_after_drained: kill_after_drained(),
             _file: file,
         };
-        // SAFETY: flock on the descriptor the memory keeps open.
-        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            bail!("another stoke is recording this JVM and takes its Java stacks: let it finish first");
-        }
+        lock_exclusively(fd)?;
+        memory.recover_ring();
+        memory.wake()?;
         Ok(memory)
+    }
+
+    /// Gives back the slot a consumer killed mid-drain took and never
+    /// released (see [`Self::drain_samples`]): with the lock held, this
+    /// stoke is the only consumer.
+    fn recover_ring(&mut self) {
+        let read = self.header().samples_read.load(Ordering::Acquire);
+        let last = read.wrapping_sub(1);
+        let _ = self.slot(last).sequence.compare_exchange(
+            read,
+            last.wrapping_add(SAMPLE_SLOTS as u64),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Wakes an agent that went idle, and waits until it has replayed its
+    /// code map into the event log.
+    fn wake(&mut self) -> Result<()> {
+        let activity = &self.header().activity;
+        if activity
+            .compare_exchange(
+                Activity::Idle as u32,
+                Activity::Waking as u32,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            // SAFETY: FUTEX_WAKE on a word of a shared mapping; the agent
+            // waits on the same word of the same memfd.
+            unsafe {
+                libc::syscall(libc::SYS_futex, activity.as_ptr(), libc::FUTEX_WAKE, 1);
+            }
+        }
+        let deadline = Instant::now() + WAKE_TIMEOUT;
+        while activity.load(Ordering::Acquire) != Activity::Active as u32 {
+            if Instant::now() > deadline {
+                bail!("the agent, idle, did not wake within {WAKE_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
     }
 
     fn header(&self) -> &Header {
@@ -151,22 +223,34 @@ impl AgentMemory {
 
     /// Hands every complete Java sample to `take`, oldest first; at most one
     /// ring's worth per call.
+    ///
+    /// Restartable: a slot is copied, then the read position passes it,
+    /// then the slot goes back to the producers. A stoke killed between
+    /// the last two steps leaves one slot taken, which the next stoke gives
+    /// back ([`Self::recover_ring`]); killed at any other point it leaves
+    /// the ring as a live consumer would.
     pub fn drain_samples(&mut self, mut take: impl FnMut(JavaSample)) {
-        let header = self.header();
-        let mut position = header.samples_read.load(Ordering::Relaxed);
+        let mut position = self.header().samples_read.load(Ordering::Relaxed);
         for _ in 0..SAMPLE_SLOTS {
             let slot = self.slot(position);
             if slot.sequence.load(Ordering::Acquire) != position.wrapping_add(1) {
                 break;
             }
-            take(read_sample(slot));
-            slot.sequence.store(
+            let sample = read_sample(slot);
+            let next = position.wrapping_add(1);
+            self.header().samples_read.store(next, Ordering::Release);
+            self.drained += 1;
+            if self.kill_after_drained == Some(self.drained) {
+                // SAFETY: kill(2) of this very process (the test hook).
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            self.slot(position).sequence.store(
                 position.wrapping_add(SAMPLE_SLOTS as u64),
                 Ordering::Release,
             );
-            position = position.wrapping_add(1);
+            position = next;
+            take(sample);
         }
-        header.samples_read.store(position, Ordering::Release);
     }
 
     fn slot(&self, position: u64) -> &SampleSlot {
@@ -207,6 +291,16 @@ impl AgentMemory {
             .requests_written
             .store(written.wrapping_add(taken as u64), Ordering::Release);
         taken
+    }
+
+    /// A number that moves whenever the agent takes requests or appends
+    /// events.
+    pub fn progress(&self) -> u64 {
+        let header = self.header();
+        header
+            .requests_read
+            .load(Ordering::Relaxed)
+            .wrapping_add(header.events_committed.load(Ordering::Relaxed))
     }
 
     /// Hands every event appended since the last call to `take`.
@@ -257,5 +351,149 @@ fn read_sample(slot: &SampleSlot) -> JavaSample {
         result,
         top_popped: flags & jvm::TOP_FRAME_POPPED != 0,
         frames,
+    }
+}
+
+/// What `/proc/PID/fd` shows for the agent's memfd.
+fn agent_link() -> String {
+    format!("/memfd:{} (deleted)", jvm::MEMFD_NAME)
+}
+
+fn kill_after_drained() -> Option<u64> {
+    std::env::var(KILL_AFTER_DRAINED).ok()?.parse().ok()
+}
+
+/// Takes the exclusive lock that makes this stoke the agent's only
+/// consumer (the kernel drops it when stoke dies).
+fn lock_exclusively(fd: i32) -> Result<()> {
+    let deadline = Instant::now() + LOCK_TIMEOUT;
+    // SAFETY: flock on a descriptor the caller keeps open.
+    while unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if Instant::now() > deadline {
+            bail!("another stoke is recording this JVM and takes its Java stacks: let it finish first");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    // SAFETY: pidfd_open takes a pid and flags, no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A copy of descriptor `number` of the process `pidfd` pins.
+fn pidfd_getfd(pidfd: &OwnedFd, number: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd takes descriptors and flags, no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), number, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Checks that `taken` is an agent memfd, then opens it anew: the copy
+/// shares the agent's open file description, and the exclusive lock must
+/// be this stoke's own.
+fn own_description(taken: &OwnedFd) -> Result<File> {
+    let fd = taken.as_raw_fd();
+    // SAFETY: fstatfs, fstat and fcntl on a descriptor we own, into
+    // zeroed out-structures.
+    let (statfs, stat, seals) = unsafe {
+        let mut statfs: libc::statfs = std::mem::zeroed();
+        let mut stat: libc::stat = std::mem::zeroed();
+        if libc::fstatfs(fd, &mut statfs) != 0 || libc::fstat(fd, &mut stat) != 0 {
+            return Err(std::io::Error::last_os_error()).context("fstat");
+        }
+        (statfs, stat, libc::fcntl(fd, libc::F_GET_SEALS))
+    };
+    // The filesystems memfds live on.
+    if ![libc::TMPFS_MAGIC, libc::HUGETLBFS_MAGIC].contains(&statfs.f_type) {
+        bail!("the agent memory is not on tmpfs: no memfd");
+    }
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG || stat.st_nlink != 0 {
+        bail!("the agent memory is no memfd (not an unlinked regular file)");
+    }
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        bail!("the agent memory is not sealed against shrinking");
+    }
+    if stat.st_size < TOTAL_SIZE as i64 {
+        bail!("the agent memory is smaller than this version's layout");
+    }
+    let own = format!("/proc/self/fd/{fd}");
+    if std::fs::read_link(&own).ok().as_deref() != Some(std::path::Path::new(&agent_link())) {
+        bail!("the agent memory's memfd is not named {}", jvm::MEMFD_NAME);
+    }
+    // This process's own descriptor: nobody else can swap it.
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .open(&own)
+        .context("reopening the agent memory")?;
+    let reopened = file.metadata().context("fstat")?;
+    if reopened.ino() != stat.st_ino || reopened.dev() != stat.st_dev {
+        bail!("the agent memory changed while reopened");
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A memfd named `name`, of `size` bytes, with `seals`.
+    fn memfd(name: &std::ffi::CStr, size: usize, seals: i32) -> OwnedFd {
+        // SAFETY: plain syscalls; the descriptor is checked and owned.
+        unsafe {
+            let fd = libc::memfd_create(name.as_ptr(), libc::MFD_ALLOW_SEALING);
+            assert!(fd >= 0, "memfd_create");
+            let fd = OwnedFd::from_raw_fd(fd);
+            assert_eq!(libc::ftruncate(fd.as_raw_fd(), size as libc::off_t), 0);
+            if seals != 0 {
+                assert_eq!(libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals), 0);
+            }
+            fd
+        }
+    }
+
+    #[test]
+    fn only_a_sealed_memfd_named_like_the_agents_passes() {
+        let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+        let good = memfd(c"stoke-agent", TOTAL_SIZE, sealed);
+        let file = own_description(&good).expect("the agent's memfd passes");
+        // A description of its own: its lock is not the agent's.
+        // SAFETY: flock on descriptors we own.
+        unsafe {
+            assert_eq!(
+                libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB),
+                0
+            );
+            assert_ne!(
+                libc::flock(good.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB),
+                0
+            );
+        }
+
+        let unsealed = memfd(c"stoke-agent", TOTAL_SIZE, 0);
+        let error = own_description(&unsealed).unwrap_err();
+        assert!(format!("{error:#}").contains("not sealed"), "{error:#}");
+        let small = memfd(c"stoke-agent", 4096, sealed);
+        let error = own_description(&small).unwrap_err();
+        assert!(format!("{error:#}").contains("smaller"), "{error:#}");
+        let renamed = memfd(c"stoke-agent2", TOTAL_SIZE, sealed);
+        let error = own_description(&renamed).unwrap_err();
+        assert!(format!("{error:#}").contains("not named"), "{error:#}");
+        // A file of procfs, a directory: no memfd.
+        for path in ["/proc/self/status", "/"] {
+            let fd = OwnedFd::from(File::open(path).expect(path));
+            assert!(own_description(&fd).is_err(), "{path} passed");
+        }
     }
 }

@@ -19,7 +19,7 @@ use profiler_common::jvm::{
 use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
-    merge::{Merger, Outcome},
+    merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     JavaStackFrame,
 };
@@ -45,8 +45,21 @@ const FINAL_ANSWER_WAIT: Duration = Duration::from_millis(300);
 /// their thread back.
 const FINAL_NAMES_WAIT: Duration = Duration::from_secs(2);
 
+/// Most JVMs said, one line each, to keep native stacks: thousands of
+/// processes mapping a libjvm.so get one line for all the others.
+const MAX_WARNINGS: usize = 20;
+
+/// How long the agents may make no progress at all with the last names
+/// before stoke stops waiting for them: a live agent answers every 10 ms,
+/// and one that answers nothing (a process posing as a JVM) must not hold
+/// the recording's end back.
+const FINAL_NAMES_STALL: Duration = Duration::from_millis(300);
+
 /// Samples cut short after one method before its class is recompiled.
 const RECOMPILE_AFTER: u32 = 1;
+
+/// Most methods counted per JVM for recompiling (ids come from the JVM).
+const MAX_CUT_SHORT: usize = 1 << 16;
 
 /// How often a process that is no JVM (yet) is looked at again.
 const MAX_RECHECKS: u32 = 6;
@@ -86,7 +99,9 @@ struct Jvm {
     memory: AgentMemory,
     symbols: JavaSymbols,
     /// The JVM's own thread ids (its pid namespace) to the host's.
-    host_tids: HashMap<u32, u32>,
+    threads: ThreadIds,
+    /// Java stacks from the agent dropped on arrival.
+    dropped: Dropped,
     signalled: bool,
     /// Java stacks cut short after their innermost method, by method.
     cut_short: HashMap<u64, u32>,
@@ -118,11 +133,19 @@ pub struct JavaProfiler {
     jvms: HashMap<u32, Jvm>,
     merger: Merger,
     summary: JavaSummary,
+    /// Whether stacks cut short after one method have their class
+    /// retransformed: a deoptimization a production JVM may not want.
+    retransform: bool,
+    /// JVMs said to keep native stacks only.
+    warnings: usize,
 }
 
 impl JavaProfiler {
     /// Starts the attach thread; with `enabled` false, JVMs are left alone.
-    pub fn new(enabled: bool) -> Self {
+    /// With `retransform`, the classes of methods compiled before the
+    /// agent came are retransformed, so that HotSpot recompiles them with
+    /// the debug information whole stacks need (`--java-retransform`).
+    pub fn new(enabled: bool, retransform: bool) -> Self {
         let (to_attach, requests) = mpsc::channel::<u32>();
         let (results, attached) = mpsc::channel();
         if enabled {
@@ -156,6 +179,8 @@ impl JavaProfiler {
             jvms: HashMap::new(),
             merger: Merger::default(),
             summary: JavaSummary::default(),
+            retransform,
+            warnings: 0,
         }
     }
 
@@ -237,22 +262,35 @@ impl JavaProfiler {
         mut self,
         aggregator: &mut Aggregator,
     ) -> (HashMap<u32, JavaSymbols>, JavaSummary) {
-        for (_, last) in self.attach_retries.values() {
-            warn_native_only(last);
+        for (_, last) in std::mem::take(&mut self.attach_retries).into_values() {
+            self.warn_native_only(&last);
+        }
+        if self.warnings > MAX_WARNINGS {
+            eprintln!(
+                "stoke: warning: {} more processes that looked like JVMs keep native stacks only (only the first {MAX_WARNINGS} said why)",
+                self.warnings - MAX_WARNINGS
+            );
         }
         std::thread::sleep(FINAL_ANSWER_WAIT);
         for (&pid, jvm) in &mut self.jvms {
             take_in(pid, jvm, &mut self.merger);
+            jvm.dropped.warn(pid, jvm.symbols.dropped());
         }
         self.settle(monotonic_ns(), true, aggregator);
         // The names asked for just now need one more round trip.
         let deadline = Instant::now() + FINAL_NAMES_WAIT;
+        let mut progress = (self.progress(), Instant::now());
         while Instant::now() < deadline
+            && progress.1.elapsed() < FINAL_NAMES_STALL
             && self.jvms.values().any(|jvm| !jvm.symbols.all_described())
         {
             std::thread::sleep(Duration::from_millis(20));
             for jvm in self.jvms.values_mut() {
                 jvm.memory.drain_events(|event| jvm.symbols.apply(event));
+            }
+            let now = self.progress();
+            if now != progress.0 {
+                progress = (now, Instant::now());
             }
         }
         self.summary
@@ -266,13 +304,31 @@ impl JavaProfiler {
         (symbols, self.summary)
     }
 
+    /// Says why a JVM keeps native stacks only; after [`MAX_WARNINGS`],
+    /// only counts it.
+    fn warn_native_only(&mut self, why: &str) {
+        self.warnings += 1;
+        if self.warnings <= MAX_WARNINGS {
+            eprintln!("stoke: warning: {why}; its stacks stay native-only");
+        }
+    }
+
+    /// How far the agents got with stoke's requests and their event logs,
+    /// all JVMs together: while it moves, names are still coming.
+    fn progress(&self) -> u64 {
+        self.jvms
+            .values()
+            .map(|jvm| jvm.memory.progress())
+            .fold(0, u64::wrapping_add)
+    }
+
     fn adopt(&mut self, attached: Attached, sampler: &mut Sampler) -> Result<()> {
         let pid = attached.pid;
         match attached.result {
             Ok(memory) => {
                 self.attach_retries.remove(&pid);
                 if let Err(refused) = sampler.allow_signals(pid, SIGNAL as u32, attached.began_ns) {
-                    warn_native_only(&format!("JVM {pid}: {refused}"));
+                    self.warn_native_only(&format!("JVM {pid}: {refused}"));
                     return Ok(());
                 }
                 self.summary.jvms += 1;
@@ -284,7 +340,8 @@ impl JavaProfiler {
                     Jvm {
                         memory,
                         symbols: JavaSymbols::default(),
-                        host_tids: HashMap::new(),
+                        threads: ThreadIds::of(pid),
+                        dropped: Dropped::default(),
                         signalled: true,
                         cut_short: HashMap::new(),
                     },
@@ -311,7 +368,7 @@ impl JavaProfiler {
                     return Ok(());
                 }
                 self.attach_retries.remove(&pid);
-                warn_native_only(&named);
+                self.warn_native_only(&named);
             }
         }
         Ok(())
@@ -320,7 +377,7 @@ impl JavaProfiler {
     fn settle(&mut self, now_ns: u64, flush: bool, aggregator: &mut Aggregator) {
         let mut wanted: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut cut_short = Vec::new();
-        let (jvms, summary) = (&self.jvms, &mut self.summary);
+        let (jvms, summary, retransform) = (&self.jvms, &mut self.summary, self.retransform);
         self.merger.settle(now_ns, flush, |outcome| match outcome {
             Outcome::Paired(sample, java) => {
                 let Some(jvm) = jvms.get(&sample.tgid) else {
@@ -342,7 +399,7 @@ impl JavaProfiler {
                     }
                     code => *summary.native_only.entry(agct_failure(code)).or_default() += 1,
                 }
-                if let [only] = frames.as_slice() {
+                if let ([only], true) = (frames.as_slice(), retransform) {
                     cut_short.push((sample.tgid, only.method_id));
                 }
                 let ids = wanted.entry(sample.tgid).or_default();
@@ -363,6 +420,9 @@ impl JavaProfiler {
             let Some(jvm) = self.jvms.get_mut(&pid) else {
                 continue;
             };
+            if jvm.cut_short.len() >= MAX_CUT_SHORT && !jvm.cut_short.contains_key(&method_id) {
+                continue;
+            }
             let count = jvm.cut_short.entry(method_id).or_default();
             *count += 1;
             // Code compiled before the agent came lacks the debug information
@@ -382,18 +442,19 @@ impl JavaProfiler {
     }
 }
 
-/// Says why a JVM keeps native stacks only.
-fn warn_native_only(why: &str) {
-    eprintln!("stoke: warning: {why}; its stacks stay native-only");
-}
-
 /// Drains one JVM's events and Java samples into the symbols and merger.
 fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
     jvm.memory.drain_events(|event| jvm.symbols.apply(event));
-    let host_tids = &mut jvm.host_tids;
+    let now = monotonic_ns();
+    let (threads, dropped) = (&mut jvm.threads, &mut jvm.dropped);
     jvm.memory.drain_samples(|sample| {
-        if let Some(tid) = host_tid(pid, sample.tid, host_tids) {
-            merger.add_java(tid, sample);
+        let tid = threads.host_tid(pid, sample.tid);
+        match merger.add_java(pid, tid, sample, now) {
+            Ok(()) => {}
+            Err(Rejected::Future) => dropped.future += 1,
+            Err(Rejected::Stale) => dropped.stale += 1,
+            Err(Rejected::UnknownThread) => dropped.unknown_thread += 1,
+            Err(Rejected::Full) => dropped.full += 1,
         }
     });
 }
@@ -423,26 +484,102 @@ fn java_frames(jvm: &Jvm, java: &JavaSample) -> Vec<JavaStackFrame> {
         .collect()
 }
 
-/// The host's id of a JVM thread, which the agent knows by the id in the
-/// JVM's own pid namespace (the same one outside containers).
-fn host_tid(pid: u32, ns_tid: u32, known: &mut HashMap<u32, u32>) -> Option<u32> {
-    if let Some(&tid) = known.get(&ns_tid) {
-        return Some(tid);
+/// Java stacks an agent sent that stoke dropped, by why.
+#[derive(Debug, Default)]
+struct Dropped {
+    future: u64,
+    stale: u64,
+    unknown_thread: u64,
+    full: u64,
+}
+
+impl Dropped {
+    /// Says what was dropped, with the `events` of the agent's log left
+    /// out, if a real agent would not have sent it: stacks timed in the
+    /// future, more stacks than the bounds hold, more code than the code
+    /// map holds. Stale stacks (left by an earlier stoke) and stacks of
+    /// threads gone meanwhile are no sign of trouble, and only counted
+    /// then.
+    fn warn(&self, pid: u32, events: u64) {
+        if self.future + self.full + events == 0 {
+            return;
+        }
+        let total = self.future + self.stale + self.unknown_thread + self.full;
+        eprintln!(
+            "stoke: warning: JVM {pid}: dropped {total} Java stacks its agent sent ({} timed in the future, {} before the pairing window, {} of unknown threads, {} beyond the bound of held stacks) and {events} code events beyond the code map's bounds",
+            self.future, self.stale, self.unknown_thread, self.full
+        );
     }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    for task in tasks.flatten() {
-        let Some(tid) = task
-            .file_name()
-            .to_str()
-            .and_then(|t| t.parse::<u32>().ok())
-        else {
-            continue;
+}
+
+/// How often, at most, a JVM's threads are listed anew to find an id the
+/// agent names: whatever ids a process writes, stoke reads `/proc` at this
+/// pace.
+const THREAD_RESCAN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Most thread ids known per JVM.
+const MAX_KNOWN_THREADS: usize = 1 << 17;
+
+/// The host's ids of one JVM's threads, which the agent knows by the ids
+/// of the JVM's own pid namespace.
+#[derive(Debug)]
+struct ThreadIds {
+    /// The JVM's pid namespace is stoke's: the ids are the host's.
+    same_namespace: bool,
+    known: HashMap<u32, u32>,
+    last_scan: Option<Instant>,
+}
+
+impl ThreadIds {
+    fn of(pid: u32) -> Self {
+        let depth = |path: &str| {
+            std::fs::read_to_string(path).ok().and_then(|text| {
+                text.lines()
+                    .find_map(|line| line.strip_prefix("NSpid:"))
+                    .map(|ids| ids.split_whitespace().count())
+            })
         };
-        if let Some(inner) = innermost_ns_id(&task.path().join("status")) {
-            known.insert(inner, tid);
+        let theirs = depth(&format!("/proc/{pid}/status"));
+        Self {
+            same_namespace: theirs.is_some() && theirs == depth("/proc/self/status"),
+            known: HashMap::new(),
+            last_scan: None,
         }
     }
-    known.get(&ns_tid).copied()
+
+    /// The host's id of the thread the agent names `ns_tid`.
+    fn host_tid(&mut self, pid: u32, ns_tid: u32) -> Option<u32> {
+        if self.same_namespace {
+            return Some(ns_tid);
+        }
+        if let Some(&tid) = self.known.get(&ns_tid) {
+            return Some(tid);
+        }
+        if self
+            .last_scan
+            .is_some_and(|last| last.elapsed() < THREAD_RESCAN_INTERVAL)
+        {
+            return None;
+        }
+        self.last_scan = Some(Instant::now());
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        for task in tasks.flatten().take(MAX_KNOWN_THREADS) {
+            let Some(tid) = task
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some(inner) = innermost_ns_id(&task.path().join("status")) {
+                if self.known.len() >= MAX_KNOWN_THREADS {
+                    self.known.clear();
+                }
+                self.known.insert(inner, tid);
+            }
+        }
+        self.known.get(&ns_tid).copied()
+    }
 }
 
 /// The last field of a status file's `NSpid:` line: the id in the
@@ -543,6 +680,30 @@ fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_thread_ids_do_not_make_stoke_list_threads_each_time() {
+        let pid = std::process::id();
+        let mut threads = ThreadIds {
+            same_namespace: false,
+            known: HashMap::new(),
+            last_scan: None,
+        };
+        // This process's own id is its main thread's, in every namespace.
+        assert_eq!(threads.host_tid(pid, pid), Some(pid));
+        let started = Instant::now();
+        let found = (0..100_000)
+            .filter_map(|tid| threads.host_tid(pid, u32::MAX - tid))
+            .count();
+        let took = started.elapsed();
+        assert_eq!(found, 0);
+        // One listing of /proc/PID/task per 100 ms at most, not one per
+        // unknown id (which took 30 µs or more each).
+        assert!(
+            took < Duration::from_millis(100),
+            "100,000 unknown ids took {took:?}"
+        );
+    }
 
     #[test]
     fn age_is_how_long_a_process_has_run() {

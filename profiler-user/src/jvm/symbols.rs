@@ -8,6 +8,23 @@ use std::{
 
 use profiler_common::jvm::{inline_edges, Event, InlineEdge, JavaFrame, MethodInfo};
 
+/// Most blobs of code in one JVM's code map. The log a JVM's agent fills
+/// holds at most about 1.5 million (32 bytes each); a JVM keeps some tens
+/// of thousands alive.
+const MAX_CODE_BLOBS: usize = 1 << 19;
+
+/// Most compiled versions of one method alive at once: HotSpot keeps a few
+/// (tiers, OSR versions, not-entrant ones not flushed yet; over 16 seen on
+/// JavaBusy), a forged log as many as it likes.
+const MAX_BLOBS_PER_METHOD: usize = 64;
+
+/// Most inlined calls kept per compiled blob, and in all.
+const MAX_EDGES_PER_BLOB: usize = 4096;
+const MAX_EDGES: usize = 1 << 20;
+
+/// Most methods described, and most asked about, per JVM.
+const MAX_METHODS: usize = 1 << 19;
+
 /// How a Java frame was running, shown as async-profiler does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FrameKind {
@@ -53,21 +70,35 @@ pub struct JavaSymbols {
     compiled: HashMap<u64, Vec<u64>>,
     /// The calls inlined into each compiled blob, by its start.
     inlined: HashMap<u64, HashSet<InlineEdge>>,
+    /// Inlined calls in `inlined`, all blobs together.
+    edges: usize,
     requested: HashSet<u64>,
+    /// Events beyond the bounds above, left out.
+    dropped: u64,
 }
 
 impl JavaSymbols {
-    /// Takes in one event from the agent's log.
+    /// Takes in one event from the agent's log. What lies beyond the bounds
+    /// of one JVM's symbols is left out and counted ([`Self::dropped`]).
     pub fn apply(&mut self, event: Event) {
         match event {
             Event::Method(info) => {
-                self.methods.insert(info.method_id, describe(&info));
+                if self.methods.len() < MAX_METHODS || self.methods.contains_key(&info.method_id) {
+                    self.methods.insert(info.method_id, describe(&info));
+                } else {
+                    self.dropped += 1;
+                }
             }
             Event::CodeLoad {
                 method_id,
                 start,
                 size,
             } => {
+                let versions = self.compiled.get(&method_id).map_or(0, Vec::len);
+                if versions >= MAX_BLOBS_PER_METHOD || !self.has_room(start) {
+                    self.dropped += 1;
+                    return;
+                }
                 let end = start.saturating_add(size);
                 if let Some(CodeBlob::Compiled { method_id: old, .. }) = self
                     .code
@@ -79,7 +110,15 @@ impl JavaSymbols {
             }
             Event::CodeInline { start, edges } => {
                 if matches!(self.code.get(&start), Some(CodeBlob::Compiled { .. })) {
-                    self.inlined.insert(start, inline_edges(edges).collect());
+                    let edges: HashSet<InlineEdge> =
+                        inline_edges(edges).take(MAX_EDGES_PER_BLOB).collect();
+                    let replaced = self.inlined.get(&start).map_or(0, HashSet::len);
+                    if self.edges - replaced + edges.len() > MAX_EDGES {
+                        self.dropped += 1;
+                        return;
+                    }
+                    self.edges = self.edges - replaced + edges.len();
+                    self.inlined.insert(start, edges);
                 }
             }
             Event::CodeUnload { start, .. } => {
@@ -88,20 +127,39 @@ impl JavaSymbols {
                 }
             }
             Event::DynamicCode { start, size, name } => {
+                if !self.has_room(start) {
+                    self.dropped += 1;
+                    return;
+                }
                 let name = String::from_utf8_lossy(name).replace([';', '\n'], " ");
-                self.code.insert(
+                if let Some(CodeBlob::Compiled { method_id, .. }) = self.code.insert(
                     start,
                     CodeBlob::Generated {
                         end: start.saturating_add(size),
                         name: name.into(),
                     },
-                );
+                ) {
+                    self.uncompiled(method_id, start);
+                }
             }
         }
     }
 
+    /// Whether a blob at `start` fits in the code map.
+    fn has_room(&self, start: u64) -> bool {
+        self.code.len() < MAX_CODE_BLOBS || self.code.contains_key(&start)
+    }
+
+    /// Events of the agent's log left out, beyond the bounds of one JVM's
+    /// symbols.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
     fn uncompiled(&mut self, method_id: u64, start: u64) {
-        self.inlined.remove(&start);
+        if let Some(edges) = self.inlined.remove(&start) {
+            self.edges -= edges.len();
+        }
         if let Some(starts) = self.compiled.get_mut(&method_id) {
             starts.retain(|&blob| blob != start);
             if starts.is_empty() {
@@ -115,7 +173,9 @@ impl JavaSymbols {
     pub fn newly_wanted(&mut self, method_ids: impl IntoIterator<Item = u64>) -> Vec<u64> {
         method_ids
             .into_iter()
-            .filter(|&id| id != 0 && self.requested.insert(id))
+            .filter(|&id| {
+                id != 0 && self.requested.len() < MAX_METHODS && self.requested.insert(id)
+            })
             .collect()
     }
 
@@ -451,5 +511,53 @@ mod tests {
         assert_eq!(symbols.newly_wanted([1, 3]), [3]);
         symbols.unrequest(&[3]);
         assert_eq!(symbols.newly_wanted([3]), [3]);
+    }
+
+    #[test]
+    fn a_forged_log_cannot_grow_the_symbols_past_their_bounds() {
+        let mut symbols = JavaSymbols::default();
+        // Many versions of one method: a few kept, unloads stay cheap.
+        for start in 0..1000u64 {
+            symbols.apply(Event::CodeLoad {
+                method_id: 1,
+                start: start * 16,
+                size: 16,
+            });
+        }
+        assert_eq!(symbols.compiled[&1].len(), MAX_BLOBS_PER_METHOD);
+        assert_eq!(symbols.dropped(), 1000 - MAX_BLOBS_PER_METHOD as u64);
+        // Many methods: the code map stops at its bound.
+        for start in 0..MAX_CODE_BLOBS as u64 + 10 {
+            symbols.apply(Event::CodeLoad {
+                method_id: start + 2,
+                start: (start + 1000) * 16,
+                size: 16,
+            });
+        }
+        assert_eq!(symbols.code.len(), MAX_CODE_BLOBS);
+        // Inlined calls: bounded per blob.
+        let edges: Vec<u8> = (0..MAX_EDGES_PER_BLOB as u64 + 100)
+            .flat_map(|callee| {
+                InlineEdge {
+                    caller: 1,
+                    caller_bci: 0,
+                    callee,
+                }
+                .to_bytes()
+            })
+            .collect();
+        symbols.apply(Event::CodeInline {
+            start: 0,
+            edges: &edges,
+        });
+        assert_eq!(symbols.edges, MAX_EDGES_PER_BLOB);
+        symbols.apply(Event::CodeUnload {
+            method_id: 1,
+            start: 0,
+        });
+        assert_eq!(symbols.edges, 0);
+        // Requests: bounded.
+        let wanted = symbols.newly_wanted(1..=MAX_METHODS as u64 + 5);
+        assert_eq!(wanted.len(), MAX_METHODS);
     }
 }
