@@ -119,6 +119,10 @@ pub struct JavaSummary {
     pub non_java_samples: u64,
     /// Samples of JVM threads that kept only their native stack, by reason.
     pub native_only: BTreeMap<&'static str, u64>,
+    /// Java stacks the agents sent that were dropped on arrival, by reason.
+    pub dropped_stacks: BTreeMap<&'static str, u64>,
+    /// Code events of the agents' logs beyond the code maps' bounds.
+    pub dropped_code_events: u64,
 }
 
 /// A duration as seconds, for machine-readable outputs.

@@ -141,6 +141,14 @@ fn flood(label: &str, in_namespace: bool) {
         .find(|l| l.starts_with(&format!("stoke: warning: JVM {pid}: dropped")))
         .unwrap_or_else(|| panic!("stoke did not say it dropped forged Java stacks"));
     println!("{warning}");
+    // And counted in the summary.
+    let txt = std::fs::read_to_string(&out).unwrap();
+    let future = txt
+        .lines()
+        .find_map(|l| l.strip_prefix("Java stacks dropped (timed in the future):"))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no count of Java stacks from the future:\n{txt}"));
+    assert!(future > 0, "{txt}");
     // A recording of one process at 999 Hz needs some 30 MB; the flood may
     // add the bounded 8 MB of held stacks, the bounded code map and
     // requests, and the profile of thousands of distinct forged stacks.

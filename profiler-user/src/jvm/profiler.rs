@@ -274,7 +274,9 @@ impl JavaProfiler {
         std::thread::sleep(FINAL_ANSWER_WAIT);
         for (&pid, jvm) in &mut self.jvms {
             take_in(pid, jvm, &mut self.merger);
-            jvm.dropped.warn(pid, jvm.symbols.dropped());
+            let events = jvm.symbols.dropped();
+            jvm.dropped.warn(pid, events);
+            jvm.dropped.count_in(&mut self.summary, events);
         }
         self.settle(monotonic_ns(), true, aggregator);
         // The names asked for just now need one more round trip.
@@ -494,6 +496,21 @@ struct Dropped {
 }
 
 impl Dropped {
+    /// Adds the counts to the recording's summary, all JVMs together.
+    fn count_in(&self, summary: &mut JavaSummary, events: u64) {
+        for (reason, count) in [
+            ("timed in the future", self.future),
+            ("before the pairing window", self.stale),
+            ("of unknown threads", self.unknown_thread),
+            ("beyond the bound of held stacks", self.full),
+        ] {
+            if count > 0 {
+                *summary.dropped_stacks.entry(reason).or_default() += count;
+            }
+        }
+        summary.dropped_code_events += events;
+    }
+
     /// Says what was dropped, with the `events` of the agent's log left
     /// out, if a real agent would not have sent it: stacks timed in the
     /// future, more stacks than the bounds hold, more code than the code

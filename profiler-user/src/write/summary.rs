@@ -158,6 +158,19 @@ fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
             samples.to_string(),
         )
     }));
+    // What an agent sent that could not be used: said only when it happens.
+    lines.extend(java.dropped_stacks.iter().map(|(reason, stacks)| {
+        (
+            format!("Java stacks dropped ({reason})"),
+            stacks.to_string(),
+        )
+    }));
+    if java.dropped_code_events > 0 {
+        lines.push((
+            "Java code events dropped".to_owned(),
+            java.dropped_code_events.to_string(),
+        ));
+    }
     for (label, value) in lines {
         writeln!(out, "{:<33} {value}", format!("{label}:"))?;
     }
