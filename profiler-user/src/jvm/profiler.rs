@@ -434,7 +434,7 @@ fn host_tid(pid: u32, ns_tid: u32, known: &mut HashMap<u32, u32>) -> Option<u32>
 
 /// The last field of a status file's `NSpid:` line: the id in the
 /// innermost pid namespace.
-fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
+pub(crate) fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
     let text = std::fs::read_to_string(status).ok()?;
     let line = text.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
