@@ -337,7 +337,7 @@ fn agent() {
                 if let Some(later) = &input.committed_later {
                     memory.header(
                         offset_of!(Header, events_committed),
-                        committed_length(later, log.len()).max(0),
+                        committed_length(later, log.len()),
                     );
                     agent.drain_events(|event| symbols.apply(event));
                 }
