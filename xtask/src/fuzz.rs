@@ -38,7 +38,7 @@ pub struct Outcome {
     pub target: String,
     pub inputs: u64,
     pub seconds: f64,
-    /// The slowest input.
+    /// The slowest input, in CPU time.
     pub slowest: Duration,
     /// The most heap one input made the parsers hold.
     pub most_heap: u64,
@@ -201,7 +201,7 @@ fn read_all(stream: &mut impl Read) -> String {
 /// The outcomes as a markdown table.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut text = String::from(
-        "| target | inputs | seconds | inputs/s | slowest input | most heap per input | known bugs hit | failures |\n\
+        "| target | inputs | seconds | inputs/s | slowest input (CPU) | most heap per input | known bugs hit | failures |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for outcome in outcomes {

@@ -74,3 +74,112 @@ fn status_of_a_thread_named_in_latin1_gives_its_pid() {
         Some(parsed.ns_pid)
     );
 }
+
+/// An event log of `count` compilations of one method at distinct
+/// addresses, then their unloads, as a JVM (or anything posing as the
+/// agent) can write: 32 bytes per event, so the 48 MiB log holds 1.5
+/// million of each.
+fn churn_log(count: u64) -> Vec<u8> {
+    use profiler_common::jvm::{encode, Event};
+    let mut log = vec![0u8; count as usize * 2 * 32];
+    let mut used = 0;
+    let events = (0..count)
+        .map(|index| Event::CodeLoad {
+            method_id: 1,
+            start: 0x1000 + index * 16,
+            size: 16,
+        })
+        .chain((0..count).map(|index| Event::CodeUnload {
+            method_id: 1,
+            start: 0x1000 + index * 16,
+        }));
+    for event in events {
+        used += encode(&event, &mut log[used..]).expect("room for the event");
+    }
+    log.truncate(used);
+    log
+}
+
+/// The time `JavaSymbols` takes to apply [`churn_log`]`(count)`.
+fn churn_time(count: u64) -> std::time::Duration {
+    use crate::jvm::symbols::JavaSymbols;
+    let log = churn_log(count);
+    let started = std::time::Instant::now();
+    let mut symbols = JavaSymbols::default();
+    for (_, event) in profiler_common::jvm::events(&log) {
+        symbols.apply(event);
+    }
+    started.elapsed()
+}
+
+/// Each unload scans every compiled blob of its method (`Vec::retain` in
+/// `uncompiled`), so a JVM that compiles one method many times over, then
+/// unloads, costs stoke quadratic time: 40,000 of each already take
+/// seconds, and the log has room for 1.5 million (hours, while stoke's
+/// Java thread drains nothing else).
+#[test]
+#[ignore = "jvm/symbols.rs bug, reported to its owner"]
+fn unloads_of_one_method_take_linear_time() {
+    let small = churn_time(10_000);
+    let large = churn_time(40_000);
+    assert!(
+        large < small * 8 && large < std::time::Duration::from_millis(500),
+        "4 times the events took {:.1} times as long ({small:?}, then {large:?})",
+        large.as_secs_f64() / small.as_secs_f64()
+    );
+}
+
+/// A file name that is not UTF-8 (it starts with a Latin-1 'é'), short
+/// enough to be a whole process name (15 bytes).
+fn latin1_path(what: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let mut name = vec![0xe9];
+    name.extend_from_slice(format!("{what}{}", std::process::id()).as_bytes());
+    std::env::temp_dir().join(std::ffi::OsStr::from_bytes(&name))
+}
+
+/// `maps_libjvm` reads `/proc/PID/maps` as UTF-8: one mapped file whose
+/// name is not (legal on Linux, e.g. a Latin-1 directory) makes a JVM look
+/// gone, and it is never attached. Here this test process maps such a file.
+#[test]
+#[ignore = "jvm/profiler.rs bug, reported to its owner"]
+fn a_process_mapping_a_latin1_file_is_seen() {
+    use std::os::fd::AsRawFd;
+    let path = latin1_path("map");
+    std::fs::write(&path, [0u8; 4096]).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    // SAFETY: a fresh read-only mapping of a file of one page.
+    let mapped = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(mapped, libc::MAP_FAILED);
+    let seen = crate::jvm::profiler::maps_libjvm(std::process::id());
+    // SAFETY: unmapping what was mapped above.
+    unsafe { libc::munmap(mapped, 4096) };
+    assert_eq!(seen, Some(false));
+}
+
+/// `age` reads `/proc/PID/stat` as UTF-8: a process whose name is not
+/// (it comes from the executable's file name) looks gone, and a starting
+/// JVM named so is never looked at again.
+#[test]
+#[ignore = "jvm/profiler.rs bug, reported to its owner"]
+fn a_process_named_in_latin1_has_an_age() {
+    let link = latin1_path("comm");
+    std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+    let mut child = std::process::Command::new(&link).arg("5").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let age = crate::jvm::profiler::age(child.id());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_file(&link).unwrap();
+    assert!(age.is_some(), "a running process has no age");
+}

@@ -441,7 +441,7 @@ pub(crate) fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
 }
 
 /// How long process `pid` has been running; `None` if it is gone.
-fn age(pid: u32) -> Option<Duration> {
+pub(crate) fn age(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Field 22, start time in clock ticks after boot; the fields after the
     // command name (which may hold spaces and parentheses) start at 3.
@@ -459,7 +459,7 @@ fn age(pid: u32) -> Option<Duration> {
 }
 
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
-fn maps_libjvm(pid: u32) -> Option<bool> {
+pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     Some(maps.lines().any(|line| attach::is_libjvm(line.as_bytes())))
 }

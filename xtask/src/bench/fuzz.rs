@@ -30,7 +30,7 @@ pub fn run(bench: &Bench) -> Result<Section> {
     let mut targets = Vec::new();
     for outcome in &outcomes {
         let measured = format!(
-            "{} inputs, slowest {:.1} ms",
+            "{} inputs, slowest {:.1} ms of CPU",
             outcome.inputs,
             outcome.slowest.as_secs_f64() * 1e3
         );
