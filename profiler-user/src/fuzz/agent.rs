@@ -303,6 +303,13 @@ impl SharedMemory {
     }
 }
 
+impl Drop for SharedMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what new() mapped.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), TOTAL_SIZE) };
+    }
+}
+
 /// A name fit for a folded stack: one frame, one line.
 fn check_name(name: &str) {
     assert!(

@@ -183,3 +183,36 @@ fn a_process_named_in_latin1_has_an_age() {
     std::fs::remove_file(&link).unwrap();
     assert!(age.is_some(), "a running process has no age");
 }
+
+/// Naming a Java sample's frames looks, for each frame whose caller is
+/// compiled, at every compiled blob of the caller's method (`inlines`): a
+/// JVM that reports one method compiled at many addresses makes each
+/// sample cost that many lookups per frame.
+#[test]
+#[ignore = "jvm/symbols.rs bug, reported to its owner"]
+fn frame_kinds_take_bounded_time_per_sample() {
+    use profiler_common::jvm::{Event, JavaFrame, MAX_JAVA_FRAMES};
+
+    use crate::jvm::symbols::JavaSymbols;
+    let mut symbols = JavaSymbols::default();
+    for index in 0..100_000 {
+        symbols.apply(Event::CodeLoad {
+            method_id: 1,
+            start: 0x1000 + index * 16,
+            size: 16,
+        });
+    }
+    // One blob with inlining recorded, so that the lookups are real.
+    symbols.apply(Event::CodeInline {
+        start: 0x1000,
+        edges: &[],
+    });
+    let frames = vec![JavaFrame::new(1, 0); MAX_JAVA_FRAMES];
+    let started = std::time::Instant::now();
+    symbols.kinds(0, &frames);
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(10),
+        "one sample's frame kinds took {took:?}"
+    );
+}
