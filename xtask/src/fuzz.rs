@@ -219,3 +219,25 @@ pub fn table(outcomes: &[Outcome]) -> String {
     }
     text
 }
+
+/// The bugs the fuzz targets found that are still open: the ignored tests
+/// of `fuzz::regressions` that fail, by name.
+pub fn open_findings(binary: &Path) -> Result<Vec<String>> {
+    let output = Command::new(binary)
+        .args([
+            "fuzz::regressions::",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
+        .env("RUST_BACKTRACE", "0")
+        .stderr(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let name = line.strip_prefix("test fuzz::regressions::")?;
+            Some(name.strip_suffix(" ... FAILED")?.to_owned())
+        })
+        .collect())
+}

@@ -3,8 +3,7 @@
 //! test` a target runs random and structure-aware inputs for a short
 //! budget; `cargo xtask fuzz` runs each in a process of its own with a
 //! longer budget and a memory limit, and counts inputs and crashes
-//! ([`harness`]). `cargo bolero test` runs the same targets under
-//! libFuzzer (nightly).
+//! ([`harness`]). What they found is kept in [`regressions`].
 //!
 //! The targets: unwind tables and fingerprints of mutated ELF files
 //! ([`elf`]), the sampler's ring records ([`record`]), the agent's shared

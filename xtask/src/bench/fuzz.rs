@@ -8,7 +8,7 @@ use super::{
     report::{Section, Target, Verdict},
     Bench, Part,
 };
-use crate::fuzz::{build, run_target, table, TARGETS};
+use crate::fuzz::{build, open_findings, run_target, table, TARGETS};
 
 pub fn run(bench: &Bench) -> Result<Section> {
     let binary = build()?;
@@ -24,8 +24,22 @@ pub fn run(bench: &Bench) -> Result<Section> {
          fails if a parser panics, breaks an invariant the target checks, takes more than \
          1 s or holds more than 512 MiB of heap. \"Known bugs hit\" counts inputs that \
          trigger a bug already reported (its reproducer is an ignored test in \
-         `fuzz/regressions.rs`), whose check the target skips.\n\n{}",
+         `profiler-user/src/fuzz/regressions.rs`), whose check the target skips.\n\n{}",
         table(&outcomes)
+    );
+    let findings = open_findings(&binary)?;
+    body += &format!(
+        "\nBugs found, still open (their regression tests in `profiler-user/src/fuzz/regressions.rs` \
+         fail; inputs under `profiler-user/fuzz/regressions/`): {}.\n",
+        if findings.is_empty() {
+            "none".to_owned()
+        } else {
+            findings
+                .iter()
+                .map(|name| format!("`{name}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
     );
     let mut targets = Vec::new();
     for outcome in &outcomes {

@@ -421,16 +421,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Part::Unwind => unwind::run(&bench)?,
             Part::Fuzz => fuzz::run(&bench)?,
         };
-        section.body = format!(
-            "{}\n\n{}\n",
-            section.body.trim_end(),
-            bench.take_disturbance()
-        );
+        // Fuzzing measures no time against other processes, in no rounds.
+        let rounds = if part == Part::Fuzz {
+            String::new()
+        } else {
+            section.body = format!(
+                "{}\n\n{}\n",
+                section.body.trim_end(),
+                bench.take_disturbance()
+            );
+            format!(", {} rounds", bench.settings.rounds)
+        };
         section.provenance = format!(
-            "Measured {} on stoke {}, {} rounds, in {:.1} min (`{command}`).",
+            "Measured {} on stoke {}{rounds}, in {:.1} min (`{command}`).",
             part_date,
             host.commit,
-            bench.settings.rounds,
             part_started.elapsed().as_secs_f64() / 60.0
         );
         sections.push(section);
