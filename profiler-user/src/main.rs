@@ -16,6 +16,9 @@ mod symbolize;
 mod unwind;
 mod write;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::process::ExitCode;
 
 use clap::Parser;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod codegen;
+mod fuzz;
 
 use std::{
     path::{Path, PathBuf},
@@ -52,6 +53,9 @@ enum Task {
         #[arg(trailing_var_arg = true)]
         cargo_args: Vec<String>,
     },
+    /// Fuzz the parsers of untrusted input (profiler-user/src/fuzz) for a
+    /// budget of seconds per target, each in a process of its own.
+    Fuzz(fuzz::FuzzArgs),
     /// Measure stoke's overhead, cost, accuracy and scale side by side with
     /// perf, and write bench/RESULTS.md (as root; see bench/README.md).
     Bench(bench::BenchArgs),
@@ -65,6 +69,7 @@ fn main() -> Result<()> {
         Task::JvmtiBindings => jvmti_bindings(),
         Task::Lint => lint(),
         Task::Test { cargo_args } => test(&cargo_args),
+        Task::Fuzz(args) => fuzz::run(&args),
         Task::Bench(args) => bench::run(&args),
     }
 }

@@ -298,9 +298,9 @@ pub enum AttachError {
 
 /// A JVM's answer: the status line, then the rest.
 #[derive(Debug, PartialEq, Eq)]
-struct Reply {
-    status: i32,
-    body: String,
+pub(crate) struct Reply {
+    pub(crate) status: i32,
+    pub(crate) body: String,
 }
 
 /// One attach command: its status and answer.
@@ -351,7 +351,7 @@ fn encode_request(command: &str, args: &[&str]) -> Result<Vec<u8>, AttachError> 
     Ok(request)
 }
 
-fn parse_reply(pid: u32, bytes: &[u8]) -> Result<Reply, AttachError> {
+pub(crate) fn parse_reply(pid: u32, bytes: &[u8]) -> Result<Reply, AttachError> {
     if bytes.is_empty() {
         return Err(AttachError::NoAnswer { pid });
     }
@@ -381,7 +381,7 @@ fn parse_reply(pid: u32, bytes: &[u8]) -> Result<Reply, AttachError> {
 /// `return code: N`, the agent's result; JDK 8 the bare number. From JDK
 /// 21, a library that cannot be loaded is an answer too, the loader's
 /// error.
-fn load_outcome(pid: u32, path: &str, answer: &str) -> Result<(), AttachError> {
+pub(crate) fn load_outcome(pid: u32, path: &str, answer: &str) -> Result<(), AttachError> {
     let Some(first_line) = answer.lines().map(str::trim).find(|line| !line.is_empty()) else {
         return Err(AttachError::BadReply {
             pid,
@@ -404,7 +404,7 @@ fn load_outcome(pid: u32, path: &str, answer: &str) -> Result<(), AttachError> {
 }
 
 /// The error for a JVM's refusal to load the agent, from its message.
-fn load_failure(pid: u32, path: &str, message: String) -> AttachError {
+pub(crate) fn load_failure(pid: u32, path: &str, message: String) -> AttachError {
     if message.contains("Dynamic agent loading is not enabled") {
         return AttachError::DynamicLoadingDisabled { pid };
     }
@@ -429,7 +429,7 @@ fn load_hint(message: &str) -> &'static str {
 
 /// A JVM's text made into one bounded line of printable characters, to
 /// quote in an error.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     let joined = text
         .lines()
         .map(str::trim)
@@ -973,10 +973,10 @@ fn pidfd_open(pid: u32) -> Result<OwnedFd, AttachError> {
 
 /// What stoke needs from `/proc/PID/status`.
 #[derive(Debug, PartialEq, Eq)]
-struct ProcStatus {
+pub(crate) struct ProcStatus {
     uid: u32,
     gid: u32,
-    ns_pid: u32,
+    pub(crate) ns_pid: u32,
     /// Signals with a handler (`SigCgt:`).
     caught: u64,
 }
@@ -989,7 +989,7 @@ impl ProcStatus {
     }
 
     /// The effective ids (2nd fields), the innermost pid, the caught signals.
-    fn parse(text: &str) -> Result<Self, &'static str> {
+    pub(crate) fn parse(text: &str) -> Result<Self, &'static str> {
         let field = |name: &'static str| {
             text.lines()
                 .find_map(|line| line.strip_prefix(name))
@@ -1041,7 +1041,7 @@ fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
         .map_err(|source| proc_error(pid, "maps", source))
 }
 
-fn hotspot_in_maps(mut maps: impl BufRead) -> io::Result<bool> {
+pub(crate) fn hotspot_in_maps(mut maps: impl BufRead) -> io::Result<bool> {
     let mut line = Vec::new();
     let mut libjvm = false;
     loop {
@@ -1071,14 +1071,14 @@ fn file_name(path: &[u8]) -> &[u8] {
 
 /// The JVM options that decide whether SIGQUIT is safe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct VmFlags {
+pub(crate) struct VmFlags {
     attach_disabled: bool,
     reduce_signal_usage: bool,
 }
 
 impl VmFlags {
     /// As HotSpot reads them: the last setting of a flag wins.
-    fn from_options<'a>(options: impl IntoIterator<Item = &'a [u8]>) -> Self {
+    pub(crate) fn from_options<'a>(options: impl IntoIterator<Item = &'a [u8]>) -> Self {
         let mut flags = Self::default();
         for option in options {
             match option {
@@ -1099,7 +1099,7 @@ impl VmFlags {
 /// Options in `@argfiles`, `-XX:Flags=` or `-XX:VMOptionsFile=` files are
 /// not seen. Application arguments are scanned too: a false match only
 /// makes stoke refuse.
-fn launcher_options<'a>(cmdline: &'a [u8], environ: &'a [u8]) -> Vec<&'a [u8]> {
+pub(crate) fn launcher_options<'a>(cmdline: &'a [u8], environ: &'a [u8]) -> Vec<&'a [u8]> {
     let variable = |name: &[u8]| {
         environ
             .split(|&byte| byte == 0)

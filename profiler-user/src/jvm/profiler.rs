@@ -601,14 +601,14 @@ impl ThreadIds {
 
 /// The last field of a status file's `NSpid:` line: the id in the
 /// innermost pid namespace.
-fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
+pub(crate) fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
     let text = std::fs::read_to_string(status).ok()?;
     let line = text.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
 }
 
 /// How long process `pid` has been running; `None` if it is gone.
-fn age(pid: u32) -> Option<Duration> {
+pub(crate) fn age(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Field 22, start time in clock ticks after boot; the fields after the
     // command name (which may hold spaces and parentheses) start at 3.
@@ -626,7 +626,7 @@ fn age(pid: u32) -> Option<Duration> {
 }
 
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
-fn maps_libjvm(pid: u32) -> Option<bool> {
+pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     Some(maps.lines().any(|line| attach::is_libjvm(line.as_bytes())))
 }

@@ -19,7 +19,7 @@ pub mod table;
 #[cfg(test)]
 pub(crate) mod debug_file_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 use table::{RbpRule, RowKind, UnwindRow};

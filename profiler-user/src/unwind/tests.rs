@@ -35,7 +35,7 @@ fn compile_file(path: &str) -> UnwindTable {
 
 /// What the BPF side relies on: sorted rows, no useless row, lookups that
 /// agree with the rows.
-pub(super) fn check_invariants(table: &UnwindTable) {
+pub(crate) fn check_invariants(table: &UnwindTable) {
     for pair in table.rows.windows(2) {
         assert!(pair[0].pc < pair[1].pc, "rows out of order: {pair:?}");
         let same = |a: &UnwindRow, b: &UnwindRow| {

@@ -15,6 +15,7 @@ mod bpf_cost;
 mod bpf_stats;
 mod build;
 mod cost;
+mod fuzz;
 mod host;
 mod java;
 mod overhead;
@@ -56,10 +57,13 @@ pub enum Part {
     Java,
     /// The table unwinder against frame pointers; unwind table sizes.
     Unwind,
+    /// The fuzz targets of the parsers of untrusted input, run longer than
+    /// CI runs them.
+    Fuzz,
 }
 
 impl Part {
-    pub const ALL: [Part; 7] = [
+    pub const ALL: [Part; 8] = [
         Part::Overhead,
         Part::Bpf,
         Part::Cost,
@@ -67,6 +71,7 @@ impl Part {
         Part::Scale,
         Part::Java,
         Part::Unwind,
+        Part::Fuzz,
     ];
 
     /// The name used by `--parts` and in the report's markers.
@@ -79,6 +84,7 @@ impl Part {
             Part::Scale => "scale",
             Part::Java => "java",
             Part::Unwind => "unwind",
+            Part::Fuzz => "fuzz",
         }
     }
 
@@ -92,6 +98,7 @@ impl Part {
             Part::Scale => "5. Scale".into(),
             Part::Java => "6. Java".into(),
             Part::Unwind => "7. Unwinding".into(),
+            Part::Fuzz => "8. Fuzzing".into(),
         }
     }
 }
@@ -127,6 +134,9 @@ pub struct BenchArgs {
     /// Unwind: length of each recording of a workload (default 3).
     #[arg(long, value_name = "SECONDS")]
     unwind_seconds: Option<f64>,
+    /// Fuzz: seconds per fuzz target (default 180).
+    #[arg(long, value_name = "SECONDS")]
+    fuzz_seconds: Option<f64>,
     /// A quick check that every part works (seconds, 2 rounds), for CI:
     /// writes target/bench/RESULTS-smoke.md unless --output says otherwise.
     #[arg(long)]
@@ -153,6 +163,7 @@ pub struct Settings {
     pub bpf_seconds: f64,
     pub java_seconds: f64,
     pub unwind_seconds: f64,
+    pub fuzz_seconds: f64,
     /// Cost: length of the recordings whose symbolization is timed with
     /// cold and warm page caches.
     pub symbolize_seconds: f64,
@@ -199,6 +210,7 @@ impl Settings {
             bpf_seconds: pick(args.bpf_seconds, 1.0, 0.5, "bpf-seconds")?,
             java_seconds: pick(args.java_seconds, 2.0, 1.0, "java-seconds")?,
             unwind_seconds: pick(args.unwind_seconds, 3.0, 1.0, "unwind-seconds")?,
+            fuzz_seconds: pick(args.fuzz_seconds, 180.0, 2.0, "fuzz-seconds")?,
             symbolize_seconds: if smoke { 0.5 } else { 2.0 },
             // Less leaves the JIT compiling in the timed part: ±7% noise.
             java_warmup_seconds: if smoke { 0.3 } else { 3.0 },
@@ -407,17 +419,23 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Part::Scale => scale::run(&bench)?,
             Part::Java => java::run(&bench)?,
             Part::Unwind => unwind::run(&bench)?,
+            Part::Fuzz => fuzz::run(&bench)?,
         };
-        section.body = format!(
-            "{}\n\n{}\n",
-            section.body.trim_end(),
-            bench.take_disturbance()
-        );
+        // Fuzzing measures no time against other processes, in no rounds.
+        let rounds = if part == Part::Fuzz {
+            String::new()
+        } else {
+            section.body = format!(
+                "{}\n\n{}\n",
+                section.body.trim_end(),
+                bench.take_disturbance()
+            );
+            format!(", {} rounds", bench.settings.rounds)
+        };
         section.provenance = format!(
-            "Measured {} on stoke {}, {} rounds, in {:.1} min (`{command}`).",
+            "Measured {} on stoke {}{rounds}, in {:.1} min (`{command}`).",
             part_date,
             host.commit,
-            bench.settings.rounds,
             part_started.elapsed().as_secs_f64() / 60.0
         );
         sections.push(section);

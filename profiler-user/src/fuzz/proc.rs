@@ -1,0 +1,253 @@
+//! Target `proc`: the `/proc` files stoke parses by hand or through the
+//! procfs crate, in the forms a process can sway: `status` (its name, in
+//! any bytes), `maps` (the names of the files it maps), `cmdline` and
+//! `environ`. Inputs are lines in the kernel's formats with chosen
+//! values, mixed with raw ones.
+
+use std::{io::BufReader, os::fd::AsRawFd};
+
+use bolero::TypeGenerator;
+use procfs::{process::MemoryMaps, FromBufRead};
+
+use super::{
+    harness::{self, Run},
+    regressions,
+};
+use crate::jvm::{
+    attach::{hotspot_in_maps, launcher_options, ProcStatus, VmFlags},
+    profiler::innermost_ns_id,
+};
+
+const STATUS_FIELDS: [&str; 8] = [
+    "Name:", "Uid:", "Gid:", "NSpid:", "SigCgt:", "Pid:", "Tgid:", "NStgid:",
+];
+
+#[derive(Debug, TypeGenerator)]
+enum StatusLine {
+    /// A field the parsers look for, with numbers (hex for masks).
+    Field {
+        name: u8,
+        values: Vec<u32>,
+        hex: bool,
+    },
+    /// `Name:` with a thread name in any bytes (`prctl(PR_SET_NAME)`).
+    Name(Vec<u8>),
+    Raw(Vec<u8>),
+}
+
+const PSEUDO_PATHS: [&str; 8] = [
+    "[heap]",
+    "[stack]",
+    "[vdso]",
+    "[vvar]",
+    "[vsyscall]",
+    "[anon:stoke fuzz]",
+    "[anon_shmem:x]",
+    "/memfd:stoke-agent (deleted)",
+];
+
+#[derive(Debug, TypeGenerator)]
+pub(super) enum MapsPath {
+    Anonymous,
+    Pseudo(u8),
+    /// A file the process named: any bytes but NUL and `/`-separated
+    /// (the kernel escapes a newline as `\012`).
+    File(Vec<Vec<u8>>),
+    /// A file named like a System V shared memory segment (`/SYSV<key>`).
+    SysV(Vec<u8>),
+    Raw(Vec<u8>),
+}
+
+#[derive(Debug, TypeGenerator)]
+struct MapsLine {
+    start: u32,
+    pages: u16,
+    perms: u8,
+    offset: u32,
+    device: (u8, u8),
+    inode: u32,
+    path: MapsPath,
+    deleted: bool,
+}
+
+#[derive(Debug, TypeGenerator)]
+struct ProcInput {
+    status: Vec<StatusLine>,
+    maps: Vec<MapsLine>,
+    cmdline: Vec<Vec<u8>>,
+    environ: Vec<(u8, Vec<u8>)>,
+}
+
+fn status_text(lines: &[StatusLine]) -> Vec<u8> {
+    let mut text = Vec::new();
+    for line in lines {
+        match line {
+            StatusLine::Field { name, values, hex } => {
+                text.extend_from_slice(STATUS_FIELDS[usize::from(*name) % 8].as_bytes());
+                for value in values {
+                    let value = if *hex {
+                        format!("\t{value:016x}")
+                    } else {
+                        format!("\t{value}")
+                    };
+                    text.extend_from_slice(value.as_bytes());
+                }
+            }
+            StatusLine::Name(name) => {
+                text.extend_from_slice(b"Name:\t");
+                text.extend(name.iter().take(15).map(|&byte| match byte {
+                    b'\n' => b' ',
+                    other => other,
+                }));
+            }
+            StatusLine::Raw(bytes) => text.extend_from_slice(bytes),
+        }
+        text.push(b'\n');
+    }
+    text
+}
+
+/// The path a maps line ends with, as the kernel prints it.
+pub(super) fn path_bytes(path: &MapsPath) -> Vec<u8> {
+    let no_newline = |bytes: &[u8]| -> Vec<u8> {
+        bytes
+            .iter()
+            .flat_map(|&byte| match byte {
+                b'\n' => b"\\012".to_vec(),
+                0 => b"_".to_vec(),
+                other => vec![other],
+            })
+            .collect()
+    };
+    match path {
+        MapsPath::Anonymous => Vec::new(),
+        MapsPath::Pseudo(which) => PSEUDO_PATHS[usize::from(*which) % 8].as_bytes().to_vec(),
+        MapsPath::File(components) => components
+            .iter()
+            .flat_map(|component| {
+                let mut part = b"/".to_vec();
+                part.extend(no_newline(component).into_iter().filter(|&b| b != b'/'));
+                part
+            })
+            .collect(),
+        MapsPath::SysV(rest) => [b"/SYSV".as_slice(), &no_newline(rest)].concat(),
+        MapsPath::Raw(bytes) => no_newline(bytes),
+    }
+}
+
+fn maps_text(lines: &[MapsLine]) -> Vec<u8> {
+    let mut text = Vec::new();
+    for line in lines {
+        let start = u64::from(line.start) << 12;
+        let end = start + (u64::from(line.pages) + 1) * 4096;
+        let perms: String = [b'r', b'w', b'x']
+            .iter()
+            .enumerate()
+            .map(|(bit, &flag)| {
+                if line.perms & (1 << bit) != 0 {
+                    flag as char
+                } else {
+                    '-'
+                }
+            })
+            .chain([if line.perms & 8 != 0 { 's' } else { 'p' }])
+            .collect();
+        // The kernel ends the fixed fields with a space, path or not.
+        let head = format!(
+            "{start:08x}-{end:08x} {perms} {:08x} {:02x}:{:02x} {} ",
+            line.offset, line.device.0, line.device.1, line.inode
+        );
+        text.extend_from_slice(head.as_bytes());
+        let path = path_bytes(&line.path);
+        if !path.is_empty() {
+            // The kernel pads the path to a column.
+            text.extend(std::iter::repeat_n(
+                b' ',
+                73usize.saturating_sub(head.len()),
+            ));
+            text.extend_from_slice(&path);
+            if line.deleted {
+                text.extend_from_slice(b" (deleted)");
+            }
+        }
+        text.push(b'\n');
+    }
+    text
+}
+
+fn environ_bytes(entries: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    const NAMES: [&str; 5] = [
+        "JAVA_TOOL_OPTIONS=",
+        "JDK_JAVA_OPTIONS=",
+        "_JAVA_OPTIONS=",
+        "PATH=",
+        "",
+    ];
+    let mut bytes = Vec::new();
+    for (name, value) in entries {
+        bytes.extend_from_slice(NAMES[usize::from(*name) % 5].as_bytes());
+        bytes.extend_from_slice(value);
+        bytes.push(0);
+    }
+    bytes
+}
+
+#[test]
+fn proc() {
+    let run = Run::start("proc");
+    bolero::check!()
+        .with_type::<ProcInput>()
+        .with_test_time(harness::budget())
+        .with_shrink_time(harness::SHRINK_TIME)
+        .for_each(|input| {
+            run.input(|| {
+                // status: attach's parser and the recording's tid mapping
+                // must agree on the innermost pid.
+                let status = status_text(&input.status);
+                let parsed = ProcStatus::parse(&String::from_utf8_lossy(&status));
+                let file = harness::memfd(&status);
+                let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+                let ns_id = innermost_ns_id(std::path::Path::new(&path));
+                match parsed {
+                    Ok(_) if std::str::from_utf8(&status).is_err() => run.skip_known(),
+                    Ok(parsed) => assert_eq!(
+                        ns_id,
+                        Some(parsed.ns_pid),
+                        "the two status parsers disagree"
+                    ),
+                    Err(_) => {}
+                }
+
+                let maps = maps_text(&input.maps);
+                let _ = hotspot_in_maps(BufReader::new(&maps[..]));
+                let misread = input
+                    .maps
+                    .iter()
+                    .any(|line| regressions::procfs_misreads(&path_bytes(&line.path)));
+                if misread {
+                    run.skip_known();
+                } else {
+                    let parsed = MemoryMaps::from_buf_read(&maps[..]);
+                    // Lines in the kernel's format, of files with any
+                    // names, are all read (else the process's frames go
+                    // unnamed).
+                    let kernel_format = !input
+                        .maps
+                        .iter()
+                        .any(|line| matches!(line.path, MapsPath::Raw(_)));
+                    if kernel_format {
+                        let parsed = parsed.expect("maps in the kernel's format parse");
+                        assert_eq!(parsed.0.len(), input.maps.len());
+                    }
+                }
+
+                let cmdline: Vec<u8> = input
+                    .cmdline
+                    .iter()
+                    .flat_map(|arg| arg.iter().copied().chain([0]))
+                    .collect();
+                let environ = environ_bytes(&input.environ);
+                let _ = VmFlags::from_options(launcher_options(&cmdline, &environ));
+            })
+        });
+}

@@ -1,0 +1,218 @@
+//! What the fuzz targets found: each input that broke a parser, kept
+//! under `profiler-user/fuzz/regressions/` and replayed by a test here.
+//! A bug in code this branch does not own is reported to its owner; its
+//! test is ignored until the fix lands, and the target leaves out inputs
+//! that trigger it (counted as `known` in its report line), so that it
+//! keeps looking for others.
+
+/// Whether a mapped file's path trips procfs-core 0.18's maps parser:
+/// - it takes any path starting with `/SYSV` for a System V segment and
+///   slices and parses its next 8 bytes: a shorter name panics (a slice
+///   out of range, or inside a UTF-8 character), another fails the whole
+///   file;
+/// - it reads lines into a `String`: a name that is not UTF-8 (Linux
+///   allows any bytes) fails the whole file.
+pub fn procfs_misreads(path: &[u8]) -> bool {
+    path.trim_ascii().starts_with(b"/SYSV") || std::str::from_utf8(path).is_err()
+}
+
+use std::panic::catch_unwind;
+
+use procfs::{process::MemoryMaps, FromBufRead};
+
+use super::harness;
+use crate::jvm::{attach::ProcStatus, profiler::innermost_ns_id};
+
+/// A reproducer's bytes.
+fn reproducer(name: &str) -> Vec<u8> {
+    let path = format!("{}/fuzz/regressions/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|error| panic!("{path}: {error}"))
+}
+
+/// A container names its files as it likes: `/SYSV` (or `/SYSV (deleted)`)
+/// makes procfs panic or refuse the whole maps file, and stoke loses
+/// every frame name of the process, or dies.
+#[test]
+#[ignore = "procfs-core 0.18 bug, reported: symbolize/maps.rs owns the fix"]
+fn maps_of_a_file_named_sysv_parse() {
+    for name in ["maps-sysv-short", "maps-sysv-deleted"] {
+        let maps = reproducer(name);
+        let parsed = catch_unwind(|| MemoryMaps::from_buf_read(&maps[..]));
+        assert!(
+            matches!(parsed, Ok(Ok(ref maps)) if maps.0.len() == 2),
+            "{name}: {parsed:?}"
+        );
+    }
+}
+
+/// A file whose name is not UTF-8 (`/\x80`, mapped then deleted) makes
+/// procfs refuse the whole maps file: the process's frames go unnamed.
+#[test]
+#[ignore = "procfs-core 0.18 bug, reported: symbolize/maps.rs owns the fix"]
+fn maps_of_a_file_named_in_latin1_parse() {
+    let maps = reproducer("maps-not-utf8");
+    let parsed = MemoryMaps::from_buf_read(&maps[..]);
+    assert!(
+        matches!(parsed, Ok(ref maps) if maps.0.len() == 2),
+        "{parsed:?}"
+    );
+}
+
+/// A thread's name is any 15 bytes (`prctl(PR_SET_NAME)`; a UTF-8 name cut
+/// at 15 bytes ends inside a character): `innermost_ns_id` reads the status
+/// file as UTF-8, gets nothing, and the thread's Java stacks find no host
+/// thread, while attach's parser (lossy) reads the same file fine.
+#[test]
+#[ignore = "jvm/profiler.rs bug, reported to its owner"]
+fn status_of_a_thread_named_in_latin1_gives_its_pid() {
+    let status = reproducer("status-name-not-utf8");
+    let parsed = ProcStatus::parse(&String::from_utf8_lossy(&status)).unwrap();
+    let file = harness::memfd(&status);
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+    assert_eq!(
+        innermost_ns_id(std::path::Path::new(&path)),
+        Some(parsed.ns_pid)
+    );
+}
+
+/// An event log of `count` compilations of one method at distinct
+/// addresses, then their unloads, as a JVM (or anything posing as the
+/// agent) can write: 32 bytes per event, so the 48 MiB log holds 1.5
+/// million of each.
+fn churn_log(count: u64) -> Vec<u8> {
+    use profiler_common::jvm::{encode, Event};
+    let mut log = vec![0u8; count as usize * 2 * 32];
+    let mut used = 0;
+    let events = (0..count)
+        .map(|index| Event::CodeLoad {
+            method_id: 1,
+            start: 0x1000 + index * 16,
+            size: 16,
+        })
+        .chain((0..count).map(|index| Event::CodeUnload {
+            method_id: 1,
+            start: 0x1000 + index * 16,
+        }));
+    for event in events {
+        used += encode(&event, &mut log[used..]).expect("room for the event");
+    }
+    log.truncate(used);
+    log
+}
+
+/// The time `JavaSymbols` takes to apply [`churn_log`]`(count)`.
+fn churn_time(count: u64) -> std::time::Duration {
+    use crate::jvm::symbols::JavaSymbols;
+    let log = churn_log(count);
+    let started = std::time::Instant::now();
+    let mut symbols = JavaSymbols::default();
+    for (_, event) in profiler_common::jvm::events(&log) {
+        symbols.apply(event);
+    }
+    started.elapsed()
+}
+
+/// Each unload scans every compiled blob of its method (`Vec::retain` in
+/// `uncompiled`), so a JVM that compiles one method many times over, then
+/// unloads, costs stoke quadratic time: 40,000 of each already take
+/// seconds, and the log has room for 1.5 million (hours, while stoke's
+/// Java thread drains nothing else).
+#[test]
+#[ignore = "jvm/symbols.rs bug, reported to its owner"]
+fn unloads_of_one_method_take_linear_time() {
+    let small = churn_time(10_000);
+    let large = churn_time(40_000);
+    assert!(
+        large < small * 8 && large < std::time::Duration::from_millis(500),
+        "4 times the events took {:.1} times as long ({small:?}, then {large:?})",
+        large.as_secs_f64() / small.as_secs_f64()
+    );
+}
+
+/// A file name that is not UTF-8 (it starts with a Latin-1 'é'), short
+/// enough to be a whole process name (15 bytes).
+fn latin1_path(what: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let mut name = vec![0xe9];
+    name.extend_from_slice(format!("{what}{}", std::process::id()).as_bytes());
+    std::env::temp_dir().join(std::ffi::OsStr::from_bytes(&name))
+}
+
+/// `maps_libjvm` reads `/proc/PID/maps` as UTF-8: one mapped file whose
+/// name is not (legal on Linux, e.g. a Latin-1 directory) makes a JVM look
+/// gone, and it is never attached. Here this test process maps such a file.
+#[test]
+#[ignore = "jvm/profiler.rs bug, reported to its owner"]
+fn a_process_mapping_a_latin1_file_is_seen() {
+    use std::os::fd::AsRawFd;
+    let path = latin1_path("map");
+    std::fs::write(&path, [0u8; 4096]).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    // SAFETY: a fresh read-only mapping of a file of one page.
+    let mapped = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(mapped, libc::MAP_FAILED);
+    let seen = crate::jvm::profiler::maps_libjvm(std::process::id());
+    // SAFETY: unmapping what was mapped above.
+    unsafe { libc::munmap(mapped, 4096) };
+    assert_eq!(seen, Some(false));
+}
+
+/// `age` reads `/proc/PID/stat` as UTF-8: a process whose name is not
+/// (it comes from the executable's file name) looks gone, and a starting
+/// JVM named so is never looked at again.
+#[test]
+#[ignore = "jvm/profiler.rs bug, reported to its owner"]
+fn a_process_named_in_latin1_has_an_age() {
+    let link = latin1_path("comm");
+    std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+    let mut child = std::process::Command::new(&link).arg("5").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let age = crate::jvm::profiler::age(child.id());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_file(&link).unwrap();
+    assert!(age.is_some(), "a running process has no age");
+}
+
+/// Naming a Java sample's frames looks, for each frame whose caller is
+/// compiled, at every compiled blob of the caller's method (`inlines`): a
+/// JVM that reports one method compiled at many addresses makes each
+/// sample cost that many lookups per frame.
+#[test]
+#[ignore = "jvm/symbols.rs bug, reported to its owner"]
+fn frame_kinds_take_bounded_time_per_sample() {
+    use profiler_common::jvm::{Event, JavaFrame, MAX_JAVA_FRAMES};
+
+    use crate::jvm::symbols::JavaSymbols;
+    let mut symbols = JavaSymbols::default();
+    for index in 0..100_000 {
+        symbols.apply(Event::CodeLoad {
+            method_id: 1,
+            start: 0x1000 + index * 16,
+            size: 16,
+        });
+    }
+    // One blob with inlining recorded, so that the lookups are real.
+    symbols.apply(Event::CodeInline {
+        start: 0x1000,
+        edges: &[],
+    });
+    let frames = vec![JavaFrame::new(1, 0); MAX_JAVA_FRAMES];
+    let started = std::time::Instant::now();
+    symbols.kinds(0, &frames);
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(10),
+        "one sample's frame kinds took {took:?}"
+    );
+}
