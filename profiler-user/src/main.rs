@@ -7,6 +7,7 @@ mod aggregate;
 mod cli;
 mod jvm;
 mod preflight;
+mod proc_maps;
 mod profile;
 mod progress;
 mod record;

@@ -381,7 +381,10 @@ fn agent() {
                     assert!(taken <= ids.len() && taken <= REQUEST_SLOTS);
                     symbols.unrequest(&ids[taken..]);
                     let _ = symbols.all_described();
-                    merger.add_java(java.tid, java);
+                    // Taken in at its own time: the natives' process (1)
+                    // keeps every stack, to be paired or not.
+                    let now = java.time_ns;
+                    let _ = merger.add_java(1, Some(java.tid), java, now);
                 }
                 let mut seen = vec![0u8; input.natives.len()];
                 merger.settle(u64::MAX, true, |outcome| {

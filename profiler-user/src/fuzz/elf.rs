@@ -16,8 +16,9 @@ use object::{read::elf::ElfFile64, Object, ObjectSection};
 
 use super::harness::{self, Run};
 use crate::unwind::{
+    bounded::BoundedFile,
     debug_file::DebugFile,
-    table::{compile, compile_with, fingerprint},
+    table::{compile, compile_with, fingerprint, COMPILE_TIME_BUDGET},
     tests::check_invariants,
 };
 
@@ -236,7 +237,11 @@ fn elf() {
                     check_invariants(&table);
                 }
                 // Reads the file through its own bounded reads.
-                let _ = fingerprint(harness::memfd(&bytes), &hasher);
+                let file = BoundedFile::for_debug_file(
+                    harness::memfd(&bytes),
+                    std::time::Instant::now() + COMPILE_TIME_BUDGET,
+                );
+                let _ = fingerprint(file, &hasher);
             })
         });
 }

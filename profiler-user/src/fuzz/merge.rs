@@ -102,8 +102,11 @@ fn merge() {
                             raw_time,
                         } => {
                             let time = raw_time.unwrap_or(clock + u64::from(*step));
-                            merger.add_java(
-                                u32::from(*tid),
+                            // Taken in at the clock: stacks too far from it
+                            // are refused, as from an agent.
+                            let _ = merger.add_java(
+                                1,
+                                Some(u32::from(*tid)),
                                 JavaSample {
                                     tid: u32::from(*tid),
                                     time_ns: time,
@@ -112,6 +115,7 @@ fn merge() {
                                     top_popped: false,
                                     frames: Vec::new(),
                                 },
+                                clock,
                             );
                         }
                         Op::Settle { ahead, flush } => {

@@ -1,21 +1,19 @@
-//! Target `proc`: the `/proc` files stoke parses by hand or through the
-//! procfs crate, in the forms a process can sway: `status` (its name, in
+//! Target `proc`: the `/proc` files stoke parses, in the forms a process can sway: `status` (its name, in
 //! any bytes), `maps` (the names of the files it maps), `cmdline` and
 //! `environ`. Inputs are lines in the kernel's formats with chosen
 //! values, mixed with raw ones.
 
-use std::{io::BufReader, os::fd::AsRawFd};
+use std::{io, os::fd::AsRawFd};
 
 use bolero::TypeGenerator;
-use procfs::{process::MemoryMaps, FromBufRead};
 
-use super::{
-    harness::{self, Run},
-    regressions,
-};
-use crate::jvm::{
-    attach::{hotspot_in_maps, launcher_options, ProcStatus, VmFlags},
-    profiler::innermost_ns_id,
+use super::harness::{self, Run};
+use crate::{
+    jvm::{
+        attach::{hotspot_in_maps, launcher_options, ProcStatus, VmFlags},
+        profiler::innermost_ns_id,
+    },
+    proc_maps::{Entries, MapsEntry},
 };
 
 const STATUS_FIELDS: [&str; 8] = [
@@ -175,6 +173,32 @@ fn maps_text(lines: &[MapsLine]) -> Vec<u8> {
     text
 }
 
+/// What the fields of `line`, as [`maps_text`] writes it, read back as.
+fn assert_entry_is(line: &MapsLine, entry: &MapsEntry) {
+    let start = u64::from(line.start) << 12;
+    assert_eq!(
+        (entry.start, entry.end),
+        (start, start + (u64::from(line.pages) + 1) * 4096)
+    );
+    assert_eq!(entry.is_executable(), line.perms & 4 != 0);
+    assert_eq!(entry.offset, u64::from(line.offset));
+    assert_eq!(
+        entry.device,
+        (u32::from(line.device.0), u32::from(line.device.1))
+    );
+    assert_eq!(entry.inode, u64::from(line.inode));
+    let mut path = path_bytes(&line.path);
+    if line.deleted && !path.is_empty() {
+        path.extend_from_slice(b" (deleted)");
+    }
+    assert_eq!(
+        entry.path.as_bytes(),
+        path,
+        "{:?}",
+        String::from_utf8_lossy(&path)
+    );
+}
+
 fn environ_bytes(entries: &[(u8, Vec<u8>)]) -> Vec<u8> {
     const NAMES: [&str; 5] = [
         "JAVA_TOOL_OPTIONS=",
@@ -219,25 +243,20 @@ fn proc() {
                 }
 
                 let maps = maps_text(&input.maps);
-                let _ = hotspot_in_maps(BufReader::new(&maps[..]));
-                let misread = input
+                let _ = hotspot_in_maps(Entries::new(&maps[..]));
+                let parsed = Entries::new(&maps[..]).collect::<io::Result<Vec<_>>>();
+                let parsed = parsed.expect("reading bytes fails not");
+                // Lines in the kernel's format, of files with any names,
+                // are all read, each as written (else the process's frames
+                // go unnamed, or misnamed).
+                let kernel_format = !input
                     .maps
                     .iter()
-                    .any(|line| regressions::procfs_misreads(&path_bytes(&line.path)));
-                if misread {
-                    run.skip_known();
-                } else {
-                    let parsed = MemoryMaps::from_buf_read(&maps[..]);
-                    // Lines in the kernel's format, of files with any
-                    // names, are all read (else the process's frames go
-                    // unnamed).
-                    let kernel_format = !input
-                        .maps
-                        .iter()
-                        .any(|line| matches!(line.path, MapsPath::Raw(_)));
-                    if kernel_format {
-                        let parsed = parsed.expect("maps in the kernel's format parse");
-                        assert_eq!(parsed.0.len(), input.maps.len());
+                    .any(|line| matches!(line.path, MapsPath::Raw(_)));
+                if kernel_format {
+                    assert_eq!(parsed.len(), input.maps.len());
+                    for (line, entry) in input.maps.iter().zip(&parsed) {
+                        assert_entry_is(line, entry);
                     }
                 }
 

@@ -5,23 +5,11 @@
 //! that trigger it (counted as `known` in its report line), so that it
 //! keeps looking for others.
 
-/// Whether a mapped file's path trips procfs-core 0.18's maps parser:
-/// - it takes any path starting with `/SYSV` for a System V segment and
-///   slices and parses its next 8 bytes: a shorter name panics (a slice
-///   out of range, or inside a UTF-8 character), another fails the whole
-///   file;
-/// - it reads lines into a `String`: a name that is not UTF-8 (Linux
-///   allows any bytes) fails the whole file.
-pub fn procfs_misreads(path: &[u8]) -> bool {
-    path.trim_ascii().starts_with(b"/SYSV") || std::str::from_utf8(path).is_err()
-}
-
-use std::panic::catch_unwind;
-
-use procfs::{process::MemoryMaps, FromBufRead};
-
 use super::harness;
-use crate::jvm::{attach::ProcStatus, profiler::innermost_ns_id};
+use crate::{
+    jvm::{attach::ProcStatus, profiler::innermost_ns_id},
+    proc_maps::{Entries, MapsPath},
+};
 
 /// A reproducer's bytes.
 fn reproducer(name: &str) -> Vec<u8> {
@@ -29,33 +17,34 @@ fn reproducer(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|error| panic!("{path}: {error}"))
 }
 
+/// The names of the files a maps file shows, byte for byte.
+fn mapped_paths(maps: &[u8]) -> Vec<Vec<u8>> {
+    Entries::new(maps)
+        .map(|entry| entry.unwrap().path.as_bytes().to_vec())
+        .collect()
+}
+
 /// A container names its files as it likes: `/SYSV` (or `/SYSV (deleted)`)
-/// makes procfs panic or refuse the whole maps file, and stoke loses
-/// every frame name of the process, or dies.
+/// made procfs-core 0.18 panic or refuse the whole maps file, and stoke
+/// lost every frame name of the process, or died.
 #[test]
-#[ignore = "procfs-core 0.18 bug, reported: symbolize/maps.rs owns the fix"]
 fn maps_of_a_file_named_sysv_parse() {
-    for name in ["maps-sysv-short", "maps-sysv-deleted"] {
-        let maps = reproducer(name);
-        let parsed = catch_unwind(|| MemoryMaps::from_buf_read(&maps[..]));
-        assert!(
-            matches!(parsed, Ok(Ok(ref maps)) if maps.0.len() == 2),
-            "{name}: {parsed:?}"
-        );
+    for (name, path) in [
+        ("maps-sysv-short", b"/SYSV".as_slice()),
+        ("maps-sysv-deleted", b"/SYSV (deleted)"),
+    ] {
+        assert_eq!(mapped_paths(&reproducer(name)), [path, b""], "{name}");
     }
 }
 
-/// A file whose name is not UTF-8 (`/\x80`, mapped then deleted) makes
-/// procfs refuse the whole maps file: the process's frames go unnamed.
+/// A file whose name is not UTF-8 (`/\x80`, mapped then deleted) made
+/// procfs refuse the whole maps file: the process's frames went unnamed.
 #[test]
-#[ignore = "procfs-core 0.18 bug, reported: symbolize/maps.rs owns the fix"]
 fn maps_of_a_file_named_in_latin1_parse() {
     let maps = reproducer("maps-not-utf8");
-    let parsed = MemoryMaps::from_buf_read(&maps[..]);
-    assert!(
-        matches!(parsed, Ok(ref maps) if maps.0.len() == 2),
-        "{parsed:?}"
-    );
+    assert_eq!(mapped_paths(&maps), [b"/\x80 (deleted)".as_slice(), b""]);
+    let first = Entries::new(&maps[..]).next().unwrap().unwrap();
+    assert!(matches!(first.path, MapsPath::File(_)), "{first:?}");
 }
 
 /// A thread's name is any 15 bytes (`prctl(PR_SET_NAME)`; a UTF-8 name cut
@@ -138,11 +127,10 @@ fn latin1_path(what: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(std::ffi::OsStr::from_bytes(&name))
 }
 
-/// `maps_libjvm` reads `/proc/PID/maps` as UTF-8: one mapped file whose
-/// name is not (legal on Linux, e.g. a Latin-1 directory) makes a JVM look
-/// gone, and it is never attached. Here this test process maps such a file.
+/// `maps_libjvm` read `/proc/PID/maps` as UTF-8: one mapped file whose
+/// name is not (legal on Linux, e.g. a Latin-1 directory) made a JVM look
+/// gone, and it was never attached. Here this test process maps such a file.
 #[test]
-#[ignore = "jvm/profiler.rs bug, reported to its owner"]
 fn a_process_mapping_a_latin1_file_is_seen() {
     use std::os::fd::AsRawFd;
     let path = latin1_path("map");

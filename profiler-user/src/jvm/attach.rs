@@ -24,7 +24,7 @@
 use std::{
     ffi::{CStr, CString},
     fs::{File, Permissions},
-    io::{self, BufRead, BufReader, Read, Write},
+    io::{self, Read, Write},
     os::{
         fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd},
         unix::{
@@ -35,7 +35,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::rootfs::openat2;
+use crate::{
+    proc_maps::{self, MapsEntry},
+    rootfs::openat2,
+};
 
 /// How long a JVM gets to start its attach listener after SIGQUIT.
 const LISTENER_START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,8 +56,6 @@ const MAX_STATUS: u64 = 64 * 1024;
 /// long, and the kernel bounds both (2 MiB together with the default stack
 /// limit).
 const MAX_ARGS: u64 = 4 * 1024 * 1024;
-/// The largest `/proc/PID/maps` read while looking for libjvm.so.
-const MAX_MAPS: u64 = 64 * 1024 * 1024;
 /// The longest piece of a JVM's answer quoted in an error.
 const MAX_QUOTE_CHARS: usize = 500;
 
@@ -1035,30 +1036,26 @@ fn proc_error(pid: u32, file: &'static str, source: io::Error) -> AttachError {
 /// upgrade since). OpenJ9 maps a libjvm.so too, but attaches otherwise and
 /// answers SIGQUIT with a javacore file: its libj9vm rules it out.
 fn maps_libjvm(pid: u32) -> Result<bool, AttachError> {
-    let maps = File::open(format!("/proc/{pid}/maps"))
-        .map_err(|source| proc_error(pid, "maps", source))?;
-    hotspot_in_maps(BufReader::new(maps.take(MAX_MAPS)))
-        .map_err(|source| proc_error(pid, "maps", source))
+    let maps = proc_maps::read(pid).map_err(|source| proc_error(pid, "maps", source))?;
+    hotspot_in_maps(maps).map_err(|source| proc_error(pid, "maps", source))
 }
 
-pub(crate) fn hotspot_in_maps(mut maps: impl BufRead) -> io::Result<bool> {
-    let mut line = Vec::new();
+/// Whether `maps`, a process's mappings, include HotSpot's libjvm.so.
+pub(crate) fn hotspot_in_maps(
+    maps: impl IntoIterator<Item = io::Result<MapsEntry>>,
+) -> io::Result<bool> {
     let mut libjvm = false;
-    loop {
-        line.clear();
-        if maps.read_until(b'\n', &mut line)? == 0 {
-            return Ok(libjvm);
-        }
-        let path = line.strip_suffix(b"\n").unwrap_or(&line);
-        if file_name(path).starts_with(b"libj9vm") {
+    for map in maps {
+        let path = map?.path;
+        if file_name(path.as_bytes()).starts_with(b"libj9vm") {
             return Ok(false);
         }
-        libjvm |= is_libjvm(path);
+        libjvm |= is_libjvm(path.as_bytes());
     }
+    Ok(libjvm)
 }
 
-/// Whether a mapped path (or a `/proc/PID/maps` line, which ends in one) is
-/// a libjvm.so, even one deleted by an upgrade since it was mapped.
+/// Whether a mapped path is a libjvm.so, even one deleted by an upgrade since it was mapped.
 pub fn is_libjvm(path: &[u8]) -> bool {
     file_name(path) == b"libjvm.so"
 }
@@ -1654,15 +1651,15 @@ int Agent_OnAttach(void *vm, char *options, void *reserved) {
         let hotspot = "5581c000-5581d000 r-xp 00000000 fe:01 1 /usr/bin/java\n\
                        7f00-7f01 r-xp 00000000 fe:01 2 /usr/lib/jvm/j/lib/server/libjvm.so\n\
                        7f02-7f03 rw-p 00000000 00:00 0\n";
-        assert!(hotspot_in_maps(hotspot.as_bytes()).unwrap());
+        assert!(hotspot_in_maps(proc_maps::Entries::new(hotspot.as_bytes())).unwrap());
         let upgraded = "7f00-7f01 r-xp 0 fe:01 2 /opt/j/lib/server/libjvm.so (deleted)";
-        assert!(hotspot_in_maps(upgraded.as_bytes()).unwrap());
+        assert!(hotspot_in_maps(proc_maps::Entries::new(upgraded.as_bytes())).unwrap());
         let openj9 =
             format!("{hotspot}7f04-7f05 r-xp 0 fe:01 3 /opt/j9/lib/default/libj9vm29.so\n");
-        assert!(!hotspot_in_maps(openj9.as_bytes()).unwrap());
+        assert!(!hotspot_in_maps(proc_maps::Entries::new(openj9.as_bytes())).unwrap());
         let other =
             "7f00-7f01 r-xp 0 fe:01 2 /usr/lib/libjvm.so.bak\n7f02-7f03 r-xp 0 0:0 0 [vdso]\n";
-        assert!(!hotspot_in_maps(other.as_bytes()).unwrap());
+        assert!(!hotspot_in_maps(proc_maps::Entries::new(other.as_bytes())).unwrap());
     }
 
     #[test]

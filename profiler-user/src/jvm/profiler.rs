@@ -627,8 +627,10 @@ pub(crate) fn age(pid: u32) -> Option<Duration> {
 
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
 pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(maps.lines().any(|line| attach::is_libjvm(line.as_bytes())))
+    let mut maps = crate::proc_maps::read(pid).ok()?;
+    maps.try_fold(false, |libjvm, map| {
+        Some(libjvm || attach::is_libjvm(map.ok()?.path.as_bytes()))
+    })
 }
 
 /// Loads the agent into `pid` (or finds it loaded) and waits until it is

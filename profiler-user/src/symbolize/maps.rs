@@ -18,9 +18,10 @@ use std::{
     sync::Arc,
 };
 
-use procfs::process::{MMPermissions, MMapPath, Process};
-
-use crate::rootfs::{self, Root};
+use crate::{
+    proc_maps::{self, MapsPath},
+    rootfs::{self, Root},
+};
 
 /// A file some process mapped executable, held open.
 #[derive(Debug)]
@@ -55,7 +56,7 @@ impl MappedFile {
                 std::os::unix::fs::MetadataExt::dev(&metadata),
                 std::os::unix::fs::MetadataExt::ino(&metadata),
             ),
-            name: base_name(path).into(),
+            name: base_name(path),
             origin: Some(FileOrigin {
                 root: Arc::new(Root::host().unwrap()),
                 path: path.to_owned(),
@@ -194,39 +195,38 @@ impl ProcessTable {
             name: thread_name.to_owned(),
             mappings: Vec::new(),
         };
-        let Ok(process) = Process::new(pid as i32) else {
-            return image;
-        };
         if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
             image.name = name.trim_end_matches('\n').to_owned();
         }
-        let Ok(maps) = process.maps() else {
+        let Ok(maps) = proc_maps::read(pid) else {
             return image;
         };
         // Opened at the first file not seen before.
         let mut root: Option<Option<Arc<Root>>> = None;
-        for map in maps {
-            if !map.perms.contains(MMPermissions::EXECUTE) {
+        // A read error (the process exited meanwhile) ends the snapshot with
+        // the mappings read so far.
+        for map in maps.map_while(Result::ok) {
+            if !map.is_executable() {
                 continue;
             }
-            let (start, end) = map.address;
-            let target = match &map.pathname {
-                MMapPath::Path(path) => {
-                    let key = (device_number(map.dev), map.inode);
+            let (start, end) = (map.start, map.end);
+            let target = match &map.path {
+                MapsPath::File(path) => {
+                    let key = (device_number(map.device), map.inode);
                     match self.open_mapped(pid, start, end, path, key, &mut root) {
                         Some(file) => MappingTarget::File(file),
-                        None => MappingTarget::Named(base_name(path).into()),
+                        None => MappingTarget::Named(base_name(path)),
                     }
                 }
-                MMapPath::Vdso => {
+                MapsPath::Vdso => {
                     match self.vdso.get_or_init(|| copy_own_vdso().ok().map(Arc::new)) {
                         Some(vdso) => MappingTarget::File(vdso.clone()),
                         None => MappingTarget::Named("[vdso]".into()),
                     }
                 }
-                MMapPath::Vsyscall => MappingTarget::Named("[vsyscall]".into()),
-                MMapPath::Other(name) => MappingTarget::Named(name.as_str().into()),
-                _ => MappingTarget::Named("[anon]".into()),
+                MapsPath::Anonymous => MappingTarget::Named("[anon]".into()),
+                // Bracketed, as is_file_code expects of memory without a file.
+                special => MappingTarget::Named(String::from_utf8_lossy(special.as_bytes()).into()),
             };
             image.mappings.push(Mapping {
                 start,
@@ -267,7 +267,7 @@ impl ProcessTable {
         let mapped = Arc::new(MappedFile {
             file,
             key,
-            name: base_name(path).into(),
+            name: base_name(path),
             origin,
         });
         self.files.insert(key, mapped.clone());
@@ -278,14 +278,11 @@ impl ProcessTable {
 /// The vdso has no file: copy this process's own into a memfd, so that
 /// blazesym reads it like any ELF file.
 fn copy_own_vdso() -> io::Result<MappedFile> {
-    let maps = Process::myself()
-        .and_then(|me| me.maps())
-        .map_err(io::Error::other)?;
-    let vdso = maps
-        .into_iter()
-        .find(|map| map.pathname == MMapPath::Vdso)
+    let vdso = proc_maps::read(std::process::id())?
+        .map_while(Result::ok)
+        .find(|map| map.path == MapsPath::Vdso)
         .ok_or_else(|| io::Error::other("no vdso mapped"))?;
-    let (start, end) = vdso.address;
+    let (start, end) = (vdso.start, vdso.end);
     let mut image = vec![0; usize::try_from(end - start).map_err(io::Error::other)?];
     let mut memory = File::open("/proc/self/mem")?;
     memory.seek(SeekFrom::Start(start))?;
@@ -308,14 +305,15 @@ fn copy_own_vdso() -> io::Result<MappedFile> {
     })
 }
 
-fn device_number((major, minor): (i32, i32)) -> u64 {
-    (u64::from(major as u32) << 32) | u64::from(minor as u32)
+fn device_number((major, minor): (u32, u32)) -> u64 {
+    (u64::from(major) << 32) | u64::from(minor)
 }
 
-fn base_name(path: &Path) -> &str {
+/// A file's name for frames: a name that is not UTF-8 (Linux allows any
+/// bytes) still tells the file apart, with replacement characters.
+fn base_name(path: &Path) -> Arc<str> {
     path.file_name()
-        .and_then(|name| name.to_str())
-        .unwrap_or("[unknown]")
+        .map_or("[unknown]".into(), |name| name.to_string_lossy().into())
 }
 
 #[cfg(test)]
@@ -357,7 +355,7 @@ mod tests {
             panic!("own code not opened")
         };
         let own_name = std::env::current_exe().unwrap();
-        assert_eq!(&*file.name, base_name(&own_name));
+        assert_eq!(file.name, base_name(&own_name));
         assert!(std::fs::metadata(file.path()).is_ok());
         assert_eq!(
             table.image_for(std::process::id(), "other"),
