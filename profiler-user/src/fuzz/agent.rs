@@ -381,7 +381,8 @@ fn agent() {
                     assert!(taken <= ids.len() && taken <= REQUEST_SLOTS);
                     symbols.unrequest(&ids[taken..]);
                     let _ = symbols.all_described();
-                    merger.add_java(java.tid, java);
+                    let now = java.time_ns;
+                    let _ = merger.add_java(std::process::id(), Some(java.tid), java, now);
                 }
                 let mut seen = vec![0u8; input.natives.len()];
                 merger.settle(u64::MAX, true, |outcome| {

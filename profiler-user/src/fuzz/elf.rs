@@ -16,6 +16,7 @@ use object::{read::elf::ElfFile64, Object, ObjectSection};
 
 use super::harness::{self, Run};
 use crate::unwind::{
+    bounded::BoundedFile,
     debug_file::DebugFile,
     table::{compile, compile_with, fingerprint},
     tests::check_invariants,
@@ -236,7 +237,9 @@ fn elf() {
                     check_invariants(&table);
                 }
                 // Reads the file through its own bounded reads.
-                let _ = fingerprint(harness::memfd(&bytes), &hasher);
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                let file = BoundedFile::for_debug_file(harness::memfd(&bytes), deadline);
+                let _ = fingerprint(file, &hasher);
             })
         });
 }

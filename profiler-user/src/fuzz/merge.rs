@@ -102,8 +102,9 @@ fn merge() {
                             raw_time,
                         } => {
                             let time = raw_time.unwrap_or(clock + u64::from(*step));
-                            merger.add_java(
-                                u32::from(*tid),
+                            let _ = merger.add_java(
+                                1,
+                                Some(u32::from(*tid)),
                                 JavaSample {
                                     tid: u32::from(*tid),
                                     time_ns: time,
@@ -112,6 +113,7 @@ fn merge() {
                                     top_popped: false,
                                     frames: Vec::new(),
                                 },
+                                clock,
                             );
                         }
                         Op::Settle { ahead, flush } => {
