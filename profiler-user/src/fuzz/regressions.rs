@@ -63,7 +63,6 @@ fn maps_of_a_file_named_in_latin1_parse() {
 /// file as UTF-8, gets nothing, and the thread's Java stacks find no host
 /// thread, while attach's parser (lossy) reads the same file fine.
 #[test]
-#[ignore = "jvm/profiler.rs bug, reported to its owner"]
 fn status_of_a_thread_named_in_latin1_gives_its_pid() {
     let status = reproducer("status-name-not-utf8");
     let parsed = ProcStatus::parse(&String::from_utf8_lossy(&status)).unwrap();
@@ -118,7 +117,6 @@ fn churn_time(count: u64) -> std::time::Duration {
 /// seconds, and the log has room for 1.5 million (hours, while stoke's
 /// Java thread drains nothing else).
 #[test]
-#[ignore = "jvm/symbols.rs bug, reported to its owner"]
 fn unloads_of_one_method_take_linear_time() {
     let small = churn_time(10_000);
     let large = churn_time(40_000);
@@ -171,7 +169,6 @@ fn a_process_mapping_a_latin1_file_is_seen() {
 /// (it comes from the executable's file name) looks gone, and a starting
 /// JVM named so is never looked at again.
 #[test]
-#[ignore = "jvm/profiler.rs bug, reported to its owner"]
 fn a_process_named_in_latin1_has_an_age() {
     let link = latin1_path("comm");
     std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
@@ -189,7 +186,6 @@ fn a_process_named_in_latin1_has_an_age() {
 /// JVM that reports one method compiled at many addresses makes each
 /// sample cost that many lookups per frame.
 #[test]
-#[ignore = "jvm/symbols.rs bug, reported to its owner"]
 fn frame_kinds_take_bounded_time_per_sample() {
     use profiler_common::jvm::{Event, JavaFrame, MAX_JAVA_FRAMES};
 
