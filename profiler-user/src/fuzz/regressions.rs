@@ -208,7 +208,9 @@ fn frame_kinds_take_bounded_time_per_sample() {
     symbols.kinds(0, &frames);
     let took = started.elapsed();
     assert!(
-        took < std::time::Duration::from_millis(10),
+        // 8 us measured with one lookup per frame, 370 us with 64 blobs
+        // of the caller scanned per frame.
+        took < std::time::Duration::from_millis(1),
         "one sample's frame kinds took {took:?}"
     );
 }
