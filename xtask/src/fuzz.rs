@@ -42,9 +42,6 @@ pub struct Outcome {
     pub slowest: Duration,
     /// The most heap one input made the parsers hold.
     pub most_heap: u64,
-    /// Inputs that trigger a bug already reported (see the target's
-    /// `regressions`), left out of the checks.
-    pub known: u64,
     /// Why the run failed (an input broke a check, or the process died),
     /// with the end of its output; `None` if it did not.
     pub failure: Option<String>,
@@ -187,7 +184,6 @@ pub fn run_target(binary: &Path, target: &str, seconds: f64) -> Result<Outcome> 
             .unwrap_or(0.0),
         slowest: Duration::from_micros(field(4)),
         most_heap: field(5),
-        known: field(6),
         failure,
     })
 }
@@ -201,19 +197,18 @@ fn read_all(stream: &mut impl Read) -> String {
 /// The outcomes as a markdown table.
 pub fn table(outcomes: &[Outcome]) -> String {
     let mut text = String::from(
-        "| target | inputs | seconds | inputs/s | slowest input (CPU) | most heap per input | known bugs hit | failures |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| target | inputs | seconds | inputs/s | slowest input (CPU) | most heap per input | failures |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for outcome in outcomes {
         text += &format!(
-            "| {} | {} | {:.0} | {:.0} | {:.1} ms | {:.0} KiB | {} | {} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.1} ms | {:.0} KiB | {} |\n",
             outcome.target,
             outcome.inputs,
             outcome.seconds,
             outcome.inputs as f64 / outcome.seconds.max(0.001),
             outcome.slowest.as_secs_f64() * 1e3,
             outcome.most_heap as f64 / 1024.0,
-            outcome.known,
             usize::from(outcome.failure.is_some()),
         );
     }

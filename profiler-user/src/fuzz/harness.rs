@@ -47,7 +47,6 @@ pub struct Run {
     target: &'static str,
     started: Instant,
     inputs: AtomicU64,
-    skipped: AtomicU64,
     slowest_us: AtomicU64,
     most_heap: AtomicU64,
 }
@@ -69,7 +68,6 @@ impl Run {
             target,
             started: Instant::now(),
             inputs: AtomicU64::new(0),
-            skipped: AtomicU64::new(0),
             slowest_us: AtomicU64::new(0),
             most_heap: AtomicU64::new(0),
         }
@@ -96,19 +94,13 @@ impl Run {
             self.target
         );
     }
-
-    /// Counts an input left out because it triggers a bug already reported
-    /// (see `regressions`).
-    pub fn skip_known(&self) {
-        self.skipped.fetch_add(1, Relaxed);
-    }
 }
 
 impl Drop for Run {
     fn drop(&mut self) {
         // One tab-separated line that `cargo xtask fuzz` reads.
         println!(
-            "stoke-fuzz\t{}\t{}\t{}\t{:.1}\t{}\t{}\t{}",
+            "stoke-fuzz\t{}\t{}\t{}\t{:.1}\t{}\t{}",
             self.target,
             if std::thread::panicking() {
                 "failed"
@@ -119,7 +111,6 @@ impl Drop for Run {
             self.started.elapsed().as_secs_f64(),
             self.slowest_us.load(Relaxed),
             self.most_heap.load(Relaxed),
-            self.skipped.load(Relaxed),
         );
     }
 }

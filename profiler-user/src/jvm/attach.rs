@@ -51,7 +51,7 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The largest answer read from a JVM.
 const MAX_REPLY: usize = 64 * 1024;
 /// The largest `/proc/PID/status` read.
-const MAX_STATUS: u64 = 64 * 1024;
+pub(crate) const MAX_STATUS: u64 = 64 * 1024;
 /// The largest command line or environment read: Java class paths are
 /// long, and the kernel bounds both (2 MiB together with the default stack
 /// limit).
@@ -1005,13 +1005,20 @@ impl ProcStatus {
         Ok(Self {
             uid: number("Uid:", field("Uid:")?.nth(1))?,
             gid: number("Gid:", field("Gid:")?.nth(1))?,
-            ns_pid: number("NSpid:", field("NSpid:")?.last())?,
+            ns_pid: innermost_pid(text).ok_or("NSpid:")?,
             caught: field("SigCgt:")?
                 .next()
                 .and_then(|mask| u64::from_str_radix(mask, 16).ok())
                 .ok_or("SigCgt:")?,
         })
     }
+}
+
+/// The last field of a status file's `NSpid:` line: the id in the
+/// innermost pid namespace.
+pub(crate) fn innermost_pid(text: &str) -> Option<u32> {
+    let line = text.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
 }
 
 /// At most `limit` bytes of `/proc/PID/<file>`, and whether there was more.

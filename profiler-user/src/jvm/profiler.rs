@@ -6,6 +6,7 @@
 use std::{
     borrow::Cow,
     collections::HashMap,
+    io::Read,
     sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
 };
@@ -599,21 +600,30 @@ impl ThreadIds {
     }
 }
 
-/// The last field of a status file's `NSpid:` line: the id in the
-/// innermost pid namespace.
+/// The id of a thread or process in its innermost pid namespace, from its
+/// status file. The file is read as bytes: the thread's name in it is any
+/// 15 bytes, not always UTF-8.
 pub(crate) fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
-    let text = std::fs::read_to_string(status).ok()?;
-    let line = text.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
-    line.split_whitespace().last()?.parse().ok()
+    let bytes = read_bounded(status, attach::MAX_STATUS)?;
+    attach::innermost_pid(&String::from_utf8_lossy(&bytes))
 }
+
+/// Most bytes of `/proc/PID/stat` read: its 52 numeric fields and a
+/// command name of at most 64 bytes take well under 1 KiB.
+const MAX_STAT: u64 = 4096;
 
 /// How long process `pid` has been running; `None` if it is gone.
 pub(crate) fn age(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = read_bounded(std::path::Path::new(&format!("/proc/{pid}/stat")), MAX_STAT)?;
     // Field 22, start time in clock ticks after boot; the fields after the
-    // command name (which may hold spaces and parentheses) start at 3.
-    let (_, after_name) = stat.rsplit_once(')')?;
-    let started_ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    // command name (any bytes, spaces and parentheses included) start at 3.
+    let after_name = &stat[stat.iter().rposition(|&byte| byte == b')')? + 1..];
+    let started_ticks: u64 = std::str::from_utf8(after_name)
+        .ok()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
     // SAFETY: sysconf and clock_gettime with a valid out-pointer.
     let (ticks_per_second, now) = unsafe {
         let mut now: libc::timespec = std::mem::zeroed();
@@ -623,6 +633,15 @@ pub(crate) fn age(pid: u32) -> Option<Duration> {
     let started = Duration::from_secs_f64(started_ticks as f64 / ticks_per_second.max(1) as f64);
     let now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
     Some(now.saturating_sub(started))
+}
+
+/// At most `limit` bytes of the file at `path`; `None` if it cannot be read.
+fn read_bounded(path: &std::path::Path, limit: u64) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(limit).read_to_end(&mut bytes))
+        .ok()?;
+    Some(bytes)
 }
 
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.

@@ -68,8 +68,12 @@ pub struct JavaSymbols {
     code: BTreeMap<u64, CodeBlob>,
     /// Methods with compiled code now: where each of their blobs starts.
     compiled: HashMap<u64, Vec<u64>>,
-    /// The calls inlined into each compiled blob, by its start.
-    inlined: HashMap<u64, HashSet<InlineEdge>>,
+    /// The calls inlined into each compiled blob, by its start (distinct).
+    inlined: HashMap<u64, Vec<InlineEdge>>,
+    /// For each method and call, how many compiled blobs of the method
+    /// inlined the call: a frame's kind is one lookup, however many
+    /// versions of its caller are compiled.
+    inlined_by_method: HashMap<(u64, InlineEdge), u32>,
     /// Inlined calls in `inlined`, all blobs together.
     edges: usize,
     requested: HashSet<u64>,
@@ -109,16 +113,23 @@ impl JavaSymbols {
                 self.compiled.entry(method_id).or_default().push(start);
             }
             Event::CodeInline { start, edges } => {
-                if matches!(self.code.get(&start), Some(CodeBlob::Compiled { .. })) {
+                if let Some(&CodeBlob::Compiled { method_id, .. }) = self.code.get(&start) {
                     let edges: HashSet<InlineEdge> =
                         inline_edges(edges).take(MAX_EDGES_PER_BLOB).collect();
-                    let replaced = self.inlined.get(&start).map_or(0, HashSet::len);
+                    let replaced = self.inlined.get(&start).map_or(0, Vec::len);
                     if self.edges - replaced + edges.len() > MAX_EDGES {
                         self.dropped += 1;
                         return;
                     }
-                    self.edges = self.edges - replaced + edges.len();
-                    self.inlined.insert(start, edges);
+                    self.forget_inlined(method_id, start);
+                    for edge in &edges {
+                        *self
+                            .inlined_by_method
+                            .entry((method_id, *edge))
+                            .or_default() += 1;
+                    }
+                    self.edges += edges.len();
+                    self.inlined.insert(start, edges.into_iter().collect());
                 }
             }
             Event::CodeUnload { start, .. } => {
@@ -157,13 +168,28 @@ impl JavaSymbols {
     }
 
     fn uncompiled(&mut self, method_id: u64, start: u64) {
-        if let Some(edges) = self.inlined.remove(&start) {
-            self.edges -= edges.len();
-        }
+        self.forget_inlined(method_id, start);
         if let Some(starts) = self.compiled.get_mut(&method_id) {
             starts.retain(|&blob| blob != start);
             if starts.is_empty() {
                 self.compiled.remove(&method_id);
+            }
+        }
+    }
+
+    /// Forgets the calls inlined into the blob of `method_id` at `start`.
+    fn forget_inlined(&mut self, method_id: u64, start: u64) {
+        let Some(edges) = self.inlined.remove(&start) else {
+            return;
+        };
+        self.edges -= edges.len();
+        for edge in edges {
+            let key = (method_id, edge);
+            if let Some(count) = self.inlined_by_method.get_mut(&key) {
+                *count -= 1;
+                if *count == 0 {
+                    self.inlined_by_method.remove(&key);
+                }
             }
         }
     }
@@ -245,13 +271,7 @@ impl JavaSymbols {
 
     /// Whether compiled code of `method` inlined the call `edge`.
     fn inlines(&self, method: u64, edge: &InlineEdge) -> bool {
-        self.compiled.get(&method).is_some_and(|starts| {
-            starts.iter().any(|start| {
-                self.inlined
-                    .get(start)
-                    .is_some_and(|edges| edges.contains(edge))
-            })
-        })
+        self.inlined_by_method.contains_key(&(method, *edge))
     }
 
     /// The name of a Java frame; `lines` adds `(File.java:LINE)`.
@@ -483,6 +503,50 @@ mod tests {
             [Interpreted, Interpreted, Interpreted, Interpreted]
         );
         assert!(symbols.inlined.is_empty());
+        assert!(symbols.inlined_by_method.is_empty());
+    }
+
+    #[test]
+    fn a_call_stays_inlined_while_any_compiled_version_inlines_it() {
+        let mut symbols = symbols();
+        let edge = InlineEdge {
+            caller: 7,
+            caller_bci: 4,
+            callee: 8,
+        }
+        .to_bytes();
+        symbols.apply(Event::CodeLoad {
+            method_id: 7,
+            start: 0x3000,
+            size: 0x100,
+        });
+        for start in [0x1000, 0x3000] {
+            symbols.apply(Event::CodeInline {
+                start,
+                edges: &edge,
+            });
+        }
+        // Told twice about the same blob: counted once.
+        symbols.apply(Event::CodeInline {
+            start: 0x3000,
+            edges: &edge,
+        });
+        let stack = [JavaFrame::new(8, 0), JavaFrame::new(7, 4)];
+        use FrameKind::*;
+        symbols.apply(Event::CodeUnload {
+            method_id: 7,
+            start: 0x1000,
+        });
+        assert_eq!(symbols.kinds(0x3010, &stack), [Inlined, Compiled]);
+        // The blob at 0x3000 now holds other code: nothing inlines the call.
+        symbols.apply(Event::CodeLoad {
+            method_id: 9,
+            start: 0x3000,
+            size: 0x100,
+        });
+        assert_eq!(symbols.kinds(0x5010, &stack), [Interpreted, Interpreted]);
+        assert!(symbols.inlined_by_method.is_empty());
+        assert_eq!(symbols.edges, 0);
     }
 
     #[test]
@@ -556,6 +620,7 @@ mod tests {
             start: 0,
         });
         assert_eq!(symbols.edges, 0);
+        assert!(symbols.inlined_by_method.is_empty());
         // Requests: bounded.
         let wanted = symbols.newly_wanted(1..=MAX_METHODS as u64 + 5);
         assert_eq!(wanted.len(), MAX_METHODS);
