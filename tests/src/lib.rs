@@ -51,6 +51,25 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Runs `program` (a build tool: binutils' strip, objcopy, readelf...)
+/// with `args` and returns its stdout.
+///
+/// # Panics
+///
+/// If it cannot be run or fails; the message carries its stderr.
+pub fn run_tool(program: &str, args: &[&OsStr]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program} (binutils): {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// The directory holding the C workloads.
 pub fn workloads_dir() -> PathBuf {
     crate_dir().join("workloads")

@@ -23,8 +23,8 @@ use std::{
 };
 
 use stoke_tests::{
-    args, describe, read_folded, record_args, require_root, Running, Stack, Stoke, StokeOutput,
-    TempDir, Workload,
+    args, describe, read_folded, record_args, require_root, run_tool, Running, Stack, Stoke,
+    StokeOutput, TempDir, Workload,
 };
 
 /// The recordings' duration (`-d`).
@@ -184,26 +184,13 @@ fn mkfifo(path: &Path) {
     );
 }
 
-/// Runs a binutils tool, asserting that it succeeds.
-fn tool(program: &str, args: &[&std::ffi::OsStr]) {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {program} (binutils): {e}"));
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// A stripped copy of the workload at `dir/name` whose `.gnu_debuglink`
 /// names `link` (written by hand: objcopy's `--add-gnu-debuglink` takes
 /// no absolute path, and reads the file it names).
 fn stripped_with_debuglink(workload: &Workload, dir: &Path, name: &str, link: &Path) -> PathBuf {
     let exe = dir.join(name);
     fs::copy(workload.exe(), &exe).unwrap();
-    tool("strip", &[exe.as_os_str()]);
+    run_tool("strip", &[exe.as_os_str()]);
     let mut section = link.as_os_str().as_bytes().to_vec();
     section.push(0);
     section.resize(section.len().next_multiple_of(4), 0);
@@ -212,7 +199,7 @@ fn stripped_with_debuglink(workload: &Workload, dir: &Path, name: &str, link: &P
     let content = dir.join(format!("{name}.debuglink"));
     fs::write(&content, section).unwrap();
     let add = format!(".gnu_debuglink={}", content.display());
-    tool(
+    run_tool(
         "objcopy",
         &["--add-section".as_ref(), add.as_ref(), exe.as_os_str()],
     );

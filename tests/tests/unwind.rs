@@ -20,7 +20,6 @@
 //!   unwind tables loaded, and counts whole stacks as whole.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -30,8 +29,8 @@ use std::time::Duration;
 
 use stoke_tests::{
     args, contains_word, describe, is_kernel_frame, read_folded, record_args, record_process,
-    record_to, require_root, samples_where, stacks_of, stacks_of_thread, stoke_bin, total_samples,
-    Stack, Stoke, TempDir, Workload,
+    record_to, require_root, run_tool, samples_where, stacks_of, stacks_of_thread, stoke_bin,
+    total_samples, Stack, Stoke, TempDir, Workload,
 };
 
 /// Optimized, and no frame pointer in any function: only unwind tables can
@@ -337,19 +336,7 @@ fn stripped_program_with_separate_debug_file_reaches_main() {
     assert_no_frame_pointers(workload.exe(), DEEP_FUNCTIONS);
     let exe = workload.exe();
     let debug = dir.join("deep_split.debug");
-    let tool = |program: &str, args: &[&OsStr]| {
-        let output = Command::new(program)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("running {program} (binutils): {e}"));
-        assert!(
-            output.status.success(),
-            "{program} {args:?} failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
-    tool(
+    run_tool(
         "objcopy",
         &[
             "--only-keep-debug".as_ref(),
@@ -357,11 +344,11 @@ fn stripped_program_with_separate_debug_file_reaches_main() {
             debug.as_os_str(),
         ],
     );
-    tool("strip", &["--strip-debug".as_ref(), exe.as_os_str()]);
+    run_tool("strip", &["--strip-debug".as_ref(), exe.as_os_str()]);
     let link = format!("--add-gnu-debuglink={}", debug.display());
-    tool("objcopy", &[link.as_ref(), exe.as_os_str()]);
+    run_tool("objcopy", &[link.as_ref(), exe.as_os_str()]);
     // The premise: no CFI of the program's own functions is left in it.
-    let sections = tool("readelf", &["-SW".as_ref(), exe.as_os_str()]);
+    let sections = run_tool("readelf", &["-SW".as_ref(), exe.as_os_str()]);
     assert!(
         !sections.contains(".debug_frame"),
         "{} still has .debug_frame:\n{sections}",
