@@ -22,9 +22,8 @@ pub fn run(bench: &Bench) -> Result<Section> {
         "Each target of `profiler-user/src/fuzz` ran {seconds:.0} s in a process of its own \
          (bolero, random structure-aware inputs; address space capped at 4 GiB). An input \
          fails if a parser panics, breaks an invariant the target checks, takes more than \
-         1 s or holds more than 512 MiB of heap. \"Known bugs hit\" counts inputs that \
-         trigger a bug already reported (its reproducer is an ignored test in \
-         `profiler-user/src/fuzz/regressions.rs`), whose check the target skips.\n\n{}",
+         1 s or holds more than 512 MiB of heap. Each bug found keeps its input and a \
+         test in `profiler-user/src/fuzz/regressions.rs`.\n\n{}",
         table(&outcomes)
     );
     let findings = open_findings(&binary)?;
