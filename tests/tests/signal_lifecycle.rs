@@ -20,10 +20,11 @@ fn a_program_exec_d_over_a_signalled_jvm_gets_no_signal() {
     let java = JavaWorkload::build("JavaBusy", JDK_17, dir.path());
     let out = dir.join("jvm-exec.folded");
 
-    let mut stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 8.0, &out));
-    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
-    // Java runs 2 s after the agent is in, then the process exec's into a
-    // counter of SIGURGs that burns CPU for 3 s.
+    // The JVM is up (it printed "ready") before stoke starts, as in the other
+    // Java tests: a JVM still being created refuses attach, and stoke's
+    // retries for starting JVMs are bounded. Java runs until the agent is
+    // in, then 2 s more; then the process exec's into a counter of SIGURGs
+    // that burns CPU for 3 s.
     let mut command = Command::new(host.exe());
     command
         .arg("2")
@@ -31,6 +32,8 @@ fn a_program_exec_d_over_a_signalled_jvm_gets_no_signal() {
         .arg(java.classes())
         .arg("3");
     let mut running = Running::start(command, "jvm_then_exec", &host.comm());
+    let mut stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 8.0, &out));
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
     running.wait_for_line("attached", Duration::from_secs(20));
     running.wait_for_line("counting", Duration::from_secs(20));
     let count = running.wait_for_line("sigurg ", Duration::from_secs(20));
