@@ -1,23 +1,16 @@
-//! Stage 4, aggregation: counts samples by their raw stacks while recording,
-//! then names each distinct address once and folds the named stacks into a
-//! [`Profile`].
+//! Stage 4, aggregation: counts samples by their raw stacks while recording;
+//! after the recording, once symbolization has named every distinct address
+//! ([`AddressNames`]), folds the named stacks into a [`Profile`].
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::Arc,
-    time::Instant,
-};
+use std::{collections::HashMap, sync::Arc};
 
 use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
-    jvm::{symbols::JavaSymbols, JavaStackFrame},
+    jvm::{JavaStackFrame, MergedSample},
+    process::{ImageId, ProcessRegistry},
     profile::{clean_frame, FoldedStack, Profile, RecordingSummary, StackQuality},
-    sample::record::Sample,
-    symbolize::{
-        maps::{ImageId, MappedFile, MappingTarget, ProcessImage, ProcessTable},
-        Frames, Symbolizer,
-    },
+    symbolize::names::{call_site, AddressNames, StackAddresses},
 };
 
 /// What aggregation keeps apart.
@@ -48,7 +41,6 @@ struct RawStack {
 #[derive(Debug, Default)]
 pub struct Aggregator {
     options: AggregateOptions,
-    processes: ProcessTable,
     stacks: HashMap<RawStack, u64>,
     thread_names: HashMap<(ImageId, u32), String>,
     samples: u64,
@@ -63,23 +55,15 @@ impl Aggregator {
         }
     }
 
-    /// Counts one sample, snapshotting its process on first sight. A
-    /// sample of a Java thread comes with its Java frames.
-    pub fn add(&mut self, sample: Sample, mut java: Vec<JavaStackFrame>) {
-        let image = self.processes.image_for(sample.tgid, &sample.comm);
-        let mut user = sample.user;
-        if !java.is_empty() {
-            // Native frames above the innermost Java frame stay; from the
-            // first frame in JIT code on, the Java frames say it better.
-            let process = self.processes.image(image);
-            let java_code = user
-                .iter()
-                .position(|&address| !process.is_file_code(address))
-                .unwrap_or(user.len());
-            user.truncate(java_code);
-            if !self.options.lines {
-                java.iter_mut().for_each(|frame| frame.bci = 0);
-            }
+    /// Counts one sample.
+    pub fn add(&mut self, merged: MergedSample) {
+        let MergedSample {
+            image,
+            sample,
+            mut java,
+        } = merged;
+        if !self.options.lines {
+            java.iter_mut().for_each(|frame| frame.bci = 0);
         }
         let tid = if self.options.threads { sample.tid } else { 0 };
         if self.options.threads {
@@ -89,7 +73,7 @@ impl Aggregator {
             image,
             tid,
             kernel: sample.kernel.into(),
-            user: user.into(),
+            user: sample.user.into(),
             java: java.into(),
             stop: sample.stop,
         };
@@ -97,47 +81,34 @@ impl Aggregator {
         self.samples += 1;
     }
 
-    /// Process `pid` exec'd or exited: later samples belong to a new image.
-    pub fn process_ended(&mut self, pid: u32) {
-        self.processes.forget(pid);
-    }
-
     /// Samples counted so far.
     pub fn samples(&self) -> u64 {
         self.samples
     }
 
-    /// A process image by its index (0 up to [`Self::processes`]).
-    pub fn image(&self, id: ImageId) -> &ProcessImage {
-        self.processes.image(id)
+    /// The addresses of every distinct stack, for symbolization.
+    pub fn addresses<'a>(
+        &'a self,
+        processes: &'a ProcessRegistry,
+    ) -> impl Iterator<Item = StackAddresses<'a>> {
+        self.stacks.keys().map(|stack| StackAddresses {
+            image: processes.image(stack.image),
+            kernel: &stack.kernel,
+            user: &stack.user,
+        })
     }
 
-    /// The image of live process `pid`, if it was sampled.
-    pub fn live_image(&self, pid: u32) -> Option<&ProcessImage> {
-        self.processes.live_image(pid)
-    }
-
-    /// Process images seen so far.
-    pub fn processes(&self) -> usize {
-        self.processes.len()
-    }
-
-    /// Names every frame and folds the stacks into a profile; `java` has
-    /// what the JVM agents told, by pid.
-    pub fn finish(
+    /// Folds the stacks, named by `names`, into a profile; counts how far
+    /// native stacks got into `summary`.
+    pub fn fold(
         self,
-        symbolizer: &Symbolizer,
-        java: &HashMap<u32, JavaSymbols>,
+        processes: &ProcessRegistry,
+        names: &AddressNames,
         mut summary: RecordingSummary,
     ) -> Profile {
-        let started = Instant::now();
-        let names = Names::resolve(&self, symbolizer, java);
-        summary.symbolize_time = started.elapsed();
-        summary.symbolized_addresses = names.kernel.len() + names.files.len();
         let mut folded: HashMap<Vec<Arc<str>>, u64> = HashMap::new();
-        let quality = &mut summary.stack_quality;
         for (stack, samples) in &self.stacks {
-            let image = self.processes.image(stack.image);
+            let image = processes.image(stack.image);
             let mut frames: Vec<Arc<str>> = vec![format!("{} [{}]", image.name, image.pid).into()];
             if self.options.threads {
                 let thread = self
@@ -146,7 +117,7 @@ impl Aggregator {
                     .map_or("?", String::as_str);
                 frames.push(format!("{thread} [tid {}]", stack.tid).into());
             }
-            if let Some(symbols) = java.get(&image.pid) {
+            if let Some(symbols) = names.java(image.pid) {
                 frames.extend(stack.java.iter().rev().map(|frame| {
                     symbols.frame_name(&frame.frame(), frame.kind, self.options.lines)
                 }));
@@ -156,16 +127,17 @@ impl Aggregator {
                 frames.extend(names.user(image, call_site(index, address)).iter().cloned());
             }
             if stack.java.is_empty() && !stack.user.is_empty() {
-                quality.count(&frames[outermost_user], stack.stop, *samples);
+                let reached = reached_root(stack.stop, &frames[outermost_user]);
+                summary.stack_quality.count(reached, stack.stop, *samples);
             }
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
-                frames.extend(names.kernel[&call_site(index, address)].iter().cloned());
+                frames.extend(names.kernel(call_site(index, address)).iter().cloned());
             }
             let frames = frames.into_iter().map(clean_frame).collect();
             *folded.entry(frames).or_default() += samples;
         }
         summary.samples = self.samples;
-        summary.processes = self.processes.len();
+        summary.processes = processes.len();
         Profile {
             stacks: folded
                 .into_iter()
@@ -177,13 +149,20 @@ impl Aggregator {
     }
 }
 
+/// Whether a native stack got to its process's or thread's first function.
+/// The unwind tables mark the outermost frame themselves (`End`), even a
+/// stripped binary's nameless entry point; a frame-pointer chain cannot
+/// tell its end from a broken link, so there the outermost function's name
+/// says it (without the source location `--lines` adds).
+fn reached_root(stop: StopReason, outermost: &str) -> bool {
+    let function = outermost.split(" (").next().unwrap_or(outermost);
+    stop == StopReason::End || ROOT_FUNCTIONS.contains(&function)
+}
+
 impl StackQuality {
-    fn count(&mut self, outermost: &str, stop: StopReason, samples: u64) {
+    fn count(&mut self, reached_root: bool, stop: StopReason, samples: u64) {
         self.samples += samples;
-        let function = outermost.split(" (").next().unwrap_or(outermost);
-        // Unwind tables mark the outermost frame themselves, which also
-        // knows a stripped binary's entry point, nameless as it is.
-        if stop == StopReason::End || ROOT_FUNCTIONS.contains(&function) {
+        if reached_root {
             self.reached_root += samples;
         } else {
             *self.truncated.entry(describe(stop)).or_default() += samples;
@@ -205,103 +184,12 @@ fn describe(stop: StopReason) -> &'static str {
     }
 }
 
-/// A return address points after its call instruction, which may already be
-/// the next function; one byte back is inside the call. The innermost frame
-/// is the interrupted instruction itself.
-fn call_site(index: usize, address: u64) -> u64 {
-    if index == 0 {
-        address
-    } else {
-        address.saturating_sub(1)
-    }
-}
-
-/// Every distinct address of the recording, named.
-struct Names<'a> {
-    kernel: HashMap<u64, Frames>,
-    /// By mapped file (its address as identity) and file offset.
-    files: HashMap<(*const MappedFile, u64), Frames>,
-    java: &'a HashMap<u32, JavaSymbols>,
-}
-
-impl<'a> Names<'a> {
-    fn resolve(
-        aggregator: &Aggregator,
-        symbolizer: &Symbolizer,
-        java: &'a HashMap<u32, JavaSymbols>,
-    ) -> Self {
-        let mut kernel_addresses = HashSet::new();
-        let mut file_offsets: HashMap<*const MappedFile, (Arc<MappedFile>, HashSet<u64>)> =
-            HashMap::new();
-        for stack in aggregator.stacks.keys() {
-            kernel_addresses.extend(
-                stack
-                    .kernel
-                    .iter()
-                    .enumerate()
-                    .map(|(index, &a)| call_site(index, a)),
-            );
-            let image = aggregator.processes.image(stack.image);
-            for (index, &address) in stack.user.iter().enumerate() {
-                if let Some((mapping, offset)) = image.locate(call_site(index, address)) {
-                    if let MappingTarget::File(file) = &mapping.target {
-                        file_offsets
-                            .entry(Arc::as_ptr(file))
-                            .or_insert_with(|| (file.clone(), HashSet::new()))
-                            .1
-                            .insert(offset);
-                    }
-                }
-            }
-        }
-        let kernel_addresses: Vec<u64> = kernel_addresses.into_iter().collect();
-        let kernel = kernel_addresses
-            .iter()
-            .copied()
-            .zip(symbolizer.kernel(&kernel_addresses))
-            .collect();
-        let mut files = HashMap::new();
-        for (key, (file, offsets)) in file_offsets {
-            let offsets: Vec<u64> = offsets.into_iter().collect();
-            for (offset, frames) in offsets.iter().zip(symbolizer.file(&file, &offsets)) {
-                files.insert((key, *offset), frames);
-            }
-        }
-        Self {
-            kernel,
-            files,
-            java,
-        }
-    }
-
-    fn user(&self, image: &ProcessImage, address: u64) -> Frames {
-        let located = image.locate(address);
-        if let Some((mapping, offset)) = located {
-            if let MappingTarget::File(file) = &mapping.target {
-                return self.files[&(Arc::as_ptr(file), offset)].clone();
-            }
-        }
-        let jit = self
-            .java
-            .get(&image.pid)
-            .and_then(|java| java.code_name(address));
-        let name = match (jit, located) {
-            (Some(name), _) => name,
-            (None, Some((mapping, offset))) => match &mapping.target {
-                MappingTarget::Named(name) => format!("{name}+{offset:#x}").into(),
-                MappingTarget::File(_) => unreachable!("file frames returned above"),
-            },
-            (None, None) => "[unknown]".into(),
-        };
-        Frames::from([name])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use profiler_common::unwind::StopReason;
 
     use super::*;
+    use crate::{sample::record::Sample, symbolize::Symbolizer};
 
     fn sample(tgid: u32, tid: u32, user: Vec<u64>) -> Sample {
         Sample {
@@ -330,18 +218,25 @@ mod tests {
                 ],
             ),
         ] {
+            let mut processes = ProcessRegistry::default();
+            let image = processes.image_for(gone, "t1");
             let mut aggregator = Aggregator::new(AggregateOptions {
                 threads,
                 lines: false,
             });
-            aggregator.add(sample(gone, 1, vec![0x10]), vec![]);
-            aggregator.add(sample(gone, 1, vec![0x10]), vec![]);
-            aggregator.add(sample(gone, 2, vec![0x20]), vec![]);
-            let profile = aggregator.finish(
+            for (tid, address) in [(1, 0x10), (1, 0x10), (2, 0x20)] {
+                aggregator.add(MergedSample::native(
+                    image,
+                    sample(gone, tid, vec![address]),
+                ));
+            }
+            let java = HashMap::new();
+            let names = AddressNames::resolve(
+                aggregator.addresses(&processes),
                 &Symbolizer::new(false),
-                &HashMap::new(),
-                RecordingSummary::default(),
+                &java,
             );
+            let profile = aggregator.fold(&processes, &names, RecordingSummary::default());
             let mut stacks: Vec<(Vec<String>, u64)> = profile
                 .stacks
                 .iter()
@@ -359,25 +254,20 @@ mod tests {
                 .collect();
             assert_eq!(stacks, expected);
             assert_eq!(profile.summary.samples, 3);
+            assert_eq!(profile.summary.processes, 1);
             assert_eq!(profile.context_frames, 1 + usize::from(threads));
         }
     }
 
     #[test]
-    fn an_ended_process_with_a_reused_pid_is_a_new_image() {
-        let mut aggregator = Aggregator::new(AggregateOptions::default());
-        let pid = u32::MAX - 4;
-        aggregator.add(sample(pid, 1, vec![]), vec![]);
-        aggregator.process_ended(pid);
-        aggregator.add(sample(pid, 2, vec![]), vec![]);
-        assert_eq!(aggregator.processes(), 2);
-        assert_eq!(aggregator.samples(), 2);
-    }
-
-    #[test]
-    fn only_return_addresses_step_back_into_the_call() {
-        assert_eq!(call_site(0, 0x100), 0x100);
-        assert_eq!(call_site(1, 0x100), 0xff);
-        assert_eq!(call_site(3, 0), 0);
+    fn a_stack_reached_its_root_by_the_unwind_table_or_the_entry_function() {
+        assert!(reached_root(StopReason::End, "whatever"));
+        assert!(reached_root(StopReason::FramePointers, "_start"));
+        assert!(reached_root(
+            StopReason::FramePointers,
+            "clone3 (clone3.S:78)"
+        ));
+        assert!(!reached_root(StopReason::FramePointers, "main"));
+        assert!(!reached_root(StopReason::NoCfi, "_start_not"));
     }
 }

@@ -7,7 +7,7 @@ mod aggregate;
 mod cli;
 mod jvm;
 mod preflight;
-mod proc_maps;
+mod process;
 mod profile;
 mod progress;
 mod record;

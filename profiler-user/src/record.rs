@@ -1,5 +1,8 @@
-//! `stoke record`: runs the stages in order. Sampling and aggregation of raw
-//! stacks go on while recording; symbolization and writing follow it.
+//! `stoke record`: runs the stages in order. While recording, samples come
+//! in, their processes are registered (and their files' unwind tables
+//! loaded), JVM samples get their Java frames, and the raw stacks are
+//! counted; after it, every distinct address is named once, and the named
+//! stacks are folded and written.
 
 use std::{
     path::Path,
@@ -17,15 +20,19 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::RecordArgs,
-    jvm::profiler::JavaProfiler,
+    jvm::{
+        profiler::{JavaProfiler, JavaResults},
+        MergedSample,
+    },
     preflight,
+    process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
     progress::Progress,
     sample::{
         record::Record,
         sampler::{Sampler, SamplerConfig},
     },
-    symbolize::Symbolizer,
+    symbolize::{names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
     write::{write_profile, Format, OutputFile},
 };
@@ -89,6 +96,8 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>> {
 /// The stages of a recording while samples come in.
 struct Recording {
     sampler: Sampler,
+    /// Every sampled process's mappings, lent to the other stages.
+    processes: ProcessRegistry,
     /// `None` with `--frame-pointers`.
     unwinder: Option<UnwindLoader>,
     /// Process images handed to the unwinder so far.
@@ -118,6 +127,7 @@ impl Recording {
         };
         Ok(Self {
             sampler,
+            processes: ProcessRegistry::default(),
             unwinder,
             images_loaded: 0,
             aggregator: Aggregator::new(AggregateOptions {
@@ -151,7 +161,7 @@ impl Recording {
                 progress.update(
                     elapsed,
                     self.aggregator.samples(),
-                    self.aggregator.processes(),
+                    self.processes.len(),
                     counters[Counter::LostRingFull as usize],
                 );
             }
@@ -167,12 +177,14 @@ impl Recording {
         Ok(())
     }
 
-    /// Drains the ring into the stages: samples to aggregation (or to the
-    /// Java side, to wait for their Java stacks), new processes to the
-    /// unwinder, exec and exit to both.
+    /// Drains the ring into the stages: each sample's process to the
+    /// registry (new ones to the unwinder), samples to aggregation (or to
+    /// the Java side, to wait for their Java stacks), exec and exit to the
+    /// registry and the unwinder.
     fn take_in(&mut self) -> Result<()> {
         let Self {
             sampler,
+            processes,
             unwinder,
             aggregator,
             java,
@@ -182,28 +194,37 @@ impl Recording {
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
+                let image = processes.image_for(pid, &sample.comm);
+                java.look_for_jvm(pid, processes.image(image));
                 if sample.signalled {
-                    java.hold(sample);
+                    java.await_java_stack(sample);
                 } else {
-                    aggregator.add(sample, Vec::new());
+                    aggregator.add(MergedSample::native(image, sample));
                 }
-                java.consider(pid, aggregator.live_image(pid));
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
-                aggregator.process_ended(tgid);
+                processes.forget(tgid);
                 if let Some(unwinder) = unwinder.as_ref() {
                     unwinder.forget(tgid);
                 }
             }
             Err(_) => *malformed += 1,
         });
-        if let Some(unwinder) = &self.unwinder {
-            for image in self.images_loaded..self.aggregator.processes() {
-                unwinder.load(self.aggregator.image(image));
-            }
-            self.images_loaded = self.aggregator.processes();
+        for merged in java.collect(sampler, processes)? {
+            aggregator.add(merged);
         }
-        self.java.poll(&mut self.sampler, &mut self.aggregator)
+        self.load_new_images();
+        Ok(())
+    }
+
+    /// Hands the processes registered since the last call to the unwinder.
+    fn load_new_images(&mut self) {
+        if let Some(unwinder) = &self.unwinder {
+            for image in self.images_loaded..self.processes.len() {
+                unwinder.load(self.processes.image(image));
+            }
+        }
+        self.images_loaded = self.processes.len();
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names
@@ -211,6 +232,7 @@ impl Recording {
     fn finish(self, args: &RecordArgs) -> Result<Profile> {
         let Self {
             sampler,
+            mut processes,
             unwinder,
             mut aggregator,
             java,
@@ -223,8 +245,15 @@ impl Recording {
         let counters = sampler.counters()?;
         let bpf_time_per_sample = sampler.time_per_sample();
         drop(sampler);
-        let (java_symbols, java_summary) = java.finish(&mut aggregator);
-        let summary = RecordingSummary {
+        let JavaResults {
+            merged,
+            symbols: java_symbols,
+            summary: java_summary,
+        } = java.finish(&mut processes);
+        for merged in merged {
+            aggregator.add(merged);
+        }
+        let mut summary = RecordingSummary {
             duration,
             frequency_hz: args.frequency,
             cpus,
@@ -239,7 +268,15 @@ impl Recording {
             unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
             ..RecordingSummary::default()
         };
-        Ok(aggregator.finish(&Symbolizer::new(args.lines), &java_symbols, summary))
+        let started = Instant::now();
+        let names = AddressNames::resolve(
+            aggregator.addresses(&processes),
+            &Symbolizer::new(args.lines),
+            &java_symbols,
+        );
+        summary.symbolize_time = started.elapsed();
+        summary.symbolized_addresses = names.len();
+        Ok(aggregator.fold(&processes, &names, summary))
     }
 }
 

@@ -13,7 +13,7 @@ use crate::{
         attach::{hotspot_in_maps, launcher_options, ProcStatus, VmFlags, MAX_STATUS},
         profiler::innermost_ns_id,
     },
-    proc_maps::{Entries, MapsEntry},
+    process::maps::{Entries, MapsEntry},
 };
 
 const STATUS_FIELDS: [&str; 8] = [

@@ -5,7 +5,7 @@
 use super::harness;
 use crate::{
     jvm::{attach::ProcStatus, profiler::innermost_ns_id},
-    proc_maps::{Entries, MapsPath},
+    process::maps::{Entries, MapsPath},
 };
 
 /// A reproducer's bytes.

@@ -36,7 +36,7 @@ use std::{
 };
 
 use crate::{
-    proc_maps::{self, MapsEntry},
+    process::maps::{self as proc_maps, MapsEntry},
     rootfs::openat2,
 };
 

@@ -1,7 +1,8 @@
 //! Java profiling during a recording: finds the JVMs among the sampled
 //! processes, loads the agent into each (on a thread of its own, so that
 //! sampling never waits for a JVM), lets the BPF sampler signal the JVMs
-//! whose agent is ready, and turns the agents' answers into Java frames.
+//! whose agent is ready, and turns the agents' answers into Java frames:
+//! the samples it was handed come back as [`MergedSample`]s.
 
 use std::{
     borrow::Cow,
@@ -22,13 +23,12 @@ use super::{
     attach::{self, JvmTarget},
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
-    JavaStackFrame,
+    JavaStackFrame, MergedSample,
 };
 use crate::{
-    aggregate::Aggregator,
+    process::{ProcessImage, ProcessRegistry},
     profile::JavaSummary,
     sample::{record::Sample, sampler::Sampler},
-    symbolize::maps::ProcessImage,
 };
 
 /// The agent, built from `agent/` by build.rs.
@@ -186,10 +186,10 @@ impl JavaProfiler {
     }
 
     /// A process was sampled: if it is a JVM not attached yet, load the
-    /// agent into it. `image` is the process's memory map as the sample's
-    /// symbolization read it, which saves a second read on first sight
-    /// (later looks read it anew: a starting JVM maps libjvm.so late).
-    pub fn consider(&mut self, pid: u32, image: Option<&ProcessImage>) {
+    /// agent into it. `image` is the process's memory map as the registry
+    /// read it, which saves a second read on first sight (later looks read
+    /// it anew: a starting JVM maps libjvm.so late).
+    pub fn look_for_jvm(&mut self, pid: u32, image: &ProcessImage) {
         let Some(to_attach) = &self.to_attach else {
             return;
         };
@@ -199,8 +199,8 @@ impl JavaProfiler {
             Some(Recheck::At { when, .. }) if Instant::now() < *when => return,
             Some(Recheck::At { attempts, .. }) => *attempts,
         };
-        let is_jvm = match image {
-            Some(image) if attempts == 0 => Some(
+        let is_jvm = match attempts {
+            0 => Some(
                 image
                     .mapped_names()
                     .any(|name| attach::is_libjvm(name.as_bytes())),
@@ -234,16 +234,20 @@ impl JavaProfiler {
     }
 
     /// A sample that signalled a JVM thread: it waits for its Java stack.
-    pub fn hold(&mut self, sample: Sample) {
+    pub fn await_java_stack(&mut self, sample: Sample) {
         self.merger.add_native(sample);
     }
 
-    /// Takes in what the attach thread and the agents have, and counts the
-    /// samples whose fate is settled.
-    pub fn poll(&mut self, sampler: &mut Sampler, aggregator: &mut Aggregator) -> Result<()> {
+    /// Takes in what the attach thread and the agents have, and hands back
+    /// the samples whose Java stacks came or will not come.
+    pub fn collect(
+        &mut self,
+        sampler: &mut Sampler,
+        processes: &mut ProcessRegistry,
+    ) -> Result<Vec<MergedSample>> {
         while let Ok(attached) = self.attached.try_recv() {
             self.attaching -= 1;
-            self.adopt(attached, sampler)?;
+            self.profile_attached(attached, sampler)?;
         }
         for (&pid, jvm) in &mut self.jvms {
             if jvm.signalled && jvm.memory.state() != AgentState::Ready {
@@ -251,18 +255,14 @@ impl JavaProfiler {
                 jvm.signalled = false;
                 eprintln!("stoke: warning: JVM {pid}: its signal handler was replaced; its stacks stay native from now on");
             }
-            take_in(pid, jvm, &mut self.merger);
+            drain_agent(pid, jvm, &mut self.merger);
         }
-        self.settle(monotonic_ns(), false, aggregator);
-        Ok(())
+        Ok(self.merge_ready(monotonic_ns(), false, processes))
     }
 
-    /// After sampling: waits briefly for the last answers, then counts
-    /// every remaining sample and hands over the JVMs' symbols.
-    pub fn finish(
-        mut self,
-        aggregator: &mut Aggregator,
-    ) -> (HashMap<u32, JavaSymbols>, JavaSummary) {
+    /// After sampling: waits briefly for the last answers, then hands back
+    /// every remaining sample and the JVMs' symbols.
+    pub fn finish(mut self, processes: &mut ProcessRegistry) -> JavaResults {
         for (_, last) in std::mem::take(&mut self.attach_retries).into_values() {
             self.warn_native_only(&last);
         }
@@ -274,12 +274,12 @@ impl JavaProfiler {
         }
         std::thread::sleep(FINAL_ANSWER_WAIT);
         for (&pid, jvm) in &mut self.jvms {
-            take_in(pid, jvm, &mut self.merger);
+            drain_agent(pid, jvm, &mut self.merger);
             let events = jvm.symbols.dropped();
             jvm.dropped.warn(pid, events);
             jvm.dropped.count_in(&mut self.summary, events);
         }
-        self.settle(monotonic_ns(), true, aggregator);
+        let merged = self.merge_ready(monotonic_ns(), true, processes);
         // The names asked for just now need one more round trip.
         let deadline = Instant::now() + FINAL_NAMES_WAIT;
         let mut progress = (self.progress(), Instant::now());
@@ -299,12 +299,15 @@ impl JavaProfiler {
         self.summary
             .attach_ms
             .sort_unstable_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
-        let symbols = self
-            .jvms
-            .into_iter()
-            .map(|(pid, jvm)| (pid, jvm.symbols))
-            .collect();
-        (symbols, self.summary)
+        JavaResults {
+            merged,
+            symbols: self
+                .jvms
+                .into_iter()
+                .map(|(pid, jvm)| (pid, jvm.symbols))
+                .collect(),
+            summary: self.summary,
+        }
     }
 
     /// Says why a JVM keeps native stacks only; after [`MAX_WARNINGS`],
@@ -325,7 +328,9 @@ impl JavaProfiler {
             .fold(0, u64::wrapping_add)
     }
 
-    fn adopt(&mut self, attached: Attached, sampler: &mut Sampler) -> Result<()> {
+    /// Starts taking Java stacks from a JVM whose agent is ready, or says
+    /// why it keeps native stacks (or retries one still starting).
+    fn profile_attached(&mut self, attached: Attached, sampler: &mut Sampler) -> Result<()> {
         let pid = attached.pid;
         match attached.result {
             Ok(memory) => {
@@ -377,48 +382,81 @@ impl JavaProfiler {
         Ok(())
     }
 
-    fn settle(&mut self, now_ns: u64, flush: bool, aggregator: &mut Aggregator) {
+    /// Pairs the samples and Java stacks that can be paired, gives up on
+    /// samples that waited too long (all of them, with `flush`), and asks
+    /// the agents for what the merged samples need named or recompiled.
+    fn merge_ready(
+        &mut self,
+        now_ns: u64,
+        flush: bool,
+        processes: &mut ProcessRegistry,
+    ) -> Vec<MergedSample> {
+        let mut outcomes = Vec::new();
+        self.merger
+            .settle(now_ns, flush, |outcome| outcomes.push(outcome));
         let mut wanted: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut cut_short = Vec::new();
-        let (jvms, summary, retransform) = (&self.jvms, &mut self.summary, self.retransform);
-        self.merger.settle(now_ns, flush, |outcome| match outcome {
-            Outcome::Paired(sample, java) => {
-                let Some(jvm) = jvms.get(&sample.tgid) else {
-                    aggregator.add(sample, Vec::new());
-                    return;
-                };
-                let frames = java_frames(jvm, &java);
-                match java.result {
-                    _ if !frames.is_empty() => summary.java_samples += 1,
-                    NOT_A_JAVA_THREAD => summary.non_java_samples += 1,
-                    // "No Java frame" and "unknown, not Java" are what JIT
-                    // compiler threads (JavaThreads to HotSpot) answer; with
-                    // no Java code on the native stack either, the thread
-                    // ran no Java, and nothing is missing.
-                    AGCT_NO_JAVA_FRAME | AGCT_UNKNOWN_NOT_JAVA
-                        if !jvm.symbols.in_java_code(&sample.user) =>
-                    {
-                        summary.non_java_samples += 1
-                    }
-                    code => *summary.native_only.entry(agct_failure(code)).or_default() += 1,
+        let merged = outcomes
+            .into_iter()
+            .map(|outcome| {
+                let (sample, frames) = self.java_frames_of(outcome, &mut cut_short);
+                if let Some(jvm) = self.jvms.get(&sample.tgid) {
+                    let ids = wanted.entry(sample.tgid).or_default();
+                    ids.extend(frames.iter().map(|frame| frame.method_id));
+                    ids.extend(jvm.symbols.compiled_methods_at(sample.user.iter().copied()));
                 }
-                if let ([only], true) = (frames.as_slice(), retransform) {
-                    cut_short.push((sample.tgid, only.method_id));
-                }
-                let ids = wanted.entry(sample.tgid).or_default();
-                ids.extend(frames.iter().map(|frame| frame.method_id));
-                ids.extend(jvm.symbols.compiled_methods_at(sample.user.iter().copied()));
-                aggregator.add(sample, frames);
-            }
+                let image = processes.image_for(sample.tgid, &sample.comm);
+                MergedSample::with_java(processes.image(image), image, sample, frames)
+            })
+            .collect();
+        self.request_recompiles(cut_short);
+        self.request_names(wanted);
+        merged
+    }
+
+    /// A sample's Java frames, counted in the summary by what became of
+    /// them; a stack cut short after one method goes to `cut_short`.
+    fn java_frames_of(
+        &mut self,
+        outcome: Outcome,
+        cut_short: &mut Vec<(u32, u64)>,
+    ) -> (Sample, Vec<JavaStackFrame>) {
+        let summary = &mut self.summary;
+        let (sample, java) = match outcome {
+            Outcome::Paired(sample, java) => (sample, java),
             Outcome::Unpaired(sample, why) => {
                 *summary.native_only.entry(why.reason()).or_default() += 1;
-                if let Some(jvm) = jvms.get(&sample.tgid) {
-                    let ids = jvm.symbols.compiled_methods_at(sample.user.iter().copied());
-                    wanted.entry(sample.tgid).or_default().extend(ids);
-                }
-                aggregator.add(sample, Vec::new());
+                return (sample, Vec::new());
             }
-        });
+        };
+        let Some(jvm) = self.jvms.get(&sample.tgid) else {
+            return (sample, Vec::new());
+        };
+        let frames = java_frames(jvm, &java);
+        match java.result {
+            _ if !frames.is_empty() => summary.java_samples += 1,
+            NOT_A_JAVA_THREAD => summary.non_java_samples += 1,
+            // "No Java frame" and "unknown, not Java" are what JIT compiler
+            // threads (JavaThreads to HotSpot) answer; with no Java code on
+            // the native stack either, the thread ran no Java, and nothing
+            // is missing.
+            AGCT_NO_JAVA_FRAME | AGCT_UNKNOWN_NOT_JAVA
+                if !jvm.symbols.in_java_code(&sample.user) =>
+            {
+                summary.non_java_samples += 1
+            }
+            code => *summary.native_only.entry(agct_failure(code)).or_default() += 1,
+        }
+        if let ([only], true) = (frames.as_slice(), self.retransform) {
+            cut_short.push((sample.tgid, only.method_id));
+        }
+        (sample, frames)
+    }
+
+    /// Code compiled before the agent came lacks the debug information
+    /// AsyncGetCallTrace needs to walk past it: one frame is all it finds.
+    /// Has each such method's class recompiled, once.
+    fn request_recompiles(&mut self, cut_short: Vec<(u32, u64)>) {
         for (pid, method_id) in cut_short {
             let Some(jvm) = self.jvms.get_mut(&pid) else {
                 continue;
@@ -428,13 +466,14 @@ impl JavaProfiler {
             }
             let count = jvm.cut_short.entry(method_id).or_default();
             *count += 1;
-            // Code compiled before the agent came lacks the debug information
-            // AsyncGetCallTrace needs to walk past it: one frame is all it
-            // finds. Have it recompiled, once.
             if *count == RECOMPILE_AFTER {
                 jvm.memory.request_methods(&[method_id | RECOMPILE_REQUEST]);
             }
         }
+    }
+
+    /// Asks each agent to name the methods of `wanted` it has not named yet.
+    fn request_names(&mut self, wanted: HashMap<u32, Vec<u64>>) {
         for (pid, ids) in wanted {
             if let Some(jvm) = self.jvms.get_mut(&pid) {
                 let new = jvm.symbols.newly_wanted(ids);
@@ -445,8 +484,18 @@ impl JavaProfiler {
     }
 }
 
+/// What the Java side hands over at the end of a recording.
+pub struct JavaResults {
+    /// The samples still waiting for their Java stacks at the end.
+    pub merged: Vec<MergedSample>,
+    /// What each JVM's agent told, by pid.
+    pub symbols: HashMap<u32, JavaSymbols>,
+    /// Counts for the recording's summary.
+    pub summary: JavaSummary,
+}
+
 /// Drains one JVM's events and Java samples into the symbols and merger.
-fn take_in(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
+fn drain_agent(pid: u32, jvm: &mut Jvm, merger: &mut Merger) {
     jvm.memory.drain_events(|event| jvm.symbols.apply(event));
     let now = monotonic_ns();
     let (threads, dropped) = (&mut jvm.threads, &mut jvm.dropped);
@@ -646,7 +695,7 @@ fn read_bounded(path: &std::path::Path, limit: u64) -> Option<Vec<u8>> {
 
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
 pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
-    let mut maps = crate::proc_maps::read(pid).ok()?;
+    let mut maps = crate::process::maps::read(pid).ok()?;
     maps.try_fold(false, |libjvm, map| {
         Some(libjvm || attach::is_libjvm(map.ok()?.path.as_bytes()))
     })

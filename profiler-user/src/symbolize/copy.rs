@@ -30,7 +30,7 @@ use object::{
     ReadCache,
 };
 
-use super::maps::MappedFile;
+use crate::process::MappedFile;
 use crate::{
     rootfs,
     unwind::{

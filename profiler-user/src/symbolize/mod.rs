@@ -3,11 +3,12 @@
 //!
 //! Symbolization happens once, after recording, over each distinct address:
 //! a file's addresses go to blazesym in one batch, read from a sealed copy
-//! of the file (see [`copy`]). Only what blazesym cannot learn later is
-//! captured while processes live (see [`maps`]).
+//! of the file (see [`copy`]); [`names`] gathers the distinct addresses of
+//! the counted stacks and names each once. Only what blazesym cannot learn
+//! later is captured while processes live (see [`crate::process`]).
 
 pub mod copy;
-pub mod maps;
+pub mod names;
 
 use std::{io, path::Path, sync::Arc};
 
@@ -16,7 +17,7 @@ use blazesym::symbolize::{
     CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
 };
 
-use self::maps::MappedFile;
+use crate::process::MappedFile;
 
 /// The frames one address stands for, outermost first: the function, then
 /// the functions inlined into it at that address (with `--lines`).
@@ -183,12 +184,12 @@ mod tests {
 
     #[test]
     fn native_frames_are_named_or_fall_back_to_file_and_offset() {
-        let mut table = maps::ProcessTable::default();
+        let mut table = crate::process::ProcessRegistry::default();
         let id = table.image_for(std::process::id(), "self");
         let image = table.image(id);
         let here = native_frames_are_named_or_fall_back_to_file_and_offset as *const () as u64;
         let (mapping, offset) = image.locate(here).unwrap();
-        let maps::MappingTarget::File(file) = &mapping.target else {
+        let crate::process::MappingTarget::File(file) = &mapping.target else {
             panic!("not a file")
         };
         let names = Symbolizer::new(false).file(file, &[offset, u64::MAX / 2]);

@@ -32,7 +32,7 @@ use super::{
     debug_file,
     table::{self, Fingerprint, UnwindTable},
 };
-use crate::symbolize::maps::{MappedFile, MappingTarget, ProcessImage};
+use crate::process::{MappedFile, MappingTarget, ProcessImage};
 
 /// Bytes of one row in the array map: the kernel rounds values up to 8.
 const ROW_STRIDE: usize = size_of::<UnwindRow>().next_multiple_of(8);

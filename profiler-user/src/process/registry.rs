@@ -1,5 +1,6 @@
-//! Snapshots of processes' executable mappings, taken when a process is
-//! first sampled, so that its frames can be named after it has exited.
+//! The registry of sampled processes: a snapshot of each process's
+//! executable mappings, taken when it is first sampled (and again after it
+//! exec'd), so that its frames can be named after it has exited.
 //!
 //! Every mapped file is opened through `/proc/PID/map_files/`, which reaches
 //! the very file the process mapped: one deleted since, or one inside a
@@ -13,141 +14,25 @@ use std::{
     collections::HashMap,
     fs::File,
     io::{self, Read, Seek, SeekFrom, Write},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    path::{Path, PathBuf},
+    os::fd::{FromRawFd, OwnedFd},
+    path::Path,
     sync::Arc,
 };
 
-use crate::{
-    proc_maps::{self, MapsPath},
-    rootfs::{self, Root},
+use super::{
+    image::{base_name, FileOrigin, MappedFile, Mapping, MappingTarget, ProcessImage},
+    maps::{self, MapsPath},
 };
+use crate::rootfs::{self, Root};
 
-/// A file some process mapped executable, held open.
-#[derive(Debug)]
-pub struct MappedFile {
-    file: File,
-    /// Device and inode: what tells files apart.
-    pub key: (u64, u64),
-    /// The file's name as the process saw it, for frames that have no symbol.
-    pub name: Arc<str>,
-    /// Where the file is in the filesystem of the first process seen mapping
-    /// it; `None` for the vdso.
-    pub origin: Option<FileOrigin>,
-}
-
-/// A mapped file's path, and the root directory it is a path in.
-#[derive(Debug)]
-pub struct FileOrigin {
-    pub root: Arc<Root>,
-    /// As `/proc/PID/maps` shows it (the file may have been deleted since).
-    pub path: PathBuf,
-}
-
-impl MappedFile {
-    /// The file at `path` on this host, as if a process had mapped it.
-    #[cfg(test)]
-    pub fn on_host(path: &Path) -> Self {
-        let file = rootfs::open_regular(path).unwrap();
-        let metadata = file.metadata().unwrap();
-        Self {
-            file,
-            key: (
-                std::os::unix::fs::MetadataExt::dev(&metadata),
-                std::os::unix::fs::MetadataExt::ino(&metadata),
-            ),
-            name: base_name(path),
-            origin: Some(FileOrigin {
-                root: Arc::new(Root::host().unwrap()),
-                path: path.to_owned(),
-            }),
-        }
-    }
-
-    /// A path that opens this very file for as long as the recording runs.
-    pub fn path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-    }
-}
-
-/// What an executable mapping maps.
-#[derive(Clone, Debug)]
-pub enum MappingTarget {
-    /// A file, open.
-    File(Arc<MappedFile>),
-    /// Something without a file to read symbols from: `[vdso]`, anonymous
-    /// memory (JIT code), or a file that could not be opened.
-    Named(Arc<str>),
-}
-
-/// One executable mapping of a process.
-#[derive(Clone, Debug)]
-pub struct Mapping {
-    /// First address.
-    pub start: u64,
-    /// One past the last address.
-    pub end: u64,
-    /// The file offset mapped at `start`.
-    pub file_offset: u64,
-    /// What is mapped there.
-    pub target: MappingTarget,
-}
-
-/// A process's address space as it was when first sampled.
-#[derive(Debug, Default)]
-pub struct ProcessImage {
-    /// Process id.
-    pub pid: u32,
-    /// Process name (its main thread's `comm`).
-    pub name: String,
-    /// Executable mappings, sorted by address.
-    mappings: Vec<Mapping>,
-}
-
-impl ProcessImage {
-    /// The executable mappings, sorted by address.
-    pub fn mappings(&self) -> &[Mapping] {
-        &self.mappings
-    }
-
-    /// The names of what the process maps executable: file paths as it saw
-    /// them, `[vdso]`, anonymous memory's.
-    pub fn mapped_names(&self) -> impl Iterator<Item = &str> {
-        self.mappings.iter().map(|mapping| match &mapping.target {
-            MappingTarget::File(file) => &*file.name,
-            MappingTarget::Named(name) => &**name,
-        })
-    }
-
-    /// Whether `address` is code of a mapped file (the vdso included), not
-    /// anonymous memory such as a JIT's code.
-    pub fn is_file_code(&self, address: u64) -> bool {
-        // A file that could not be opened keeps its base name; memory
-        // without a file has a bracketed one.
-        self.locate(address)
-            .is_some_and(|(mapping, _)| match &mapping.target {
-                MappingTarget::File(_) => true,
-                MappingTarget::Named(name) => !name.starts_with('['),
-            })
-    }
-
-    /// The mapping holding `address`, and the file offset it corresponds to.
-    pub fn locate(&self, address: u64) -> Option<(&Mapping, u64)> {
-        let index = self
-            .mappings
-            .partition_point(|mapping| mapping.start <= address)
-            .checked_sub(1)?;
-        let mapping = &self.mappings[index];
-        (address < mapping.end).then(|| (mapping, address - mapping.start + mapping.file_offset))
-    }
-}
-
-/// Index of a [`ProcessImage`] in its [`ProcessTable`].
+/// Index of a [`ProcessImage`] in its [`ProcessRegistry`].
 pub type ImageId = usize;
 
-/// Every process image seen during a recording.
+/// Every process image seen during a recording: owned by the recording and
+/// lent to the stages that read processes (the unwind loader, the Java
+/// side, symbolization), so that each process's /proc is read once.
 #[derive(Debug, Default)]
-pub struct ProcessTable {
+pub struct ProcessRegistry {
     images: Vec<ProcessImage>,
     live: HashMap<u32, ImageId>,
     files: HashMap<(u64, u64), Arc<MappedFile>>,
@@ -155,7 +40,7 @@ pub struct ProcessTable {
     vdso: OnceCell<Option<Arc<MappedFile>>>,
 }
 
-impl ProcessTable {
+impl ProcessRegistry {
     /// The current image of process `pid`, snapshotting it on first sight.
     /// `thread_name` names the process if it is already gone.
     pub fn image_for(&mut self, pid: u32, thread_name: &str) -> ImageId {
@@ -172,11 +57,6 @@ impl ProcessTable {
     /// Process `pid` exec'd or exited: its next sample needs a new snapshot.
     pub fn forget(&mut self, pid: u32) {
         self.live.remove(&pid);
-    }
-
-    /// The current image of process `pid`, if it was snapshotted.
-    pub fn live_image(&self, pid: u32) -> Option<&ProcessImage> {
-        self.live.get(&pid).map(|&id| &self.images[id])
     }
 
     /// The image behind an id [`Self::image_for`] returned.
@@ -198,7 +78,7 @@ impl ProcessTable {
         if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
             image.name = name.trim_end_matches('\n').to_owned();
         }
-        let Ok(maps) = proc_maps::read(pid) else {
+        let Ok(maps) = maps::read(pid) else {
             return image;
         };
         // Opened at the first file not seen before.
@@ -278,7 +158,7 @@ impl ProcessTable {
 /// The vdso has no file: copy this process's own into a memfd, so that
 /// blazesym reads it like any ELF file.
 fn copy_own_vdso() -> io::Result<MappedFile> {
-    let vdso = proc_maps::read(std::process::id())?
+    let vdso = maps::read(std::process::id())?
         .map_while(Result::ok)
         .find(|map| map.path == MapsPath::Vdso)
         .ok_or_else(|| io::Error::other("no vdso mapped"))?;
@@ -309,44 +189,15 @@ fn device_number((major, minor): (u32, u32)) -> u64 {
     (u64::from(major) << 32) | u64::from(minor)
 }
 
-/// A file's name for frames: a name that is not UTF-8 (Linux allows any
-/// bytes) still tells the file apart, with replacement characters.
-fn base_name(path: &Path) -> Arc<str> {
-    path.file_name()
-        .map_or("[unknown]".into(), |name| name.to_string_lossy().into())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
-
-    fn named(start: u64, end: u64, file_offset: u64) -> Mapping {
-        Mapping {
-            start,
-            end,
-            file_offset,
-            target: MappingTarget::Named("x".into()),
-        }
-    }
-
-    #[test]
-    fn locate_finds_the_mapping_and_its_file_offset() {
-        let image = ProcessImage {
-            pid: 1,
-            name: "p".into(),
-            mappings: vec![named(0x1000, 0x2000, 0), named(0x5000, 0x6000, 0x3000)],
-        };
-        assert_eq!(image.locate(0x1000).map(|(_, offset)| offset), Some(0));
-        assert_eq!(image.locate(0x1fff).map(|(_, offset)| offset), Some(0xfff));
-        assert_eq!(image.locate(0x5010).map(|(_, offset)| offset), Some(0x3010));
-        for outside in [0xfff, 0x2000, 0x4fff, 0x6000] {
-            assert!(image.locate(outside).is_none(), "{outside:#x}");
-        }
-    }
 
     #[test]
     fn snapshot_of_this_process_opens_its_executable() {
-        let mut table = ProcessTable::default();
+        let mut table = ProcessRegistry::default();
         let id = table.image_for(std::process::id(), "fallback");
         let image = table.image(id);
         let here = snapshot_of_this_process_opens_its_executable as *const () as u64;
@@ -384,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_vanished_process_keeps_its_thread_name() {
-        let mut table = ProcessTable::default();
+        let mut table = ProcessRegistry::default();
         let id = table.image_for(u32::MAX - 1, "gone");
         assert_eq!(table.image(id).name, "gone");
         assert!(table.image(id).locate(0x1000).is_none());
