@@ -337,3 +337,110 @@ fn create_memfd(name: &CStr) -> io::Result<OwnedFd> {
     // SAFETY: a fresh descriptor nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
+
+#[cfg(test)]
+mod tests {
+    use profiler_common::jvm::{REQUEST_SLOTS, SAMPLE_SLOTS};
+
+    use super::*;
+
+    /// What stoke does with a committed slot: reads it, passes the read
+    /// position, gives the slot back to the producers.
+    fn consume(shared: &SharedMemory, position: u64) -> bool {
+        // SAFETY: the slot is in bounds; the sequence is atomic.
+        let sequence = unsafe { &(*shared.slot(position)).sequence };
+        if sequence.load(Ordering::Acquire) != position + 1 {
+            return false;
+        }
+        shared
+            .header()
+            .samples_read
+            .store(position + 1, Ordering::Release);
+        sequence.store(position + SAMPLE_SLOTS as u64, Ordering::Release);
+        true
+    }
+
+    #[test]
+    fn a_new_memory_has_its_header_and_an_empty_ring() {
+        let shared = SharedMemory::create().unwrap();
+        let header = shared.header();
+        assert_eq!(header.magic, MAGIC);
+        assert_eq!(header.version, VERSION);
+        assert_eq!(header.total_size, TOTAL_SIZE as u64);
+        assert_eq!(header.pid, std::process::id());
+        assert!(!consume(&shared, 0), "nothing committed yet");
+    }
+
+    #[test]
+    fn slots_are_read_in_order_and_a_full_ring_drops_and_counts() {
+        let shared = SharedMemory::create().unwrap();
+        // A claimed slot is invisible to stoke until committed.
+        let first = shared.claim_sample().unwrap();
+        assert!(!consume(&shared, 0));
+        shared.commit(first);
+        for _ in 1..SAMPLE_SLOTS {
+            let claim = shared.claim_sample().expect("room left");
+            shared.commit(claim);
+        }
+        // Every slot holds an unread sample: the next is dropped, counted.
+        assert!(shared.claim_sample().is_none());
+        assert!(shared.claim_sample().is_none());
+        assert_eq!(shared.header().samples_dropped.load(Ordering::Relaxed), 2);
+        // Reading one frees one, at the next position round the ring.
+        assert!(consume(&shared, 0));
+        let claim = shared.claim_sample().expect("a slot was freed");
+        assert_eq!(claim.position, SAMPLE_SLOTS as u64);
+        shared.commit(claim);
+        assert!(shared.claim_sample().is_none());
+        for position in 1..=SAMPLE_SLOTS as u64 {
+            assert!(consume(&shared, position), "slot {position}");
+        }
+        assert!(!consume(&shared, SAMPLE_SLOTS as u64 + 1));
+    }
+
+    #[test]
+    fn requests_beyond_one_ring_are_never_read_twice() {
+        let shared = SharedMemory::create().unwrap();
+        let header = shared.header();
+        // A stoke (or a process posing as one) claims far more requests
+        // than the ring holds: only the last ring's worth is read.
+        header
+            .requests_written
+            .store(10 * REQUEST_SLOTS as u64, Ordering::Release);
+        let mut answered = 0;
+        shared.take_requests(|_| answered += 1);
+        assert_eq!(answered, REQUEST_SLOTS);
+        shared.take_requests(|_| answered += 1);
+        assert_eq!(answered, REQUEST_SLOTS, "nothing new was written");
+        assert_eq!(
+            header.requests_read.load(Ordering::Relaxed),
+            10 * REQUEST_SLOTS as u64
+        );
+    }
+
+    #[test]
+    fn an_idle_agent_appends_nothing_until_woken() {
+        let shared = SharedMemory::create().unwrap();
+        let event = Event::CodeUnload {
+            method_id: 1,
+            start: 0x1000,
+        };
+        assert!(shared.append_event(&event));
+        let committed = shared.header().events_committed.load(Ordering::Acquire);
+        assert!(committed > 0);
+        let claim = shared.claim_sample().unwrap();
+        shared.commit(claim);
+        shared.go_idle();
+        assert_eq!(shared.header().events_committed.load(Ordering::Acquire), 0);
+        assert!(!shared.append_event(&event), "the log is closed while idle");
+        // Woken (as stoke does: activity set, then the futex woken), the
+        // ring starts empty again and the log takes events.
+        shared
+            .header()
+            .activity
+            .store(Activity::Waking as u32, Ordering::Release);
+        shared.wait_for_stoke();
+        assert!(!consume(&shared, 0), "the ring was emptied");
+        assert!(shared.append_event(&event));
+    }
+}

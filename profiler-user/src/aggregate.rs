@@ -98,8 +98,9 @@ impl Aggregator {
         })
     }
 
-    /// Folds the stacks, named by `names`, into a profile; counts how far
-    /// native stacks got into `summary`.
+    /// Folds the stacks, named by `names`, into a profile; adds to
+    /// `summary` what aggregation counted: the samples, and how far native
+    /// stacks got.
     pub fn fold(
         self,
         processes: &ProcessRegistry,
@@ -137,7 +138,6 @@ impl Aggregator {
             *folded.entry(frames).or_default() += samples;
         }
         summary.samples = self.samples;
-        summary.processes = processes.len();
         Profile {
             stacks: folded
                 .into_iter()
@@ -254,7 +254,6 @@ mod tests {
                 .collect();
             assert_eq!(stacks, expected);
             assert_eq!(profile.summary.samples, 3);
-            assert_eq!(profile.summary.processes, 1);
             assert_eq!(profile.context_frames, 1 + usize::from(threads));
         }
     }

@@ -264,6 +264,7 @@ impl Recording {
             lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
             idle_skipped: counters[Counter::IdleSkipped as usize],
             bpf_time_per_sample,
+            processes: processes.len(),
             java: java_summary,
             unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
             ..RecordingSummary::default()

@@ -9,6 +9,7 @@ pub mod attach;
 pub mod merge;
 pub mod profiler;
 pub mod symbols;
+pub mod thread_ids;
 
 use profiler_common::jvm::JavaFrame;
 
