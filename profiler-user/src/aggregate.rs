@@ -8,8 +8,8 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
     jvm::{JavaStackFrame, MergedSample},
-    process::{ImageId, ProcessRegistry},
-    profile::{clean_frame, FoldedStack, Profile, RecordingSummary, StackQuality},
+    process::{ImageId, ProcessImage, ProcessRegistry},
+    profile::{clean_frame, FoldedStack, Labels, Profile, RecordingSummary, StackQuality},
     symbolize::names::{call_site, AddressNames, StackAddresses},
 };
 
@@ -20,6 +20,21 @@ pub struct AggregateOptions {
     pub threads: bool,
     /// Keep Java frames apart by line (else only by method).
     pub lines: bool,
+    /// What frame, if any, goes above the process frame.
+    pub group_by: GroupBy,
+}
+
+/// What groups processes in the folded stacks, under a frame above theirs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupBy {
+    /// Nothing: the process frame is the root.
+    None,
+    /// A containerized process's container, as `NAME [container ID]`.
+    #[default]
+    Container,
+    /// The service a process is part of (Kubernetes namespace/container,
+    /// container name, systemd unit), as `SERVICE [service]`.
+    Service,
 }
 
 /// A sample's stack before symbolization, with what names its context.
@@ -107,17 +122,12 @@ impl Aggregator {
         names: &AddressNames,
         mut summary: RecordingSummary,
     ) -> Profile {
-        let mut folded: HashMap<Vec<Arc<str>>, u64> = HashMap::new();
+        let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels)> = HashMap::new();
+        let mut process_labels: HashMap<ImageId, Vec<(&'static str, Arc<str>)>> = HashMap::new();
         for (stack, samples) in &self.stacks {
             let image = processes.image(stack.image);
-            let mut frames: Vec<Arc<str>> = vec![format!("{} [{}]", image.name, image.pid).into()];
-            if self.options.threads {
-                let thread = self
-                    .thread_names
-                    .get(&(stack.image, stack.tid))
-                    .map_or("?", String::as_str);
-                frames.push(format!("{thread} [tid {}]", stack.tid).into());
-            }
+            let mut frames = self.context_frames(stack, image);
+            let context_frames = frames.len();
             if let Some(symbols) = names.java(image.pid) {
                 frames.extend(stack.java.iter().rev().map(|frame| {
                     symbols.frame_name(&frame.frame(), frame.kind, self.options.lines)
@@ -135,18 +145,84 @@ impl Aggregator {
                 frames.extend(names.kernel(call_site(index, address)).iter().cloned());
             }
             let frames = frames.into_iter().map(clean_frame).collect();
-            *folded.entry(frames).or_default() += samples;
+            let entry = folded.entry(frames).or_insert_with(|| {
+                let mut labels = process_labels
+                    .entry(stack.image)
+                    .or_insert_with(|| labels_of(image))
+                    .clone();
+                if self.options.threads {
+                    labels.push(("tid", stack.tid.to_string().into()));
+                    labels.push(("thread", self.thread_name(stack).into()));
+                }
+                (0, context_frames, labels.into())
+            });
+            entry.0 += samples;
         }
         summary.samples = self.samples;
         Profile {
             stacks: folded
                 .into_iter()
-                .map(|(frames, samples)| FoldedStack { frames, samples })
+                .map(|(frames, (samples, context_frames, labels))| FoldedStack {
+                    frames,
+                    context_frames,
+                    samples,
+                    labels,
+                })
                 .collect(),
-            context_frames: 1 + usize::from(self.options.threads),
             summary,
         }
     }
+
+    /// The frames that say where a stack ran: the group's (container or
+    /// service), the process's, the thread's with `-t`.
+    fn context_frames(&self, stack: &RawStack, image: &ProcessImage) -> Vec<Arc<str>> {
+        let mut frames: Vec<Arc<str>> = Vec::new();
+        let identity = &image.identity;
+        match self.options.group_by {
+            GroupBy::None => {}
+            GroupBy::Container => {
+                if let Some(container) = &identity.container {
+                    let id = container.short_id();
+                    frames.push(match &container.name {
+                        Some(name) => format!("{name} [container {id}]").into(),
+                        None => format!("[container {id}]").into(),
+                    });
+                }
+            }
+            GroupBy::Service => {
+                if let Some(service) = identity.service() {
+                    frames.push(format!("{service} [service]").into());
+                }
+            }
+        }
+        frames.push(format!("{} [{}]", image.name, image.pid).into());
+        if self.options.threads {
+            frames.push(format!("{} [tid {}]", self.thread_name(stack), stack.tid).into());
+        }
+        frames
+    }
+
+    fn thread_name(&self, stack: &RawStack) -> &str {
+        self.thread_names
+            .get(&(stack.image, stack.tid))
+            .map_or("?", String::as_str)
+    }
+}
+
+/// A process's labels: who it is and where it runs.
+fn labels_of(image: &ProcessImage) -> Vec<(&'static str, Arc<str>)> {
+    let identity = &image.identity;
+    let comm: Arc<str> = image.name.as_str().into();
+    let mut labels = vec![
+        ("pid", image.pid.to_string().into()),
+        ("comm", comm.clone()),
+    ];
+    if let Some(exe) = &image.exe {
+        labels.push(("exe", exe.clone()));
+    }
+    labels.push(("service", identity.service().map_or(comm, Arc::from)));
+    labels.extend(identity.labels());
+    labels
 }
 
 /// Whether a native stack got to its process's or thread's first function.
@@ -222,7 +298,7 @@ mod tests {
             let image = processes.image_for(gone, "t1");
             let mut aggregator = Aggregator::new(AggregateOptions {
                 threads,
-                lines: false,
+                ..AggregateOptions::default()
             });
             for (tid, address) in [(1, 0x10), (1, 0x10), (2, 0x20)] {
                 aggregator.add(MergedSample::native(
@@ -254,7 +330,10 @@ mod tests {
                 .collect();
             assert_eq!(stacks, expected);
             assert_eq!(profile.summary.samples, 3);
-            assert_eq!(profile.context_frames, 1 + usize::from(threads));
+            for stack in &profile.stacks {
+                assert_eq!(stack.context_frames, 1 + usize::from(threads));
+                assert_eq!(stack.labels[0], ("pid", Arc::from(gone.to_string())));
+            }
         }
     }
 

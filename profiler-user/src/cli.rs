@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::write::Format;
+use crate::{aggregate::GroupBy, write::Format};
 
 /// Stoke: a system-wide CPU profiler. Samples every CPU with eBPF and shows
 /// kernel and native frames merged into one stack, for every process.
@@ -86,6 +86,12 @@ pub struct RecordArgs {
     /// Add a frame for the thread under each process frame.
     #[arg(short = 't', long = "threads")]
     pub threads: bool,
+
+    /// What frame goes above each process frame: its container (the
+    /// default; host processes get none), its service (Kubernetes
+    /// namespace/container, container name or systemd unit), or none.
+    #[arg(long, value_enum, value_name = "GROUP", default_value_t = GroupBy::Container)]
+    pub group_by: GroupBy,
 
     /// Add source file and line to native frames that have debug info.
     #[arg(long)]

@@ -9,12 +9,29 @@ use crate::unwind::loader::UnwindSummary;
 /// One distinct symbolized stack and the samples that hit it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FoldedStack {
-    /// Frame names, root first: the process frame, the thread frame with
-    /// `-t`, then code from the outermost caller to the sampled function.
-    /// Names never contain `;` or a line break; kernel frames end in `_[k]`.
+    /// Frame names, root first: the context frames (the container or
+    /// service frame with `--group-by`, the process frame, the thread frame
+    /// with `-t`), then code from the outermost caller to the sampled
+    /// function. Names never contain `;` or a line break; kernel frames end
+    /// in `_[k]`.
     pub frames: Vec<Arc<str>>,
+    /// How many leading frames name where the code ran rather than code.
+    pub context_frames: usize,
     /// Samples with exactly this stack.
     pub samples: u64,
+    /// Who the samples belong to, for writers that keep labels.
+    #[serde(serialize_with = "label_map")]
+    pub labels: Labels,
+}
+
+/// Labels of a stack's samples, as (key, value), keys in a fixed order:
+/// `pid`, `comm`, `exe`, `service`, then where the process runs
+/// (`container_*`, `pod`, `namespace`, `pod_container`, `systemd_unit`),
+/// then `tid` and `thread` with `-t`.
+pub type Labels = Arc<[(&'static str, Arc<str>)]>;
+
+fn label_map<S: Serializer>(labels: &Labels, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(labels.iter().map(|(key, value)| (key, value)))
 }
 
 /// `name` as a frame every writer can take: no `;` (the folded format's
@@ -41,9 +58,6 @@ pub fn clean_frame(name: Arc<str>) -> Arc<str> {
 pub struct Profile {
     /// Every distinct stack once, in no particular order.
     pub stacks: Vec<FoldedStack>,
-    /// How many leading frames of every stack name the process (and thread)
-    /// rather than code: 1, or 2 with `-t`.
-    pub context_frames: usize,
     /// How the recording went.
     pub summary: RecordingSummary,
 }

@@ -133,6 +133,7 @@ impl Recording {
             aggregator: Aggregator::new(AggregateOptions {
                 threads: args.threads,
                 lines: args.lines,
+                group_by: args.group_by,
             }),
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform),
             malformed: 0,

@@ -111,6 +111,29 @@ impl Root {
     }
 }
 
+impl Root {
+    /// The names of at most `max` entries of the directory at `path` of
+    /// this root, resolved as [`Root::open_file`] resolves files.
+    pub fn dir_names(&self, path: &Path, max: usize) -> io::Result<Vec<String>> {
+        let name = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path"))?;
+        let dir = File::from(openat2(
+            self.0.as_fd(),
+            &name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+            libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS,
+        )?);
+        // Listed through the descriptor: no second lookup by name.
+        let entries = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))?;
+        Ok(entries
+            .take(max)
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect())
+    }
+}
+
 /// Opens the regular file at `path` for reading, following symlinks (the
 /// `/proc/PID/map_files/` and `/proc/self/fd/` links included). Like
 /// [`Root::open_file`], anything but a regular file is refused before it is

@@ -8,6 +8,7 @@ use std::{
     sync::Arc,
 };
 
+use super::identity::Identity;
 #[cfg(test)]
 use crate::rootfs;
 use crate::rootfs::Root;
@@ -89,6 +90,10 @@ pub struct ProcessImage {
     pub pid: u32,
     /// Process name (its main thread's `comm`).
     pub name: String,
+    /// The executable's path, as the process's own root names it.
+    pub exe: Option<Arc<str>>,
+    /// Where the process runs: its container or service.
+    pub identity: Arc<Identity>,
     /// Executable mappings, sorted by address.
     pub(super) mappings: Vec<Mapping>,
 }
@@ -157,6 +162,7 @@ mod tests {
             pid: 1,
             name: "p".into(),
             mappings: vec![named(0x1000, 0x2000, 0), named(0x5000, 0x6000, 0x3000)],
+            ..ProcessImage::default()
         };
         assert_eq!(image.locate(0x1000).map(|(_, offset)| offset), Some(0));
         assert_eq!(image.locate(0x1fff).map(|(_, offset)| offset), Some(0xfff));

@@ -20,9 +20,14 @@ use std::{
 };
 
 use super::{
+    identity::Identities,
     image::{base_name, FileOrigin, MappedFile, Mapping, MappingTarget, ProcessImage},
     maps::{self, MapsPath},
+    read_bounded,
 };
+
+/// Most bytes of `/proc/PID/comm` read: the kernel's names are 15 bytes.
+const MAX_COMM: u64 = 64;
 use crate::rootfs::{self, Root};
 
 /// Index of a [`ProcessImage`] in its [`ProcessRegistry`].
@@ -38,6 +43,7 @@ pub struct ProcessRegistry {
     files: HashMap<(u64, u64), Arc<MappedFile>>,
     /// A copy of the vdso, which every process of this kernel maps alike.
     vdso: OnceCell<Option<Arc<MappedFile>>>,
+    identities: Identities,
 }
 
 impl ProcessRegistry {
@@ -70,14 +76,19 @@ impl ProcessRegistry {
     }
 
     fn snapshot(&mut self, pid: u32, thread_name: &str) -> ProcessImage {
+        let comm = read_bounded(format!("/proc/{pid}/comm"), MAX_COMM);
         let mut image = ProcessImage {
             pid,
-            name: thread_name.to_owned(),
+            name: comm.map_or_else(
+                || thread_name.to_owned(),
+                |comm| String::from_utf8_lossy(comm.trim_ascii_end()).into_owned(),
+            ),
+            exe: std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .map(|path| path.to_string_lossy().into()),
+            identity: self.identities.of(pid),
             mappings: Vec::new(),
         };
-        if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-            image.name = name.trim_end_matches('\n').to_owned();
-        }
         let Ok(maps) = maps::read(pid) else {
             return image;
         };

@@ -10,14 +10,12 @@ use crate::profile::{FoldedStack, Profile, RecordingSummary};
 /// What a reader checks before reading further.
 const FORMAT: &str = "stoke-profile";
 /// Bumped when a field changes meaning or goes away (adding one does not).
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 #[derive(Serialize)]
 struct Document<'a> {
     format: &'static str,
     version: u32,
-    /// Leading frames of every stack that name the process (and thread).
-    context_frames: usize,
     summary: &'a RecordingSummary,
     stacks: &'a [FoldedStack],
 }
@@ -26,7 +24,6 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let document = Document {
         format: FORMAT,
         version: VERSION,
-        context_frames: profile.context_frames,
         summary: &profile.summary,
         stacks: &profile.stacks,
     };
@@ -57,5 +54,6 @@ mod tests {
         assert_eq!(stacks.len(), 2);
         assert_eq!(stacks[0]["frames"][2], "work");
         assert_eq!(stacks[0]["samples"], 3);
+        assert_eq!(stacks[0]["context_frames"], 1);
     }
 }

@@ -90,10 +90,11 @@ mod tests {
                 .iter()
                 .map(|&(frames, samples)| FoldedStack {
                     frames: frames.split(';').map(Arc::from).collect(),
+                    context_frames: 1,
                     samples,
+                    labels: Arc::new([]),
                 })
                 .collect(),
-            context_frames: 1,
             summary: RecordingSummary {
                 samples: stacks.iter().map(|&(_, n)| n).sum(),
                 ..RecordingSummary::default()

@@ -184,10 +184,7 @@ fn count_functions(profile: &Profile) -> (HashMap<&str, u64>, HashMap<&str, u64>
     let mut total_samples = HashMap::new();
     let mut on_stack = HashSet::new();
     for stack in &profile.stacks {
-        let code = stack
-            .frames
-            .get(profile.context_frames..)
-            .unwrap_or_default();
+        let code = stack.frames.get(stack.context_frames..).unwrap_or_default();
         if let Some(leaf) = code.last() {
             *self_samples.entry(&**leaf).or_default() += stack.samples;
         }

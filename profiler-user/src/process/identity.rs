@@ -1,0 +1,226 @@
+//! Who a process is beyond its pid: the container it runs in (runtime, id,
+//! name, image, Kubernetes pod) or the systemd unit of a host service.
+//! Read once per process when the registry first sees it, and cached per
+//! cgroup: the processes of one container share one [`Identity`].
+
+use std::{collections::HashMap, sync::Arc};
+
+use super::{
+    cgroup::{self, Runtime, MAX_CGROUP_FILE},
+    read_bounded,
+    runtime_metadata::{self, ContainerMetadata},
+};
+use crate::rootfs::Root;
+
+/// Most cgroups remembered: beyond it the cache starts again, so that a
+/// host creating containers for days keeps bounded memory.
+const MAX_CGROUPS: usize = 16 * 1024;
+
+/// Where a process runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// The container, for a containerized process.
+    pub container: Option<Container>,
+    /// The systemd unit, for a host service.
+    pub unit: Option<Arc<str>>,
+}
+
+/// A container a process runs in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Container {
+    pub runtime: Runtime,
+    /// The runtime's id (for nspawn, the machine name).
+    pub id: Arc<str>,
+    /// The name its runtime gives it.
+    pub name: Option<Arc<str>>,
+    /// The image, as it was named when the container was created.
+    pub image: Option<Arc<str>>,
+    pub pod: Option<Pod>,
+}
+
+/// The Kubernetes pod a container belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pod {
+    pub name: Arc<str>,
+    pub namespace: Arc<str>,
+    /// The container's name in the pod.
+    pub container: Option<Arc<str>>,
+}
+
+impl Container {
+    /// The id as `docker ps` shows it: its first 12 digits.
+    pub fn short_id(&self) -> &str {
+        self.id.get(..12).unwrap_or(&self.id)
+    }
+
+    /// What names the container for people: its name, else its short id.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or_else(|| self.short_id())
+    }
+}
+
+impl Identity {
+    /// The service a process of this identity is part of, if it is more
+    /// than its own name: the Kubernetes namespace and container, the
+    /// container's name, or the systemd unit.
+    pub fn service(&self) -> Option<String> {
+        match &self.container {
+            Some(Container {
+                pod: Some(pod),
+                name,
+                ..
+            }) => {
+                let container = pod.container.as_deref().or(name.as_deref());
+                Some(format!(
+                    "{}/{}",
+                    pod.namespace,
+                    container.unwrap_or(&pod.name)
+                ))
+            }
+            Some(container) => Some(container.display_name().to_owned()),
+            None => self.unit.as_deref().map(str::to_owned),
+        }
+    }
+
+    /// The labels that say where a process runs, as (key, value).
+    pub fn labels(&self) -> Vec<(&'static str, Arc<str>)> {
+        let mut labels = Vec::new();
+        if let Some(container) = &self.container {
+            labels.push(("container_runtime", Arc::from(container.runtime.name())));
+            labels.push(("container_id", container.id.clone()));
+            if let Some(name) = &container.name {
+                labels.push(("container_name", name.clone()));
+            }
+            if let Some(image) = &container.image {
+                labels.push(("container_image", image.clone()));
+            }
+            if let Some(pod) = &container.pod {
+                labels.push(("pod", pod.name.clone()));
+                labels.push(("namespace", pod.namespace.clone()));
+                if let Some(name) = &pod.container {
+                    labels.push(("pod_container", name.clone()));
+                }
+            }
+        }
+        if let Some(unit) = &self.unit {
+            labels.push(("systemd_unit", unit.clone()));
+        }
+        labels
+    }
+}
+
+/// The identities of the processes seen, by cgroup.
+#[derive(Debug, Default)]
+pub struct Identities {
+    by_cgroup: HashMap<Box<str>, Arc<Identity>>,
+    /// The host's root, where runtimes keep their metadata; `None` until
+    /// first needed, or if it cannot be opened.
+    host: Option<Option<Root>>,
+    /// Shared by every process outside any container or unit.
+    none: Arc<Identity>,
+}
+
+impl Identities {
+    /// Where process `pid` runs; a process gone already runs nowhere.
+    pub fn of(&mut self, pid: u32) -> Arc<Identity> {
+        let Some(text) = read_bounded(format!("/proc/{pid}/cgroup"), MAX_CGROUP_FILE) else {
+            return self.none.clone();
+        };
+        let text = String::from_utf8_lossy(&text);
+        let Some(path) = cgroup::main_path(&text) else {
+            return self.none.clone();
+        };
+        if let Some(identity) = self.by_cgroup.get(path) {
+            return identity.clone();
+        }
+        let identity = Arc::new(self.read(path));
+        if self.by_cgroup.len() >= MAX_CGROUPS {
+            self.by_cgroup.clear();
+        }
+        self.by_cgroup.insert(path.into(), identity.clone());
+        identity
+    }
+
+    fn read(&mut self, path: &str) -> Identity {
+        let placement = cgroup::placement(path);
+        let container = placement.container.map(|(runtime, id)| {
+            let host = self.host.get_or_insert_with(|| Root::host().ok());
+            let metadata = match host {
+                Some(root) => {
+                    runtime_metadata::read(root, runtime, &id, placement.pod_uid.as_deref())
+                }
+                None => ContainerMetadata::default(),
+            };
+            Container {
+                runtime,
+                id: id.into(),
+                name: metadata.name.map(Arc::from),
+                image: metadata.image.map(Arc::from),
+                pod: metadata.pod.map(|pod| Pod {
+                    name: pod.name.into(),
+                    namespace: pod.namespace.into(),
+                    container: pod.container.map(Arc::from),
+                }),
+            }
+        });
+        Identity {
+            container,
+            unit: placement.unit.map(Arc::from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(name: Option<&str>, pod: Option<Pod>) -> Identity {
+        Identity {
+            container: Some(Container {
+                runtime: Runtime::Docker,
+                id: "d80b22a3152aaebba27e0a0a92cc57ab3ca544936ebc2b94b36361b9a0e3cf02".into(),
+                name: name.map(Arc::from),
+                image: None,
+                pod,
+            }),
+            unit: None,
+        }
+    }
+
+    #[test]
+    fn services_are_named_by_pod_container_or_unit() {
+        let pod = Pod {
+            name: "api-7d9f-x2x".into(),
+            namespace: "prod".into(),
+            container: Some("api".into()),
+        };
+        assert_eq!(
+            container(Some("k8s_api"), Some(pod)).service().as_deref(),
+            Some("prod/api")
+        );
+        assert_eq!(
+            container(Some("web"), None).service().as_deref(),
+            Some("web")
+        );
+        assert_eq!(
+            container(None, None).service().as_deref(),
+            Some("d80b22a3152a")
+        );
+        let unit = Identity {
+            container: None,
+            unit: Some("ssh.service".into()),
+        };
+        assert_eq!(unit.service().as_deref(), Some("ssh.service"));
+        assert_eq!(Identity::default().service(), None);
+    }
+
+    #[test]
+    fn this_process_and_a_gone_one_have_identities() {
+        let mut identities = Identities::default();
+        // Whatever runs this test, reading its identity works, and twice
+        // gives the cached one.
+        let own = identities.of(std::process::id());
+        assert!(Arc::ptr_eq(&own, &identities.of(std::process::id())));
+        assert_eq!(*identities.of(u32::MAX), Identity::default());
+    }
+}
