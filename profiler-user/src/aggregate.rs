@@ -13,7 +13,7 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 use crate::{
     jvm::{symbols::JavaSymbols, JavaStackFrame},
     profile::{clean_frame, FoldedStack, Profile, RecordingSummary, StackQuality},
-    sample::record::Sample,
+    sample::ring_record::Sample,
     symbolize::{
         maps::{ImageId, MappedFile, MappingTarget, ProcessImage, ProcessTable},
         Frames, Symbolizer,

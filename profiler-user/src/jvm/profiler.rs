@@ -27,7 +27,7 @@ use super::{
 use crate::{
     aggregate::Aggregator,
     profile::JavaSummary,
-    sample::{record::Sample, sampler::Sampler},
+    sample::{ring_record::Sample, sampler::Sampler},
     symbolize::maps::ProcessImage,
 };
 
