@@ -265,7 +265,7 @@ mod tests {
     use profiler_common::unwind::StopReason;
 
     use super::*;
-    use crate::{sample::record::Sample, symbolize::Symbolizer};
+    use crate::{sample::ring_record::Sample, symbolize::Symbolizer};
 
     fn sample(tgid: u32, tid: u32, user: Vec<u64>) -> Sample {
         Sample {

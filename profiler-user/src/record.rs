@@ -29,7 +29,7 @@ use crate::{
     profile::{Profile, RecordingSummary},
     progress::Progress,
     sample::{
-        record::Record,
+        ring_record::Record,
         sampler::{Sampler, SamplerConfig},
     },
     symbolize::{names::AddressNames, Symbolizer},

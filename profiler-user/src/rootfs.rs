@@ -168,12 +168,22 @@ fn reopen_regular(handle: &File) -> io::Result<File> {
 
 #[cfg(test)]
 mod tests {
+    use tempfile::TempDir;
+
     use super::*;
+
+    /// A fresh directory, removed however the test ends.
+    fn temp_dir() -> TempDir {
+        tempfile::Builder::new()
+            .prefix("stoke-rootfs-")
+            .tempdir()
+            .unwrap()
+    }
 
     #[test]
     fn symlinks_stay_inside_the_root() {
-        let dir = std::env::temp_dir().join(format!("stoke-rootfs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let temp = temp_dir();
+        let dir = temp.path();
         std::fs::create_dir_all(dir.join("etc")).unwrap();
         std::fs::write(dir.join("etc/inside"), b"inside").unwrap();
         // Outside the root, these would name the host's files.
@@ -181,7 +191,7 @@ mod tests {
         std::os::unix::fs::symlink("../../../../../etc/hostname", dir.join("dotdot")).unwrap();
         std::os::unix::fs::symlink("/etc/inside", dir.join("good")).unwrap();
         std::os::unix::fs::symlink("/proc/self/exe", dir.join("magic")).unwrap();
-        let root = Root::open(&dir).unwrap();
+        let root = Root::open(dir).unwrap();
         let read = |name: &str| {
             root.open_file(Path::new(name))
                 .map(|file| std::io::read_to_string(file).unwrap())
@@ -208,14 +218,12 @@ mod tests {
         {
             assert_eq!(read("null"), Err(io::ErrorKind::InvalidInput));
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn only_regular_files_are_opened() {
-        let dir = std::env::temp_dir().join(format!("stoke-regular-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = temp_dir();
+        let dir = temp.path();
         std::fs::write(dir.join("file"), b"file").unwrap();
         let fifo = CString::new(dir.join("fifo").as_os_str().as_bytes()).unwrap();
         // SAFETY: a NUL-terminated path.
@@ -254,6 +262,5 @@ mod tests {
         );
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(address, 4096) };
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -18,8 +18,9 @@ use super::harness::{self, Run};
 use crate::unwind::{
     bounded::BoundedFile,
     debug_file::DebugFile,
-    table::{compile, compile_with, fingerprint, COMPILE_TIME_BUDGET},
-    tests::check_invariants,
+    elf_file::fingerprint,
+    table::{compile, compile_with, COMPILE_TIME_BUDGET},
+    tests::support::check_invariants,
 };
 
 /// Real files to start from, where present.

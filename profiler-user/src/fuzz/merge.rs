@@ -12,7 +12,7 @@ use crate::{
         agent_memory::JavaSample,
         merge::{Merger, Outcome},
     },
-    sample::record::Sample,
+    sample::ring_record::Sample,
 };
 
 #[derive(Debug, TypeGenerator)]

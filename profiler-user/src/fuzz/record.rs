@@ -9,7 +9,7 @@ use bolero::TypeGenerator;
 use profiler_common::{RecordHeader, MAX_FRAMES, RECORD_HEADER_SIZE};
 
 use super::harness::{self, Run};
-use crate::sample::record::Record;
+use crate::sample::ring_record::Record;
 
 #[derive(Debug, TypeGenerator)]
 struct RecordInput {

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::agent_memory::JavaSample;
-use crate::sample::record::Sample;
+use crate::sample::ring_record::Sample;
 
 /// How long a signalled sample waits for its Java stack.
 const PAIRING_WINDOW_NS: u64 = 1_000_000_000;

@@ -16,7 +16,7 @@ use profiler_common::jvm::JavaFrame;
 use self::symbols::FrameKind;
 use crate::{
     process::{ImageId, ProcessImage},
-    sample::record::Sample,
+    sample::ring_record::Sample,
 };
 
 /// One Java frame of a sample, as the agent took it, before naming.

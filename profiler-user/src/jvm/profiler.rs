@@ -28,7 +28,7 @@ use super::{
 use crate::{
     process::{read_bounded, ProcessImage, ProcessRegistry},
     profile::JavaSummary,
-    sample::{record::Sample, sampler::Sampler},
+    sample::{ring_record::Sample, sampler::Sampler},
 };
 
 /// The agent, built from `agent/` by build.rs.

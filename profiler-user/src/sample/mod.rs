@@ -1,5 +1,6 @@
 //! Stage 1, sampling: the BPF sampler on every CPU ([`sampler`]) and the
-//! parsing of what it sends ([`record`]).
+//! parsing of the records it sends through its ring buffer
+//! ([`ring_record`]).
 
-pub mod record;
+pub mod ring_record;
 pub mod sampler;

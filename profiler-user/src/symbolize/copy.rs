@@ -36,7 +36,7 @@ use crate::{
     unwind::{
         bounded::BoundedFile,
         debug_file::{self, DebugLinks},
-        table,
+        elf_file, table,
     },
 };
 
@@ -195,14 +195,14 @@ fn links_of(file: &File, deadline: Instant) -> io::Result<Links> {
     let malformed = |_| io::Error::new(io::ErrorKind::InvalidData, "malformed ELF section table");
     let endian = header.endian().map_err(malformed)?;
     let sections = header.sections(endian, &cache).map_err(malformed)?;
-    if sections.len() > table::MAX_SECTIONS {
+    if sections.len() > elf_file::MAX_SECTIONS {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "more sections than any real file has",
         ));
     }
     let mut links = Links {
-        build_id: table::build_id_note(endian, &sections, &cache)
+        build_id: elf_file::build_id_note(endian, &sections, &cache)
             .ok()
             .flatten()
             .map(<[u8]>::to_vec),
@@ -220,7 +220,7 @@ fn links_of(file: &File, deadline: Instant) -> io::Result<Links> {
         let debuglink = (name == b".gnu_debuglink" && links.debuglink.is_none())
             .then(|| section.file_range(endian))
             .flatten()
-            .zip(table::gnu_debuglink(endian, &sections, &cache));
+            .zip(elf_file::gnu_debuglink(endian, &sections, &cache));
         match debuglink {
             Some((range, (name, crc))) => {
                 links.debuglink = Some(DebugLink {
@@ -305,7 +305,7 @@ mod tests {
     use super::*;
     use crate::{
         symbolize::Symbolizer,
-        unwind::debug_file_tests::{build, run, split},
+        unwind::tests::support::{build, run, split},
     };
 
     /// A fresh directory, removed on drop.

@@ -136,13 +136,16 @@ impl Seek for BoundedFile {
 mod tests {
     use std::{io::Write, time::Duration};
 
-    use super::*;
+    use tempfile::NamedTempFile;
 
-    fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-        let path =
-            std::env::temp_dir().join(format!("stoke-bounded-{}-{name}", std::process::id()));
-        File::create(&path).unwrap().write_all(bytes).unwrap();
-        path
+    use super::*;
+    use crate::unwind::{debug_file::read_and_compile, table::compile_from};
+
+    /// A file holding `bytes`, removed however the test ends.
+    fn temp_file(bytes: &[u8]) -> NamedTempFile {
+        let mut file = NamedTempFile::with_prefix("stoke-bounded-").unwrap();
+        file.write_all(bytes).unwrap();
+        file
     }
 
     fn later() -> Instant {
@@ -151,16 +154,10 @@ mod tests {
 
     #[test]
     fn a_sparse_huge_file_is_refused_without_reading() {
-        let path = temp_file("sparse", b"");
-        File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(8 << 30)
-            .unwrap();
-        let error = BoundedFile::open(&path, later()).unwrap_err();
+        let file = temp_file(b"");
+        file.as_file().set_len(8 << 30).unwrap();
+        let error = BoundedFile::open(file.path(), later()).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::FileTooLarge, "{error}");
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
@@ -175,31 +172,29 @@ mod tests {
 
     #[test]
     fn reads_stop_at_the_budget_and_say_why() {
-        let path = temp_file("budget", &[7; 10_000]);
-        let file = rootfs::open_regular(&path).unwrap();
+        let temp = temp_file(&[7; 10_000]);
+        let file = rootfs::open_regular(temp.path()).unwrap();
         let mut bounded = BoundedFile::new(file, 10_000, 4096, later());
         let exceeded = bounded.exceeded();
         let mut buffer = vec![0; 10_000];
         let error = bounded.read_exact(&mut buffer).unwrap_err();
         assert!(error.to_string().contains("more of it"), "{error}");
         assert!(exceeded.get().is_some());
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
     fn reads_stop_at_the_deadline() {
-        let path = temp_file("deadline", &[7; 100]);
-        let mut bounded = BoundedFile::open(&path, Instant::now()).unwrap();
+        let file = temp_file(&[7; 100]);
+        let mut bounded = BoundedFile::open(file.path(), Instant::now()).unwrap();
         std::thread::sleep(Duration::from_millis(2));
         let mut buffer = [0; 10];
         assert!(bounded.read(&mut buffer).is_err());
         assert_eq!(bounded.exceeded().get(), Some("reading it takes too long"));
-        std::fs::remove_file(path).unwrap();
     }
 
     /// xz with its `.eh_frame` section header claiming `size` bytes, in a
     /// file (sparse) of `file_size` bytes.
-    fn forged_xz(name: &str, size: u64, file_size: u64) -> std::path::PathBuf {
+    fn forged_xz(size: u64, file_size: u64) -> NamedTempFile {
         use object::{read::elf::ElfFile64, Object, ObjectSection};
         let mut bytes = std::fs::read("/usr/bin/xz").unwrap();
         let index = ElfFile64::<object::Endianness>::parse(&*bytes)
@@ -211,26 +206,20 @@ mod tests {
         let shoff = u64::from_le_bytes(bytes[0x28..0x30].try_into().unwrap()) as usize;
         let size_field = shoff + index * 64 + 32;
         bytes[size_field..size_field + 8].copy_from_slice(&size.to_le_bytes());
-        let path = temp_file(name, &bytes);
-        File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(file_size)
-            .unwrap();
-        path
+        let file = temp_file(&bytes);
+        file.as_file().set_len(file_size).unwrap();
+        file
     }
 
     #[test]
     fn forged_section_sizes_are_not_read() {
         // 100 MB of .eh_frame claimed, in a 200 MB file: above the 64 MB a
         // section may have, left out without being read.
-        let path = forged_xz("forged", 100 << 20, 200 << 20);
-        let (table, time) = super::super::debug_file::read_and_compile(&path, None, None);
+        let file = forged_xz(100 << 20, 200 << 20);
+        let (table, time) = read_and_compile(file.path(), None, None);
         let table = table.unwrap();
         assert!(table.stats.section_errors >= 1, "{:?}", table.stats);
         assert!(time < Duration::from_secs(1), "{time:?}");
-        std::fs::remove_file(path).unwrap();
     }
 
     #[test]
@@ -253,30 +242,23 @@ mod tests {
         bytes.extend_from_slice(&headers);
         bytes[0x28..0x30].copy_from_slice(&(new_shoff as u64).to_le_bytes());
         bytes[0x3c..0x3e].copy_from_slice(&0u16.to_le_bytes());
-        let error = super::super::table::compile_from(&*bytes, later(), |_| None).unwrap_err();
+        let error = compile_from(&*bytes, later(), |_| None).unwrap_err();
         assert!(error.to_string().contains("more sections"), "{error}");
     }
 
     #[test]
     fn compiling_stops_at_the_deadline() {
         let bytes = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
-        let error =
-            super::super::table::compile_from(&*bytes, Instant::now(), |_| None).unwrap_err();
+        let error = compile_from(&*bytes, Instant::now(), |_| None).unwrap_err();
         assert!(error.to_string().contains("too long"), "{error}");
     }
 
     #[test]
     fn a_file_truncated_while_read_gives_an_error() {
-        let path = temp_file("truncated", &[7; 100_000]);
-        let mut bounded = BoundedFile::open(&path, later()).unwrap();
-        File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(1000)
-            .unwrap();
+        let file = temp_file(&[7; 100_000]);
+        let mut bounded = BoundedFile::open(file.path(), later()).unwrap();
+        file.as_file().set_len(1000).unwrap();
         let mut buffer = vec![0; 100_000];
         assert!(bounded.read_exact(&mut buffer).is_err());
-        std::fs::remove_file(path).unwrap();
     }
 }

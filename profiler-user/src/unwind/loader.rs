@@ -6,9 +6,9 @@
 //! memory-mapped `unwind_rows` array: files are told apart by device and
 //! inode, and copies of one build of a library (in other containers'
 //! filesystems) share the table of the first copy seen, by build ID and
-//! `.eh_frame` ([`table::Fingerprint`]); each process gets its sorted executable mappings in
-//! `unwind_processes`. Until a process's entry is in, the sampler walks its
-//! frame pointers.
+//! `.eh_frame` ([`elf_file::Fingerprint`]); each process gets its sorted
+//! executable mappings in `unwind_processes`. Until a process's entry is
+//! in, the sampler walks its frame pointers.
 
 use std::{
     collections::HashMap,
@@ -30,7 +30,8 @@ use profiler_common::unwind::{Mapping, ProcessMappings, UnwindRow, MAX_MAPPINGS}
 use super::{
     bounded::BoundedFile,
     debug_file,
-    table::{self, Fingerprint, UnwindTable},
+    elf_file::{self, Fingerprint},
+    table::{self, UnwindTable},
 };
 use crate::process::{MappedFile, MappingTarget, ProcessImage};
 
@@ -231,7 +232,7 @@ impl Worker {
         let deadline = Instant::now() + table::COMPILE_TIME_BUDGET;
         let fingerprint = BoundedFile::open(&file.path(), deadline)
             .ok()
-            .and_then(|opened| table::fingerprint(opened, &self.hasher));
+            .and_then(|opened| elf_file::fingerprint(opened, &self.hasher));
         if let Some(shared) = fingerprint.as_ref().and_then(|f| self.builds.get(f)) {
             self.summary.shared_files += usize::from(shared.is_some());
             return shared.clone();

@@ -5,81 +5,21 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use object::{read::elf::ElfFile64, Object, ObjectSection};
 
-use super::{
-    debug_file::{find, DebugFile, DebugLinks},
-    table::{compile, compile_with, UnwindTable},
-    tests::{check_invariants, function_symbols, read, TempDir, LIBC, STOPPER_C},
+use super::support::{build, check_invariants, function_symbols, read, run, split, temp_dir, LIBC};
+use crate::{
+    rootfs::Root,
+    unwind::{
+        debug_file::{find, DebugFile, DebugLinks},
+        table::{compile, compile_with, UnwindTable},
+    },
 };
-use crate::rootfs::Root;
-
-/// No `.eh_frame` for the program's own functions: CFI in `.debug_frame`
-/// only (`_start`, from crt1.o, keeps its `.eh_frame`).
-const FLAGS: &[&str] = &[
-    "-O2",
-    "-fomit-frame-pointer",
-    "-fno-asynchronous-unwind-tables",
-    "-fno-unwind-tables",
-    "-g",
-];
 
 /// The program's own functions.
 const FUNCTIONS: &[&str] = &["a", "b", "c", "main"];
-
-pub(crate) fn run(program: &str, args: &[&Path]) {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|error| panic!("running {program}: {error}"));
-    assert!(
-        output.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-fn temp_dir(label: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("stoke-debug-{label}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    TempDir(dir)
-}
-
-/// Builds [`STOPPER_C`] into `dir/name` with [`FLAGS`] and `extra`.
-pub(crate) fn build(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
-    let source = dir.join("stopper.c");
-    fs::write(&source, STOPPER_C).unwrap();
-    let program = dir.join(name);
-    let status = Command::new("cc")
-        .args(FLAGS)
-        .args(extra)
-        .arg("-o")
-        .arg(&program)
-        .arg(&source)
-        .status()
-        .expect("cc runs");
-    assert!(status.success());
-    program
-}
-
-/// Splits `program` as Debian does: its DWARF into `debug`, stripped of
-/// it, and a `.gnu_debuglink` to `debug` (whose CRC32 it records). When
-/// `compress` is given, the debug file's sections are compressed with it
-/// first.
-pub(crate) fn split(program: &Path, debug: &Path, compress: Option<&str>) {
-    run("objcopy", &[Path::new("--only-keep-debug"), program, debug]);
-    if let Some(format) = compress {
-        let option = format!("--compress-debug-sections={format}");
-        run("objcopy", &[Path::new(&option), debug]);
-    }
-    run("strip", &[Path::new("--strip-debug"), program]);
-    let option = format!("--add-gnu-debuglink={}", debug.display());
-    run("objcopy", &[Path::new(&option), program]);
-}
 
 /// Compiles `program` with its debug file looked up in `root`, the program
 /// being at `path` there.
@@ -138,14 +78,14 @@ fn build_id_path(program: &Path) -> PathBuf {
 #[test]
 fn debuglink_finds_the_debug_file_and_covers_the_program() {
     let dir = temp_dir("link");
-    let program = build(&dir.0, "prog", &[]);
+    let program = build(dir.path(), "prog", &[]);
     let unstripped = compile(&read(program.to_str().unwrap())).unwrap();
     assert_eq!(
         covered(&unstripped, &program),
         FUNCTIONS,
         "before splitting"
     );
-    let debug = dir.0.join("prog.debug");
+    let debug = dir.path().join("prog.debug");
     split(&program, &debug, None);
 
     let alone = compile(&read(program.to_str().unwrap())).unwrap();
@@ -167,8 +107,8 @@ fn debuglink_finds_the_debug_file_and_covers_the_program() {
     assert_eq!(with.rows, unstripped.rows);
 
     // In the .debug subdirectory.
-    fs::create_dir(dir.0.join(".debug")).unwrap();
-    let in_subdirectory = dir.0.join(".debug/prog.debug");
+    fs::create_dir(dir.path().join(".debug")).unwrap();
+    let in_subdirectory = dir.path().join(".debug/prog.debug");
     fs::rename(&debug, &in_subdirectory).unwrap();
     let with = compile_in(&program, &host, &program);
     assert_eq!(with.debug_file.as_deref(), Some(in_subdirectory.as_path()));
@@ -176,7 +116,7 @@ fn debuglink_finds_the_debug_file_and_covers_the_program() {
 
     // Under /usr/lib/debug/ followed by the program's directory, in a
     // container's root: the program is /opt/app/prog there.
-    let root = dir.0.join("root");
+    let root = dir.path().join("root");
     let global = root.join("usr/lib/debug/opt/app/prog.debug");
     fs::create_dir_all(global.parent().unwrap()).unwrap();
     fs::rename(&in_subdirectory, &global).unwrap();
@@ -213,7 +153,7 @@ fn two_builds(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 #[test]
 fn debuglink_checksum_mismatch_is_ignored() {
     let dir = temp_dir("crc");
-    let (program, debug, other_debug) = two_builds(&dir.0);
+    let (program, debug, other_debug) = two_builds(dir.path());
     // Without its build ID note, only the checksum tells it apart.
     run(
         "objcopy",
@@ -239,9 +179,9 @@ fn debuglink_checksum_mismatch_is_ignored() {
 #[test]
 fn build_id_lookup_stays_in_the_root() {
     let dir = temp_dir("build-id");
-    let (program, debug, other_debug) = two_builds(&dir.0);
+    let (program, debug, other_debug) = two_builds(dir.path());
 
-    let root = dir.0.join("root");
+    let root = dir.path().join("root");
     let by_id = root.join(build_id_path(&program));
     fs::create_dir_all(by_id.parent().unwrap()).unwrap();
     let container = Root::at(&root).unwrap();
@@ -283,13 +223,13 @@ fn build_id_lookup_stays_in_the_root() {
 #[test]
 fn hostile_debug_files_leave_the_table_alone() {
     let dir = temp_dir("hostile");
-    let program = build(&dir.0, "prog", &[]);
-    let debug = dir.0.join("prog.debug");
+    let program = build(dir.path(), "prog", &[]);
+    let debug = dir.path().join("prog.debug");
     split(&program, &debug, None);
     let alone = compile(&read(program.to_str().unwrap())).unwrap();
     let good = read(debug.to_str().unwrap());
 
-    let bad = dir.0.join("bad.debug");
+    let bad = dir.path().join("bad.debug");
     let mut noise = 0x1234_5678_9abc_def1_u64;
     let mut next = move || {
         noise ^= noise << 13;
@@ -365,12 +305,12 @@ impl UnwindTable {
 #[test]
 fn compressed_debug_frame_is_read() {
     let dir = temp_dir("compressed");
-    let program = build(&dir.0, "prog", &[]);
+    let program = build(dir.path(), "prog", &[]);
     let plain = compile(&read(program.to_str().unwrap())).unwrap();
     assert_eq!(plain.stats.decompressed_sections, 0);
     assert_eq!(covered(&plain, &program), FUNCTIONS);
     for format in ["zlib", "zstd"] {
-        let compressed = dir.0.join(format!("prog-{format}"));
+        let compressed = dir.path().join(format!("prog-{format}"));
         let option = format!("--compress-debug-sections={format}");
         run("objcopy", &[Path::new(&option), &program, &compressed]);
         let bytes = read(compressed.to_str().unwrap());
@@ -414,9 +354,9 @@ fn compressed_debug_frame_is_read() {
     }
 
     // A compressed separate debug file.
-    let stripped = dir.0.join("stripped");
+    let stripped = dir.path().join("stripped");
     fs::copy(&program, &stripped).unwrap();
-    split(&stripped, &dir.0.join("stripped.debug"), Some("zlib"));
+    split(&stripped, &dir.path().join("stripped.debug"), Some("zlib"));
     let table = compile_in(&stripped, &Root::host().unwrap(), &stripped);
     assert_eq!(table.stats.decompressed_sections, 1, "{:?}", table.stats);
     assert_eq!(covered(&table, &stripped), FUNCTIONS);
