@@ -10,10 +10,14 @@ use bolero::TypeGenerator;
 use super::harness::{self, Run};
 use crate::{
     jvm::{
-        attach::{hotspot_in_maps, launcher_options, ProcStatus, VmFlags, MAX_STATUS},
+        attach::{
+            target::{hotspot_in_maps, ProcStatus},
+            vm_flags::{launcher_options, VmFlags},
+        },
         profiler::innermost_ns_id,
     },
     proc_maps::{Entries, MapsEntry},
+    procfs::MAX_STATUS,
 };
 
 const STATUS_FIELDS: [&str; 8] = [

@@ -4,7 +4,7 @@
 
 use super::harness;
 use crate::{
-    jvm::{attach::ProcStatus, profiler::innermost_ns_id},
+    jvm::{attach::target::ProcStatus, profiler::innermost_ns_id},
     proc_maps::{Entries, MapsPath},
 };
 

@@ -6,7 +6,6 @@
 use std::{
     borrow::Cow,
     collections::HashMap,
-    io::Read,
     sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
 };
@@ -26,6 +25,7 @@ use super::{
 };
 use crate::{
     aggregate::Aggregator,
+    procfs,
     profile::JavaSummary,
     sample::{record::Sample, sampler::Sampler},
     symbolize::maps::ProcessImage,
@@ -604,8 +604,7 @@ impl ThreadIds {
 /// status file. The file is read as bytes: the thread's name in it is any
 /// 15 bytes, not always UTF-8.
 pub(crate) fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
-    let bytes = read_bounded(status, attach::MAX_STATUS)?;
-    attach::innermost_pid(&String::from_utf8_lossy(&bytes))
+    procfs::innermost_pid(&procfs::read_status(status).ok()?)
 }
 
 /// Most bytes of `/proc/PID/stat` read: its 52 numeric fields and a
@@ -614,7 +613,7 @@ const MAX_STAT: u64 = 4096;
 
 /// How long process `pid` has been running; `None` if it is gone.
 pub(crate) fn age(pid: u32) -> Option<Duration> {
-    let stat = read_bounded(std::path::Path::new(&format!("/proc/{pid}/stat")), MAX_STAT)?;
+    let (stat, _) = procfs::read_bounded(format!("/proc/{pid}/stat"), MAX_STAT).ok()?;
     // Field 22, start time in clock ticks after boot; the fields after the
     // command name (any bytes, spaces and parentheses included) start at 3.
     let after_name = &stat[stat.iter().rposition(|&byte| byte == b')')? + 1..];
@@ -633,15 +632,6 @@ pub(crate) fn age(pid: u32) -> Option<Duration> {
     let started = Duration::from_secs_f64(started_ticks as f64 / ticks_per_second.max(1) as f64);
     let now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
     Some(now.saturating_sub(started))
-}
-
-/// At most `limit` bytes of the file at `path`; `None` if it cannot be read.
-fn read_bounded(path: &std::path::Path, limit: u64) -> Option<Vec<u8>> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(limit).read_to_end(&mut bytes))
-        .ok()?;
-    Some(bytes)
 }
 
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
