@@ -40,6 +40,45 @@ pub enum Command {
     /// instead; the other files are still listed, and stoke exits with
     /// status 1.
     Tables(TablesArgs),
+    /// Run one attach-protocol command in a running HotSpot JVM, as jattach
+    /// does, and print its answer.
+    ///
+    /// Attaches as `stoke record` does (in containers too, as the JVM's
+    /// user, without signalling a process that is not a ready JVM). Commands
+    /// include `properties`, `threaddump`, `jcmd` (with one argument, e.g.
+    /// `"VM.flags -all"`) and `load PATH true [OPTIONS]`, whose agent
+    /// must return 0. A failure is one `stoke: error:` line, exit status 1.
+    Attach(AttachArgs),
+}
+
+/// Arguments of `stoke attach`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The JVM's pid, as this host sees it.
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+
+    /// The attach command.
+    #[arg(value_name = "COMMAND", default_value = "properties")]
+    pub command: String,
+
+    /// The command's arguments (at most 3).
+    #[arg(
+        value_name = "ARG",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub args: Vec<String>,
+
+    /// Instead of a command, copy FILE (a library on this host) into the
+    /// JVM's /tmp as stoke installs its agent there (as the JVM's user, never
+    /// overwriting another file), and print its path as the JVM sees it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["command", "args"])]
+    pub install: Option<PathBuf>,
+
+    /// How long the JVM gets to connect, then to answer.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_duration)]
+    pub timeout: Duration,
 }
 
 /// Arguments of `stoke tables`.
@@ -157,5 +196,24 @@ mod tests {
         };
         assert_eq!(args.pids, [1, 22, 333]);
         assert!(Cli::try_parse_from(["stoke", "record", "-a", "-p", "1"]).is_err());
+    }
+
+    #[test]
+    fn attach_takes_a_command_with_arguments_or_a_file_to_install() {
+        let parse = |line: &[&str]| match Cli::try_parse_from(line).map(|cli| cli.command) {
+            Ok(Command::Attach(args)) => Some(args),
+            _ => None,
+        };
+        let args = parse(&["stoke", "attach", "42"]).unwrap();
+        assert_eq!((args.pid, args.command.as_str()), (42, "properties"));
+        let args = parse(&["stoke", "attach", "42", "jcmd", "VM.flags", "-all"]).unwrap();
+        assert_eq!(
+            (args.command.as_str(), &args.args[..]),
+            ("jcmd", &["VM.flags".to_owned(), "-all".to_owned()][..])
+        );
+        let args = parse(&["stoke", "attach", "--install", "a.so", "42"]).unwrap();
+        assert_eq!(args.install, Some(PathBuf::from("a.so")));
+        assert!(parse(&["stoke", "attach", "--install", "a.so", "42", "properties"]).is_none());
+        assert!(parse(&["stoke", "attach", "not-a-pid"]).is_none());
     }
 }

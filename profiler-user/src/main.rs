@@ -33,6 +33,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Record(args) => record::run(args),
         Command::Agent { output } => jvm::profiler::write_agent(output),
+        Command::Attach(args) => jvm::attach::subcommand::run(args),
         // Reports its own errors, one line per file.
         Command::Tables(args) => return unwind::inspect::run(args),
     };

@@ -5,18 +5,21 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
+use crate::process::procfs;
+
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+/// The most of a one-number sysctl file read.
+const MAX_SYSCTL: u64 = 64;
 
 /// Root, or CAP_BPF with CAP_PERFMON (or CAP_SYS_ADMIN, which implies both).
 pub fn check_privileges() -> Result<()> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|bits| u64::from_str_radix(bits.trim(), 16).ok())
+    let status = procfs::read_status("/proc/self/status").unwrap_or_default();
+    let effective = procfs::status_field(&status, "CapEff:")
+        .and_then(|mut values| values.next())
+        .and_then(|bits| u64::from_str_radix(bits, 16).ok())
         .unwrap_or(0);
     let has = |capability: u32| effective & (1 << capability) != 0;
     if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
@@ -35,8 +38,9 @@ pub fn check_btf() -> Result<()> {
 
 /// A frequency the kernel will accept.
 pub fn check_frequency(hz: u64) -> Result<()> {
-    let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+    let max = procfs::read_bounded("/proc/sys/kernel/perf_event_max_sample_rate", MAX_SYSCTL)
         .ok()
+        .and_then(|(bytes, _)| String::from_utf8(bytes).ok())
         .and_then(|text| text.trim().parse::<u64>().ok())
         .unwrap_or(100_000);
     if hz == 0 || hz > max {

@@ -6,7 +6,7 @@
 use bolero::TypeGenerator;
 
 use super::harness::{self, Run};
-use crate::jvm::attach::{load_failure, load_outcome, one_line, parse_reply};
+use crate::jvm::attach::protocol::{load_failure, load_outcome, one_line, parse_reply};
 
 /// The longest error line a reply may lead to: the messages' own words,
 /// the agent path and the quoted part of the answer.

@@ -9,11 +9,14 @@ use bolero::TypeGenerator;
 
 use super::harness::{self, Run};
 use crate::{
-    jvm::{
-        attach::{hotspot_in_maps, launcher_options, ProcStatus, VmFlags, MAX_STATUS},
-        profiler::innermost_ns_id,
+    jvm::attach::{
+        target::{hotspot_in_maps, ProcStatus},
+        vm_flags::{launcher_options, VmFlags},
     },
-    process::maps::{Entries, MapsEntry},
+    process::{
+        maps::{Entries, MapsEntry},
+        procfs::{innermost_ns_id, MAX_STATUS},
+    },
 };
 
 const STATUS_FIELDS: [&str; 8] = [

@@ -26,7 +26,7 @@ use super::{
     JavaStackFrame, MergedSample,
 };
 use crate::{
-    process::{read_bounded, ProcessImage, ProcessRegistry},
+    process::{procfs::age, ProcessImage, ProcessRegistry},
     profile::JavaSummary,
     sample::{ring_record::Sample, sampler::Sampler},
 };
@@ -579,41 +579,6 @@ impl Dropped {
     }
 }
 
-/// The id of a thread or process in its innermost pid namespace, from its
-/// status file. The file is read as bytes: the thread's name in it is any
-/// 15 bytes, not always UTF-8.
-pub(crate) fn innermost_ns_id(status: &std::path::Path) -> Option<u32> {
-    let bytes = read_bounded(status, attach::MAX_STATUS)?;
-    attach::innermost_pid(&String::from_utf8_lossy(&bytes))
-}
-
-/// Most bytes of `/proc/PID/stat` read: its 52 numeric fields and a
-/// command name of at most 64 bytes take well under 1 KiB.
-const MAX_STAT: u64 = 4096;
-
-/// How long process `pid` has been running; `None` if it is gone.
-pub(crate) fn age(pid: u32) -> Option<Duration> {
-    let stat = read_bounded(format!("/proc/{pid}/stat"), MAX_STAT)?;
-    // Field 22, start time in clock ticks after boot; the fields after the
-    // command name (any bytes, spaces and parentheses included) start at 3.
-    let after_name = &stat[stat.iter().rposition(|&byte| byte == b')')? + 1..];
-    let started_ticks: u64 = std::str::from_utf8(after_name)
-        .ok()?
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
-    // SAFETY: sysconf and clock_gettime with a valid out-pointer.
-    let (ticks_per_second, now) = unsafe {
-        let mut now: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
-        (libc::sysconf(libc::_SC_CLK_TCK), now)
-    };
-    let started = Duration::from_secs_f64(started_ticks as f64 / ticks_per_second.max(1) as f64);
-    let now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
-    Some(now.saturating_sub(started))
-}
-
 /// Whether process `pid` maps libjvm.so; `None` if it is gone.
 pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
     let mut maps = crate::process::maps::read(pid).ok()?;
@@ -683,28 +648,4 @@ fn monotonic_ns() -> u64 {
     // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn age_is_how_long_a_process_has_run() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .expect("spawning sleep");
-        std::thread::sleep(Duration::from_millis(300));
-        let young = age(child.id()).expect("the child runs");
-        child.kill().expect("killing sleep");
-        child.wait().expect("reaping sleep");
-        assert!(
-            (Duration::from_millis(250)..Duration::from_secs(2)).contains(&young),
-            "a process started 0.3 s ago is {young:?} old"
-        );
-        // pid 1 started with the machine, long before this test.
-        assert!(age(1).expect("init runs") > young);
-        assert_eq!(age(u32::MAX), None);
-    }
 }

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::profiler::innermost_ns_id;
+use crate::process::procfs::innermost_ns_id;
 
 /// How often, at most, a JVM's threads are listed anew to find an id the
 /// agent names: whatever ids a process writes, stoke reads `/proc` at this

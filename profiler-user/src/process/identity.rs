@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use super::{
     cgroup::{self, Runtime, MAX_CGROUP_FILE},
-    read_bounded,
+    procfs::read_bounded,
     runtime_metadata::{self, ContainerMetadata},
 };
 use crate::rootfs::Root;
@@ -123,7 +123,7 @@ pub struct Identities {
 impl Identities {
     /// Where process `pid` runs; a process gone already runs nowhere.
     pub fn of(&mut self, pid: u32) -> Arc<Identity> {
-        let Some(text) = read_bounded(format!("/proc/{pid}/cgroup"), MAX_CGROUP_FILE) else {
+        let Ok((text, _)) = read_bounded(format!("/proc/{pid}/cgroup"), MAX_CGROUP_FILE) else {
             return self.none.clone();
         };
         let text = String::from_utf8_lossy(&text);

@@ -23,7 +23,7 @@ use super::{
     identity::Identities,
     image::{base_name, FileOrigin, MappedFile, Mapping, MappingTarget, ProcessImage},
     maps::{self, MapsPath},
-    read_bounded,
+    procfs::read_bounded,
 };
 
 /// Most bytes of `/proc/PID/comm` read: the kernel's names are 15 bytes.
@@ -76,12 +76,12 @@ impl ProcessRegistry {
     }
 
     fn snapshot(&mut self, pid: u32, thread_name: &str) -> ProcessImage {
-        let comm = read_bounded(format!("/proc/{pid}/comm"), MAX_COMM);
+        let comm = read_bounded(format!("/proc/{pid}/comm"), MAX_COMM).ok();
         let mut image = ProcessImage {
             pid,
             name: comm.map_or_else(
                 || thread_name.to_owned(),
-                |comm| String::from_utf8_lossy(comm.trim_ascii_end()).into_owned(),
+                |(comm, _)| String::from_utf8_lossy(comm.trim_ascii_end()).into_owned(),
             ),
             exe: std::fs::read_link(format!("/proc/{pid}/exe"))
                 .ok()

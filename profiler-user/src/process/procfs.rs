@@ -1,0 +1,126 @@
+//! The one reader of small `/proc` files (`status`, `stat`, `cmdline`,
+//! `environ`, sysctls): read whole up to a bound, as bytes, because a
+//! process writes what it likes into some of them (its name, its arguments
+//! and environment); and the fields of `status` files, found by name.
+
+use std::{
+    fs::File,
+    io::{self, Read},
+    path::Path,
+    time::Duration,
+};
+
+/// The largest `status` file read.
+pub const MAX_STATUS: u64 = 64 * 1024;
+
+/// At most `limit` bytes of the file at `path`, and whether there was more.
+pub fn read_bounded(path: impl AsRef<Path>, limit: u64) -> io::Result<(Vec<u8>, bool)> {
+    let mut bytes = Vec::new();
+    File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    let cut = bytes.len() as u64 > limit;
+    bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    Ok((bytes, cut))
+}
+
+/// A status file (`/proc/PID/status`, `/proc/self/status`...) as text:
+/// at most [`MAX_STATUS`] bytes, made UTF-8 lossily, since the process's
+/// name in it is any 15 bytes.
+pub fn read_status(path: impl AsRef<Path>) -> io::Result<String> {
+    let (bytes, _) = read_bounded(path, MAX_STATUS)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The values of the status line `name` (colon included: `Uid:`), split at
+/// whitespace; `None` if there is no such line.
+pub fn status_field<'a>(status: &'a str, name: &str) -> Option<std::str::SplitWhitespace<'a>> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(name))
+        .map(str::split_whitespace)
+}
+
+/// The last field of a status file's `NSpid:` line: the id in the
+/// innermost pid namespace.
+pub fn innermost_pid(status: &str) -> Option<u32> {
+    status_field(status, "NSpid:")?.last()?.parse().ok()
+}
+
+/// The id of a thread or process in its innermost pid namespace, from its
+/// status file. The file is read as bytes: the thread's name in it is any
+/// 15 bytes, not always UTF-8.
+pub fn innermost_ns_id(status: &Path) -> Option<u32> {
+    innermost_pid(&read_status(status).ok()?)
+}
+
+/// Most bytes of `/proc/PID/stat` read: its 52 numeric fields and a
+/// command name of at most 64 bytes take well under 1 KiB.
+const MAX_STAT: u64 = 4096;
+
+/// How long process `pid` has been running; `None` if it is gone.
+pub fn age(pid: u32) -> Option<Duration> {
+    let (stat, _) = read_bounded(format!("/proc/{pid}/stat"), MAX_STAT).ok()?;
+    // Field 22, start time in clock ticks after boot; the fields after the
+    // command name (any bytes, spaces and parentheses included) start at 3.
+    let after_name = &stat[stat.iter().rposition(|&byte| byte == b')')? + 1..];
+    let started_ticks: u64 = std::str::from_utf8(after_name)
+        .ok()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf and clock_gettime with a valid out-pointer.
+    let (ticks_per_second, now) = unsafe {
+        let mut now: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now);
+        (libc::sysconf(libc::_SC_CLK_TCK), now)
+    };
+    let started = Duration::from_secs_f64(started_ticks as f64 / ticks_per_second.max(1) as f64);
+    let now = Duration::new(now.tv_sec as u64, now.tv_nsec as u32);
+    Some(now.saturating_sub(started))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_bounded_and_say_when_cut() {
+        let (bytes, cut) = read_bounded("/proc/self/cmdline", 4).unwrap();
+        assert_eq!((bytes.len(), cut), (4, true));
+        let (whole, cut) = read_bounded("/proc/self/cmdline", 1 << 20).unwrap();
+        assert!(!cut && whole.starts_with(&bytes));
+    }
+
+    #[test]
+    fn status_fields_are_found_by_name() {
+        let status = "Name:\tjava\nNSpid:\t4242\t17\nCapEff:\t000001ffffffffff\n";
+        let mut capabilities = status_field(status, "CapEff:").unwrap();
+        assert_eq!(capabilities.next(), Some("000001ffffffffff"));
+        assert!(status_field(status, "Uid:").is_none());
+        assert_eq!(innermost_pid(status), Some(17));
+        assert_eq!(innermost_pid("NSpid:\n"), None);
+        let own = read_status("/proc/self/status").unwrap();
+        assert_eq!(innermost_pid(&own), Some(std::process::id()));
+    }
+
+    #[test]
+    fn age_is_how_long_a_process_has_run() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("spawning sleep");
+        std::thread::sleep(Duration::from_millis(300));
+        let young = age(child.id()).expect("the child runs");
+        child.kill().expect("killing sleep");
+        child.wait().expect("reaping sleep");
+        assert!(
+            (Duration::from_millis(250)..Duration::from_secs(2)).contains(&young),
+            "a process started 0.3 s ago is {young:?} old"
+        );
+        // pid 1 started with the machine, long before this test.
+        assert!(age(1).expect("init runs") > young);
+        assert_eq!(age(u32::MAX), None);
+    }
+}
