@@ -29,7 +29,7 @@ struct Long {
     stopped: Stopped,
     /// Stoke: symbolization (addresses, seconds) from its summary.
     symbolization: Option<(u64, f64)>,
-    /// Stoke: unwind tables (MB, seconds to compile), if it built any.
+    /// Stoke: unwind tables (MB, seconds to compile); None for perf.
     unwind_tables: Option<(f64, f64)>,
     /// Perf: what naming the frames with perf script cost.
     script: Option<ScriptCost>,

@@ -333,7 +333,7 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
         "Per JDK and round, a new JVM (`java -cp … FixedWork`, no other flags) runs \
          `FixedWork` on {cpus} threads, one per CPU, warms up for {warmup:.1} s, then \
          three whole-host recordings of {seconds:.1} s at 99 Hz follow: the first loads \
-         stoke's agent into the JVM (`JVM <pid> attach` in the txt summary: from stoke \
+         stoke's agent into the JVM (`JVM <pid> attach` in the summary: from stoke \
          asking, once it samples the JVM, to the agent being ready), the second finds it \
          loaded (stoke finds the agent's shared memory: no attach), the third (`-t`, folded) counts the samples of the work threads \
          (`{WORKER_THREAD}N`; not GC or compiler threads), those with at least one Java \

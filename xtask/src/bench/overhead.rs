@@ -71,7 +71,7 @@ struct Run {
     profiler_cpu: f64,
     samples: u64,
     lost: u64,
-    /// stoke: samples with Java frames (its txt summary), when it says.
+    /// stoke: samples with Java frames (its summary), when it says.
     java_samples: Option<u64>,
     /// Other processes took CPU during it, on every try.
     disturbed: bool,
@@ -219,7 +219,7 @@ fn run_once(bench: &Bench, workload: Workload, units: u64, profiler: Profiler) -
     let profiler_cpu = (recording.cpu_now()? - cpu_before).as_secs_f64();
     let stopped = recording.stop()?;
     let java_samples = match tool {
-        // Counted only when stoke profiled a JVM, as the txt report says it.
+        // Counted only when stoke profiled a JVM, as the txt report shows it.
         Tool::Stoke => stopped
             .summary()
             .ok()

@@ -7,7 +7,7 @@
 //! workload's files are loaded and at the end: the difference is steady
 //! state. Frames per sample and the share of stacks reaching a root come from
 //! the same recording's folded output. Table sizes and compile times come
-//! from `stoke tables FILE...`, and from the txt summary of a whole-host
+//! from `stoke tables FILE...`, and from the summary of a whole-host
 //! recording.
 
 use std::{
@@ -102,7 +102,7 @@ struct Run {
     root_share: f64,
 }
 
-/// The `Unwind tables:` line of a whole-host recording's txt summary.
+/// The unwind tables of a whole-host recording's summary (`Unwind tables`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct HostTables {
     files: f64,
@@ -562,7 +562,7 @@ fn section(
     }
     let value = |f: fn(&HostTables) -> f64| host.iter().map(f).collect::<Vec<_>>();
     body += &format!(
-        "\nWhole host (the txt summary's `Unwind tables` line of a {:.1} s whole-host \
+        "\nWhole host (the summary's `Unwind tables` of a {:.1} s whole-host \
          recording while xz runs; every process the recording sampled): {} files, {} rows, \
          {} MB, compiled in {} ms, for {} processes.\n",
         bench.settings.unwind_seconds,
