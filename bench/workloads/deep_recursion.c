@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "common.h"
 
 static volatile unsigned long sink;
 static pthread_barrier_t bottom;

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "common.h"
 
 #define RECORDS 256
 #define RECORD_BYTES 48

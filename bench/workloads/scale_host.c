@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "common.h"
 
 static volatile unsigned long sink;
 static double end_time, burst_seconds, period_seconds;

@@ -2,7 +2,7 @@
  * argv[1] milliseconds (default 3) of CPU in short_lived_work(), then exits.
  * Thousands of these are exec'd while recording, to see how many a profiler
  * still names after they are gone. */
-#include "bench.h"
+#include "common.h"
 
 static volatile unsigned long sink;
 

@@ -12,7 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
-#include "bench.h"
+#include "common.h"
 
 extern char **environ;
 

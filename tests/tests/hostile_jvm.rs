@@ -23,7 +23,7 @@ use std::{
 };
 
 use stoke_tests::{
-    args, record_args, require_root, Running, Stoke, StokeOutput, TempDir, Workload,
+    args, read_json, record_args, require_root, Running, Stoke, StokeOutput, TempDir, Workload,
     FRAME_POINTER_FLAGS,
 };
 
@@ -126,7 +126,7 @@ fn flood(label: &str, in_namespace: bool) {
         let pid = running.pid();
         (running, pid)
     };
-    let out = dir.join("flood.txt");
+    let out = dir.join("flood.json");
     let seconds = 4.0;
     let (output, peak) =
         record_measured(&record_args(&args!["-p", pid], 999, seconds, &out), seconds);
@@ -142,13 +142,17 @@ fn flood(label: &str, in_namespace: bool) {
         .unwrap_or_else(|| panic!("stoke did not say it dropped forged Java stacks"));
     println!("{warning}");
     // And counted in the summary.
-    let txt = std::fs::read_to_string(&out).unwrap();
-    let future = txt
-        .lines()
-        .find_map(|l| l.strip_prefix("Java stacks dropped (timed in the future):"))
-        .and_then(|n| n.trim().parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no count of Java stacks from the future:\n{txt}"));
-    assert!(future > 0, "{txt}");
+    let profile = read_json(&out);
+    let future = profile
+        .summary
+        .java
+        .dropped_stacks
+        .get("timed in the future");
+    assert!(
+        future.is_some_and(|&n| n > 0),
+        "no count of Java stacks from the future:\n{}",
+        profile.describe()
+    );
     // A recording of one process at 999 Hz needs some 30 MB; the flood may
     // add the bounded 8 MB of held stacks, the bounded code map and
     // requests, and the profile of thousands of distinct forged stacks.

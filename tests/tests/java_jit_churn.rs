@@ -6,7 +6,8 @@
 //! counted as such, not as missing Java stacks.
 
 use stoke_tests::{
-    args, java_workloads_dir, prepare_java, record_to, JavaReport, Jdk, JDK_17, TEMURIN_25,
+    args, java_workloads_dir, prepare_java, read_json, record_to, JavaReport, Jdk, JDK_17,
+    TEMURIN_25,
 };
 
 fn java_frames_under_jit_churn_on(jdk: Jdk) {
@@ -19,10 +20,11 @@ fn java_frames_under_jit_churn_on(jdk: Jdk) {
         classes.display().to_string(),
     ]);
     running.printed_tid();
-    let out = dir.join("churn.txt");
+    let out = dir.join("churn.json");
     record_to(&args!["-p", running.pid()], 499, 5.0, &out);
-    let report = std::fs::read_to_string(&out).expect("reading the txt report");
-    let java = JavaReport::parse(&report);
+    let profile = read_json(&out);
+    let report = profile.describe();
+    let java = JavaReport::of(&profile);
     println!("{label}: {java:?}");
     let running_java = java.java_samples + java.missing_total();
     assert!(

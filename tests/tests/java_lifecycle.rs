@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use stoke_tests::{
     agent_paths, args, assert_share, describe, prepare_java, process_stacks, read_folded,
-    record_args, record_to, require_root, samples_where, JavaReport, JavaWorkload, Running, Stack,
-    Stoke, TempDir, JDK_17, TEMURIN_25,
+    read_json, record_args, record_to, require_root, samples_where, JavaReport, JavaWorkload,
+    Running, Stack, Stoke, TempDir, JDK_17, TEMURIN_25,
 };
 
 /// Panics unless more than `min` samples of `root` are JavaBusy's, with
@@ -174,17 +174,18 @@ fn jvms_survive_a_killed_stoke_and_the_next_recording_reuses_the_agent() {
     }
 
     // The next recording of the same JVMs reuses their agents.
-    let txt = dir.join("again.txt");
+    let out = dir.join("again.json");
     let pids = format!("{},{}", jvms[0].pid(), jvms[1].pid());
-    let output = record_to(&args!["-p", pids], 499, 2.0, &txt);
-    let report = fs::read_to_string(&txt).expect("reading the txt report");
+    let output = record_to(&args!["-p", pids], 499, 2.0, &out);
+    let profile = read_json(&out);
+    let report = profile.describe();
     println!("{}\n{report}", output.stderr);
     assert!(
         !output.stderr.contains("stoke: warning: JVM"),
         "the second recording could not use a JVM:\n{}",
         output.stderr
     );
-    let java = JavaReport::parse(&report);
+    let java = JavaReport::of(&profile);
     assert_eq!(java.jvms, 2, "JVMs profiled:\n{report}");
     let total = java.java_samples + java.non_java_samples + java.missing_total();
     // Two busy threads on two CPUs for 2 s at 499 Hz: about 2000 samples,
@@ -201,7 +202,7 @@ fn jvms_survive_a_killed_stoke_and_the_next_recording_reuses_the_agent() {
         format_args!("of the JVMs have Java frames in the second recording:\n{report}"),
     );
     assert!(
-        report.contains("JavaBusy.crunch"),
+        profile.names("JavaBusy.crunch"),
         "JavaBusy's methods are not named in the second recording:\n{report}"
     );
     for (jvm, before) in jvms.iter().zip(&agents) {
@@ -245,11 +246,12 @@ fn a_stoke_killed_mid_drain_leaves_the_agent_ring_usable() {
 
     // The next recording takes the Java stacks from the same ring, twice
     // around it at least (2 s at 499 Hz is about 1,000 samples).
-    let txt = dir.join("again.txt");
-    let output = record_to(&args!["-p", jvm.pid()], 499, 2.0, &txt);
-    let report = fs::read_to_string(&txt).expect("reading the txt report");
+    let out = dir.join("again.json");
+    let output = record_to(&args!["-p", jvm.pid()], 499, 2.0, &out);
+    let profile = read_json(&out);
+    let report = profile.describe();
     println!("{}\n{report}", output.stderr);
-    let java = JavaReport::parse(&report);
+    let java = JavaReport::of(&profile);
     let total = java.java_samples + java.non_java_samples + java.missing_total();
     assert!(
         java.java_samples > 300,
@@ -269,14 +271,14 @@ fn a_stoke_killed_mid_drain_leaves_the_agent_ring_usable() {
 fn a_second_stoke_leaves_a_recorded_jvm_to_the_first() {
     let (dir, workload) = prepare_java("java-two-stokes", "JavaBusy", JDK_17);
     let mut jvm = workload.spawn(&["30"]);
-    let first_out = dir.join("first.txt");
+    let first_out = dir.join("first.json");
     let first = Stoke::spawn(&record_args(&args!["-p", jvm.pid()], 499, 6.0, &first_out));
     wait_for_agent(&jvm, Duration::from_secs(10));
     thread::sleep(Duration::from_secs(1));
 
     // The second recording of the same JVM, while the first goes on: it
     // says why it keeps native stacks, and takes none of the first's.
-    let second_out = dir.join("second.txt");
+    let second_out = dir.join("second.json");
     let second = record_to(&args!["-p", jvm.pid()], 499, 2.0, &second_out);
     println!("second stoke:\n{}", second.stderr);
     assert!(
@@ -287,16 +289,19 @@ fn a_second_stoke_leaves_a_recorded_jvm_to_the_first() {
         "the second stoke did not say that another stoke records the JVM:\n{}",
         second.stderr
     );
-    let second_report = fs::read_to_string(&second_out).expect("reading the second report");
-    assert!(
-        !second_report.contains("Samples with Java frames"),
-        "the second stoke profiled the JVM's Java stacks:\n{second_report}"
+    let second_profile = read_json(&second_out);
+    assert_eq!(
+        second_profile.summary.java.jvms,
+        0,
+        "the second stoke profiled the JVM's Java stacks:\n{}",
+        second_profile.describe()
     );
 
     let first = first.wait_recording(6.0);
     first.assert_success();
-    let report = fs::read_to_string(&first_out).expect("reading the first report");
-    let java = JavaReport::parse(&report);
+    let profile = read_json(&first_out);
+    let report = profile.describe();
+    let java = JavaReport::of(&profile);
     let total = java.java_samples + java.non_java_samples + java.missing_total();
     assert_share(
         java.java_samples,
@@ -334,11 +339,12 @@ fn status_field(path: &str, field: &str) -> String {
 /// Records `jvm` for 2 s and asserts that most of its samples have Java
 /// frames, with JavaBusy's methods named.
 fn assert_java_recording(jvm: &Running, dir: &TempDir, label: &str) {
-    let txt = dir.join(format!("{label}.txt"));
-    let output = record_to(&args!["-p", jvm.pid()], 499, 2.0, &txt);
-    let report = fs::read_to_string(&txt).expect("reading the txt report");
+    let out = dir.join(format!("{label}.json"));
+    let output = record_to(&args!["-p", jvm.pid()], 499, 2.0, &out);
+    let profile = read_json(&out);
+    let report = profile.describe();
     println!("{label}:\n{}\n{report}", output.stderr);
-    let java = JavaReport::parse(&report);
+    let java = JavaReport::of(&profile);
     let total = java.java_samples + java.non_java_samples + java.missing_total();
     assert!(
         java.java_samples > 300,
@@ -351,7 +357,7 @@ fn assert_java_recording(jvm: &Running, dir: &TempDir, label: &str) {
         format_args!("of the JVM have Java frames in the {label} recording:\n{report}"),
     );
     assert!(
-        report.contains("JavaBusy.crunch"),
+        profile.names("JavaBusy.crunch"),
         "{label}: JavaBusy unnamed:\n{report}"
     );
 }

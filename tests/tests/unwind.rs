@@ -16,7 +16,7 @@
 //!   not without that file.
 //! - `stoke tables` lists files' table sizes under the header the bench
 //!   reads, and reports a file that is no ELF file.
-//! - The txt summary reports the share of stacks reaching a root and the
+//! - The summary reports the share of stacks reaching a root and the
 //!   unwind tables loaded, and counts whole stacks as whole.
 
 use std::collections::HashMap;
@@ -27,10 +27,11 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
+use profiler_common::unwind::ROOT_FUNCTIONS;
 use stoke_tests::{
-    args, contains_word, describe, is_kernel_frame, read_folded, record_args, record_process,
-    record_to, require_root, run_tool, samples_where, stacks_of, stacks_of_thread, stoke_bin,
-    total_samples, Stack, Stoke, TempDir, Workload,
+    args, contains_word, describe, is_kernel_frame, perf_script, read_folded, read_json,
+    record_args, record_process, record_to, require_root, run_tool, samples_where, stacks_of,
+    stacks_of_thread, stoke_bin, total_samples, Stack, Stoke, TempDir, Workload,
 };
 
 /// Optimized, and no frame pointer in any function: only unwind tables can
@@ -47,10 +48,6 @@ const LIBC_START: &[&str] = &[
     "__libc_start_main",
     "__libc_start_main_impl",
 ];
-
-/// The functions a thread other than the main thread starts in: glibc 2.36
-/// starts threads with `clone3`, which calls `start_thread`.
-const THREAD_START: &[&str] = &["start_thread", "clone3", "__clone3", "clone", "__clone"];
 
 /// Debian's xz: stripped (no `.symtab`), its work done in liblzma.
 const XZ: &str = "/usr/bin/xz";
@@ -283,26 +280,20 @@ fn copies_of_a_build_share_a_table_and_a_forged_build_id_does_not() {
         .collect();
     let pids: Vec<String> = running.iter().map(|r| r.pid().to_string()).collect();
 
-    let out = dir.join("shared.txt");
+    let out = dir.join("shared.json");
     record_to(&args!["-p", pids.join(",")], 499, 3.0, &out);
-    let report = fs::read_to_string(&out).expect("reading the txt report");
-    let field = |label: &str| -> Vec<u64> {
-        report
-            .lines()
-            .find_map(|line| line.strip_prefix(label))
-            .unwrap_or_else(|| panic!("no `{label}` line in the report:\n{report}"))
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|word| word.parse().ok())
-            .collect()
-    };
-    let shared = field("Copies sharing a table:");
-    let rooted = field("Native stacks reaching a root:");
-    println!("shared: {shared:?}, reaching a root: {rooted:?}");
+    let profile = read_json(&out);
+    let report = profile.describe();
+    let (tables, quality) = (&profile.summary.unwind, &profile.summary.stack_quality);
+    println!(
+        "shared: {}, reaching a root: {} of {}",
+        tables.shared_files, quality.reached_root, quality.samples
+    );
     assert_eq!(
-        shared[0], 1,
+        tables.shared_files, 1,
         "the copy (and only the copy) should share the original's table:\n{report}"
     );
-    let (reached, total) = (rooted[0], rooted[1]);
+    let (reached, total) = (quality.reached_root, quality.samples);
     assert!(
         total > 1500,
         "only {total} samples of three busy processes in 3 s at 499 Hz:\n{report}"
@@ -666,7 +657,7 @@ fn threads_without_frame_pointers_reach_thread_start() {
         let whole = samples_where(&mine, |s| {
             s.frames
                 .get(2)
-                .is_some_and(|f| THREAD_START.contains(&f.as_str()))
+                .is_some_and(|f| ROOT_FUNCTIONS.contains(&f.as_str()))
                 && s.contains_run(&["start_thread", chain[0]])
         });
         let in_chain = samples_where(&mine, |s| s.contains_run(&chain));
@@ -686,7 +677,7 @@ fn threads_without_frame_pointers_reach_thread_start() {
             total,
             0.9,
             format_args!(
-                "of thread {tid} reach its start (outermost one of {THREAD_START:?}, \
+                "of thread {tid} reach its start (outermost one of {ROOT_FUNCTIONS:?}, \
                  then start_thread;{})\n{}",
                 chain[0],
                 describe(&mine, 10)
@@ -706,40 +697,41 @@ fn threads_without_frame_pointers_reach_thread_start() {
 }
 
 #[test]
-fn txt_reports_roots_and_tables() {
-    let (dir, workload) = prepare_no_fp("unwind-txt", "deep_split", DEEP_FUNCTIONS);
+fn summary_reports_roots_and_tables() {
+    let (dir, workload) = prepare_no_fp("unwind-summary", "deep_split", DEEP_FUNCTIONS);
     let running = workload.spawn(&["60"]);
-    let out = dir.join("deep.txt");
+    let out = dir.join("deep.json");
     record_to(&args!["-p", running.pid()], 499, 2.0, &out);
-    let txt = fs::read_to_string(&out).expect("reading the txt report");
-    let report = UnwindReport::parse(&txt);
-    println!("{report:?}");
+    let profile = read_json(&out);
+    let (quality, tables) = (&profile.summary.stack_quality, &profile.summary.unwind);
+    let report = profile.describe();
+    println!("{quality:?} {tables:?}");
 
     assert!(
-        report.samples > 300,
-        "only {} native stacks counted in 2 s at 499 Hz:\n{txt}",
-        report.samples
+        quality.samples > 300,
+        "only {} native stacks counted in 2 s at 499 Hz:\n{report}",
+        quality.samples
     );
     assert_fraction(
-        report.reached_root,
-        report.samples,
+        quality.reached_root,
+        quality.samples,
         0.9,
-        format_args!("reach a root according to the txt report:\n{txt}"),
+        format_args!("reach a root according to the summary:\n{report}"),
     );
     // The executable and libc at least (and ld.so, the vdso...).
     assert!(
-        report.files >= 2,
-        "the txt report has unwind tables for {} files, at least 2 expected \
-         (deep_split and libc):\n{txt}",
-        report.files
+        tables.files >= 2,
+        "the summary has unwind tables for {} files, at least 2 expected \
+         (deep_split and libc):\n{report}",
+        tables.files
     );
     assert!(
-        report.rows > 0,
-        "the txt report has no unwind table rows:\n{txt}"
+        tables.rows > 0,
+        "the summary has no unwind table rows:\n{report}"
     );
     assert!(
-        report.processes >= 1,
-        "the txt report has unwind tables for no process:\n{txt}"
+        tables.processes >= 1,
+        "the summary has unwind tables for no process:\n{report}"
     );
 }
 
@@ -748,28 +740,29 @@ fn txt_reports_roots_and_tables() {
 /// stripped binary, whose CFI marks the end of the stack), so they are
 /// whole, and they must count as reaching a root.
 #[test]
-fn txt_counts_stripped_entry_point_as_root() {
+fn summary_counts_stripped_entry_point_as_root() {
     require_root();
-    let dir = TempDir::new("unwind-xz-txt");
+    let dir = TempDir::new("unwind-xz-summary");
     let xz = Xz::start(&dir);
-    let out = dir.join("xz.txt");
+    let out = dir.join("xz.json");
     record_to(&args!["-p", xz.pid()], 499, 2.0, &out);
-    let txt = fs::read_to_string(&out).expect("reading the txt report");
-    let report = UnwindReport::parse(&txt);
-    println!("{report:?}");
+    let profile = read_json(&out);
+    let (quality, tables) = (&profile.summary.stack_quality, &profile.summary.unwind);
+    let report = profile.describe();
+    println!("{quality:?} {tables:?}");
     assert!(
-        report.samples > 300,
-        "only {} native stacks of a busy xz counted in 2 s at 499 Hz:\n{txt}",
-        report.samples
+        quality.samples > 300,
+        "only {} native stacks of a busy xz counted in 2 s at 499 Hz:\n{report}",
+        quality.samples
     );
     assert_fraction(
-        report.reached_root,
-        report.samples,
+        quality.reached_root,
+        quality.samples,
         0.9,
         format_args!(
-            "of xz reach a root according to the txt report, though its stacks end at \
+            "of xz reach a root according to the summary, though its stacks end at \
              its entry point (`_start`, which a stripped binary does not name; see \
-             stripped_xz_reaches_libc_start_like_perf):\n{txt}"
+             stripped_xz_reaches_libc_start_like_perf):\n{report}"
         ),
     );
 }
@@ -1091,9 +1084,9 @@ fn is_liblzma_frame(frame: &str) -> bool {
 }
 
 /// The stacks of process `pid` in a `perf record -g` file, read with
-/// `perf script`, as stoke would name their frames (root first; a frame
-/// with no symbol is `<file name>+0x<address>`, an inlined function a
-/// frame of its own), each with a count of 1.
+/// `perf script`, as stoke would name their frames
+/// ([`perf_script::frame_name`]; root first, an inlined function a frame of
+/// its own), each with a count of 1.
 fn perf_stacks(perf_data: &Path, pid: u32) -> Vec<(Vec<String>, u64)> {
     let output = Command::new(PERF)
         .args(["script", "-F", "pid,tid,ip,sym,dso", "-i"])
@@ -1107,54 +1100,12 @@ fn perf_stacks(perf_data: &Path, pid: u32) -> Vec<(Vec<String>, u64)> {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8_lossy(&output.stdout);
-    let mut stacks = Vec::new();
-    // Samples are separated by blank lines: a `pid/tid` header, then one
-    // line per frame, leaf first: `<address> <symbol> (<file>)`.
-    for sample in text.split("\n\n") {
-        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
-        let Some(header) = lines.next() else {
-            continue;
-        };
-        let sample_pid = header.trim().split('/').next().and_then(|p| p.parse().ok());
-        if sample_pid != Some(pid) {
-            continue;
-        }
-        let mut frames: Vec<String> = lines.map(perf_frame).collect();
-        frames.reverse();
-        if !frames.is_empty() {
-            stacks.push((frames, 1));
-        }
-    }
-    stacks
-}
-
-/// One frame line of `perf script` (`27249 __libc_start_call_main+0x79
-/// (/usr/lib/x86_64-linux-gnu/libc.so.6)`, `3ac0 [unknown] (/usr/bin/xz)`)
-/// named as stoke names frames.
-fn perf_frame(line: &str) -> String {
-    let line = line.trim();
-    let (address, rest) = line.split_once(' ').unwrap_or((line, ""));
-    let (symbol, file) = rest.rsplit_once(" (").map_or((rest, ""), |(symbol, file)| {
-        (symbol, file.strip_suffix(')').unwrap_or(file))
-    });
-    if symbol == "[unknown]" || symbol.is_empty() {
-        let file = file.rsplit('/').next().unwrap_or(file);
-        let address = u64::from_str_radix(address, 16).unwrap_or(0);
-        if file == "[kernel.kallsyms]" {
-            return format!("{address:#x}_[k]");
-        }
-        format!("{file}+{address:#x}")
-    } else {
-        let symbol = match symbol.rsplit_once("+0x") {
-            Some((name, offset)) if u64::from_str_radix(offset, 16).is_ok() => name,
-            _ => symbol,
-        };
-        if file.contains("kernel.kallsyms") {
-            format!("{symbol}_[k]")
-        } else {
-            symbol.to_owned()
-        }
-    }
+    perf_script::parse(&text)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .filter(|sample| sample.pid == pid && !sample.frames.is_empty())
+        .map(|sample| (sample.frames, 1))
+        .collect()
 }
 
 /// A summary of the heaviest of `stacks` (frames root first, with counts),
@@ -1171,61 +1122,6 @@ fn describe_frames(stacks: &[(Vec<String>, u64)], n: usize) -> String {
         .take(n)
         .map(|(stack, count)| format!("  {count:>6} {stack}\n"))
         .collect()
-}
-
-/// The unwinding lines of a txt report's summary.
-#[derive(Debug)]
-struct UnwindReport {
-    /// `Native stacks reaching a root: <reached_root> of <samples> (...)`.
-    reached_root: u64,
-    samples: u64,
-    /// `Unwind tables: <files> files, <rows> rows, ... (<processes> processes)`.
-    files: u64,
-    rows: u64,
-    processes: u64,
-}
-
-impl UnwindReport {
-    /// Reads the `Native stacks reaching a root:` and `Unwind tables:`
-    /// lines.
-    ///
-    /// # Panics
-    ///
-    /// If either is missing or not in the expected form.
-    fn parse(txt: &str) -> UnwindReport {
-        let value = |label: &str| -> &str {
-            txt.lines()
-                .find_map(|line| line.strip_prefix(label))
-                .unwrap_or_else(|| panic!("the txt report has no `{label}` line:\n{txt}"))
-                .trim()
-        };
-        let numbers = |text: &str| -> Vec<u64> {
-            text.split(|c: char| !c.is_ascii_digit() && c != '.')
-                .filter(|word| !word.is_empty() && !word.contains('.'))
-                .map(|word| word.parse().unwrap())
-                .collect()
-        };
-        let roots = value("Native stacks reaching a root:");
-        let (reached_root, samples) = match numbers(roots)[..] {
-            [reached, samples, ..] => (reached, samples),
-            _ => panic!("`Native stacks reaching a root: {roots}`: expected `N of M (P%)`"),
-        };
-        let tables = value("Unwind tables:");
-        let (files, rows, processes) = match numbers(tables)[..] {
-            [files, rows, .., processes] if tables.contains(" files, ") => (files, rows, processes),
-            _ => panic!(
-                "`Unwind tables: {tables}`: expected `N files, R rows, S MB, compiled in T ms \
-                 (P processes)`"
-            ),
-        };
-        UnwindReport {
-            reached_root,
-            samples,
-            files,
-            rows,
-            processes,
-        }
-    }
 }
 
 /// `part` as a percentage of `whole` (0 if `whole` is 0).

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "count_signal.h"
 
 #define VERSION 3
 #define MAX_FRAMES 256
@@ -61,42 +62,14 @@ struct slot {
 
 static volatile sig_atomic_t sigurg_count, sigquit_count;
 
-static void on_signal(int signal)
-{
-	if (signal == SIGURG)
-		sigurg_count++;
-	else
-		sigquit_count++;
-}
-
-static uint64_t rng = 0x9e3779b97f4a7c15;
-
-static uint64_t next_random(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+/* The state of next_random(), the same forgeries on every run. */
+static unsigned long rng = 0x9e3779b97f4a7c15;
 
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void handle(int signal)
-{
-	struct sigaction action;
-	memset(&action, 0, sizeof action);
-	action.sa_handler = on_signal;
-	sigemptyset(&action.sa_mask);
-	action.sa_flags = SA_RESTART;
-	if (sigaction(signal, &action, NULL) != 0) {
-		perror("hostile_fake_jvm: sigaction");
-		exit(2);
-	}
 }
 
 static unsigned char *create_agent_memory(uint32_t version)
@@ -131,19 +104,19 @@ static void flood_ring(unsigned char *base)
 	for (uint64_t position = read; position < read + SAMPLE_SLOTS; position++) {
 		struct slot *slot =
 			(struct slot *)(base + SAMPLES_OFFSET) + position % SAMPLE_SLOTS;
-		uint64_t kind = next_random() % 4;
-		slot->tid = kind == 0 ? (uint32_t)getpid() : (uint32_t)next_random();
+		uint64_t kind = next_random(&rng) % 4;
+		slot->tid = kind == 0 ? (uint32_t)getpid() : (uint32_t)next_random(&rng);
 		slot->frame_count = MAX_FRAMES;
 		/* Far future, ancient, now, or a little ahead. */
 		slot->time_ns = kind == 1   ? now + (1ull << 50)
 				: kind == 2 ? now - (now > (10ull << 30) ? 10ull << 30 : now)
 				: kind == 3 ? now
 					    : now + 5000000;
-		slot->pc = next_random();
-		slot->flags = (uint32_t)next_random();
+		slot->pc = next_random(&rng);
+		slot->flags = (uint32_t)next_random(&rng);
 		for (int i = 0; i < MAX_FRAMES; i++) {
-			slot->frames[i].bci = (int32_t)next_random();
-			slot->frames[i].method_id = next_random();
+			slot->frames[i].bci = (int32_t)next_random(&rng);
+			slot->frames[i].method_id = next_random(&rng);
 		}
 		__atomic_store_n(&slot->sequence, position + 1, __ATOMIC_RELEASE);
 	}
@@ -164,7 +137,7 @@ static void forge_events(unsigned char *base)
 		log[used++] = 16;                /* size */
 	}
 	for (; used < words; used++)
-		log[used] = next_random();
+		log[used] = next_random(&rng);
 	__atomic_store_n(&header->events_committed, ~0ull, __ATOMIC_RELEASE);
 }
 
@@ -180,9 +153,11 @@ int main(int argc, char **argv)
 		perror("hostile_fake_jvm: mapping libjvm.so");
 		return 2;
 	}
-	handle(SIGURG);
-	if (strcmp(argv[3], "plain-quit") == 0)
-		handle(SIGQUIT);
+	if (count_signal(SIGURG, &sigurg_count, "hostile_fake_jvm") != 0)
+		return 2;
+	if (strcmp(argv[3], "plain-quit") == 0 &&
+	    count_signal(SIGQUIT, &sigquit_count, "hostile_fake_jvm") != 0)
+		return 2;
 	unsigned char *base = NULL;
 	if (strcmp(argv[3], "flood") == 0) {
 		base = create_agent_memory(argc > 4 ? (uint32_t)atoi(argv[4]) : VERSION);

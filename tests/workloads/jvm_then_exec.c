@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "sigurg_count.h"
+#include "count_signal.h"
+
+static volatile sig_atomic_t sigurg_count;
 
 static volatile unsigned long sink;
 
@@ -39,7 +41,7 @@ __attribute__((noinline)) void after_exec_burn(double end)
 
 static int count_signals(double seconds)
 {
-	if (count_sigurg("jvm_then_exec") != 0)
+	if (count_signal(SIGURG, &sigurg_count, "jvm_then_exec") != 0)
 		return 2;
 	printf("counting\n");
 	fflush(stdout);

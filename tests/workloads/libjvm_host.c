@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "common.h"
-#include "sigurg_count.h"
+#include "count_signal.h"
+
+static volatile sig_atomic_t sigurg_count;
 
 static volatile unsigned long sink;
 
@@ -39,7 +41,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "libjvm_host: dlopen: %s\n", dlerror());
 		return 2;
 	}
-	if (count_sigurg("libjvm_host") != 0)
+	if (count_signal(SIGURG, &sigurg_count, "libjvm_host") != 0)
 		return 2;
 	say_ready();
 	host_burn(now_monotonic() + seconds);

@@ -10,7 +10,7 @@
 //! has the stack depth of its row (idle samples are cheap and would dilute
 //! the mean).
 
-use std::{collections::BTreeMap, fs, process::Command, time::Duration};
+use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use anyhow::{bail, ensure, Context, Result};
 
@@ -184,10 +184,10 @@ fn attached_jvm(bench: &Bench) -> Result<Process> {
     let pid = u32::try_from(jvm.pid())?;
     for _ in 0..ATTACH_TRIES {
         let recording =
-            Recording::start(bench, &Options::new(Tool::Stoke, 99, "txt"), "bpf-attach")?;
+            Recording::start(bench, &Options::new(Tool::Stoke, 99, "json"), "bpf-attach")?;
         std::thread::sleep(ATTACH_RECORDING);
         let stopped = recording.stop()?;
-        let summary = fs::read_to_string(&stopped.output)?;
+        let summary = stopped.summary()?;
         stopped.remove_output();
         if jvm_attach_ms(&summary, pid).is_some() {
             return Ok(jvm);

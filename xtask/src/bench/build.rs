@@ -47,7 +47,7 @@ pub fn stoke(root: &Path, bench_dir: &Path) -> Result<PathBuf> {
 }
 
 /// Compiles the workloads of `bench/workloads` into `bin_dir`, and the
-/// 70:30 workload of the end-to-end tests (built as the tests build it).
+/// 70:30 workload of the end-to-end tests (built with the tests' flags).
 pub fn workloads(root: &Path, bin_dir: &Path) -> Result<Workloads> {
     fs::create_dir_all(bin_dir)?;
     let sources = root.join("bench/workloads");
@@ -70,20 +70,19 @@ pub fn workloads(root: &Path, bin_dir: &Path) -> Result<Workloads> {
             &root.join("tests/workloads/fp_split.c"),
             bin_dir,
             "fp_split",
-            &[
-                "-O1",
-                "-g",
-                "-fno-omit-frame-pointer",
-                "-mno-omit-leaf-frame-pointer",
-            ],
+            stoke_tests::FRAME_POINTER_FLAGS,
         )?,
     })
 }
 
+/// Compiles `source` with `flags`; its `#include "common.h"` finds the
+/// helpers the bench's and the tests' workloads share in tests/workloads.
 fn compile(source: &Path, bin_dir: &Path, name: &str, flags: &[&str]) -> Result<PathBuf> {
     let binary = bin_dir.join(name);
     run(Command::new("cc")
         .args(flags)
+        .arg("-I")
+        .arg(stoke_tests::workloads_dir())
         .arg("-o")
         .arg(&binary)
         .arg(source))

@@ -4,9 +4,10 @@
 //! cold and warm page caches; perf record (plus perf script, where perf
 //! names frames) side by side.
 
-use std::{fs, process::Command, thread, time::Duration};
+use std::{process::Command, thread, time::Duration};
 
 use anyhow::{ensure, Result};
+use stoke_tests::json::Summary;
 
 use super::{
     host,
@@ -26,9 +27,9 @@ const RSS_TARGET_MB: f64 = 100.0;
 /// One long recording.
 struct Long {
     stopped: Stopped,
-    /// Stoke: symbolization (addresses, seconds) from its txt summary.
+    /// Stoke: symbolization (addresses, seconds) from its summary.
     symbolization: Option<(u64, f64)>,
-    /// Stoke: unwind tables (MB, seconds to compile), if it built any.
+    /// Stoke: unwind tables (MB, seconds to compile); None for perf.
     unwind_tables: Option<(f64, f64)>,
     /// Perf: what naming the frames with perf script cost.
     script: Option<ScriptCost>,
@@ -114,19 +115,22 @@ fn busy_load(bench: &Bench, seconds: f64) -> Result<Process> {
 fn long_recording(bench: &Bench, tool: Tool) -> Result<Long> {
     let seconds = bench.settings.cost_seconds;
     let _load = busy_load(bench, seconds)?;
-    let recording = Recording::start(bench, &Options::new(tool, HZ, "txt"), "cost")?;
+    let recording = Recording::start(bench, &Options::new(tool, HZ, "json"), "cost")?;
     thread::sleep(Duration::from_secs_f64(seconds));
     let stopped = recording.stop()?;
     let mut unwind_tables = None;
     let (symbolization, script) = match tool {
         Tool::Stoke => {
-            let summary = fs::read_to_string(&stopped.output)?;
-            unwind_tables = profiler::unwind_tables(&summary);
-            (Some(profiler::symbolization(&summary)?), None)
+            let summary = stopped.summary()?;
+            unwind_tables = Some((
+                summary.unwind.bytes as f64 / 1e6,
+                summary.unwind.compile_time,
+            ));
+            (Some(symbolization(&summary)), None)
         }
         Tool::Perf => {
             let script = profiler::perf_script(&stopped.output)?;
-            let frames = script.frames();
+            let frames = script.frames()?;
             ensure!(frames > 0, "perf script named no frames");
             (
                 None,
@@ -154,15 +158,13 @@ fn stoke_naming(bench: &Bench) -> Result<Timing> {
     let mut timings = Vec::new();
     for cold in [true, false] {
         let _load = busy_load(bench, bench.settings.symbolize_seconds)?;
-        let recording = Recording::start(bench, &Options::new(Tool::Stoke, HZ, "txt"), "naming")?;
+        let recording = Recording::start(bench, &Options::new(Tool::Stoke, HZ, "json"), "naming")?;
         thread::sleep(Duration::from_secs_f64(bench.settings.symbolize_seconds));
         if cold {
             host::drop_page_cache()?;
         }
         let stopped = recording.stop()?;
-        timings.push(profiler::symbolization(&fs::read_to_string(
-            &stopped.output,
-        )?)?);
+        timings.push(symbolization(&stopped.summary()?));
         stopped.remove_output();
     }
     Ok(Timing {
@@ -172,18 +174,23 @@ fn stoke_naming(bench: &Bench) -> Result<Timing> {
     })
 }
 
+/// Stoke's symbolization: distinct addresses named, and seconds taken.
+fn symbolization(summary: &Summary) -> (u64, f64) {
+    (summary.symbolized_addresses, summary.symbolize_time)
+}
+
 /// One short perf recording, named by perf script twice: right after the
 /// page cache was dropped, then again.
 fn perf_naming(bench: &Bench) -> Result<Timing> {
     let _load = busy_load(bench, bench.settings.symbolize_seconds)?;
-    let recording = Recording::start(bench, &Options::new(Tool::Perf, HZ, "txt"), "naming")?;
+    let recording = Recording::start(bench, &Options::new(Tool::Perf, HZ, "json"), "naming")?;
     thread::sleep(Duration::from_secs_f64(bench.settings.symbolize_seconds));
     let stopped = recording.stop()?;
     host::drop_page_cache()?;
     let cold = profiler::perf_script(&stopped.output)?;
     let warm = profiler::perf_script(&stopped.output)?;
     stopped.remove_output();
-    let frames = warm.frames();
+    let frames = warm.frames()?;
     ensure!(frames > 0, "perf script named no frames");
     Ok(Timing {
         count: frames as u64,

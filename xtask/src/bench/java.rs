@@ -11,13 +11,13 @@
 
 use std::{
     collections::HashMap,
-    fs,
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
 };
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use stoke_tests::JDKS;
 
 use super::{
     process::Process,
@@ -28,12 +28,6 @@ use super::{
     stats::{self, Spread},
     Bench, Part,
 };
-
-/// The JDKs measured when installed: label and home.
-const JDKS: [(&str, &str); 2] = [
-    ("JDK 17", "/usr/lib/jvm/java-17-openjdk-amd64"),
-    ("Temurin 25", "/usr/lib/jvm/temurin-25-jdk-amd64"),
-];
 
 /// The issue's targets.
 const ATTACH_TARGET_MS: f64 = 200.0;
@@ -71,11 +65,12 @@ struct JvmRun {
 }
 
 pub fn run(bench: &Bench) -> Result<Section> {
+    // The JDKs of the end-to-end tests, each measured when installed.
     let jdks: Vec<Jdk> = JDKS
         .iter()
-        .map(|&(label, home)| Jdk {
-            label,
-            java: Path::new(home).join("bin/java"),
+        .map(|jdk| Jdk {
+            label: jdk.name,
+            java: Path::new(jdk.home).join("bin/java"),
         })
         .filter(|jdk| jdk.java.exists())
         .collect();
@@ -190,14 +185,13 @@ fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
     Ok(run)
 }
 
-/// A whole-host txt recording of `java_seconds`: how long stoke took to
+/// A whole-host JSON recording of `java_seconds`: how long stoke took to
 /// attach to the JVM `pid`, or, if it did not, what stoke said.
 fn attach_ms(bench: &Bench, pid: u32, name: &str) -> Result<Result<f64, String>> {
-    let recording = Recording::start(bench, &Options::new(Tool::Stoke, 99, "txt"), name)?;
+    let recording = Recording::start(bench, &Options::new(Tool::Stoke, 99, "json"), name)?;
     std::thread::sleep(Duration::from_secs_f64(bench.settings.java_seconds));
     let stopped = recording.stop()?;
-    let summary = fs::read_to_string(&stopped.output)
-        .with_context(|| format!("reading {}", stopped.output.display()))?;
+    let summary = stopped.summary()?;
     stopped.remove_output();
     Ok(jvm_attach_ms(&summary, pid).ok_or_else(|| {
         let warnings: Vec<&str> = stopped
@@ -339,7 +333,7 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
         "Per JDK and round, a new JVM (`java -cp … FixedWork`, no other flags) runs \
          `FixedWork` on {cpus} threads, one per CPU, warms up for {warmup:.1} s, then \
          three whole-host recordings of {seconds:.1} s at 99 Hz follow: the first loads \
-         stoke's agent into the JVM (`JVM <pid> attach` in the txt summary: from stoke \
+         stoke's agent into the JVM (`JVM <pid> attach` in the summary: from stoke \
          asking, once it samples the JVM, to the agent being ready), the second finds it \
          loaded (stoke finds the agent's shared memory: no attach), the third (`-t`, folded) counts the samples of the work threads \
          (`{WORKER_THREAD}N`; not GC or compiler threads), those with at least one Java \
@@ -355,8 +349,8 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
     );
     let missing: Vec<&str> = JDKS
         .iter()
-        .filter(|(label, _)| !jdks.iter().any(|jdk| jdk.label == *label))
-        .map(|(_, home)| *home)
+        .filter(|known| !jdks.iter().any(|jdk| jdk.label == known.name))
+        .map(|known| known.home)
         .collect();
     if !missing.is_empty() {
         body += &format!("\nNot installed, left out: {}.\n", missing.join(", "));

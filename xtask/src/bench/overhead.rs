@@ -14,7 +14,7 @@ use anyhow::{ensure, Context, Result};
 use super::{
     build::java_command,
     process::Process,
-    profiler::{summary_field, Options, Recording, Tool},
+    profiler::{Options, Recording, Tool},
     report::{Section, Table, Target, Verdict},
     rotated,
     stats::{self, percent, percent_signed, Spread},
@@ -71,7 +71,7 @@ struct Run {
     profiler_cpu: f64,
     samples: u64,
     lost: u64,
-    /// stoke: samples with Java frames (its txt summary), when it says.
+    /// stoke: samples with Java frames (its summary), when it says.
     java_samples: Option<u64>,
     /// Other processes took CPU during it, on every try.
     disturbed: bool,
@@ -213,19 +213,18 @@ fn run_once(bench: &Bench, workload: Workload, units: u64, profiler: Profiler) -
             disturbed: false,
         });
     };
-    let recording = Recording::start(bench, &Options::new(tool, hz, "txt"), "overhead")?;
+    let recording = Recording::start(bench, &Options::new(tool, hz, "json"), "overhead")?;
     let cpu_before = recording.cpu_now()?;
     let elapsed = work(bench, workload, units)?;
     let profiler_cpu = (recording.cpu_now()? - cpu_before).as_secs_f64();
     let stopped = recording.stop()?;
     let java_samples = match tool {
-        Tool::Stoke => std::fs::read_to_string(&stopped.output)
+        // Counted only when stoke profiled a JVM, as the txt report shows it.
+        Tool::Stoke => stopped
+            .summary()
             .ok()
-            .and_then(|summary| {
-                summary_field(&summary, "Samples with Java frames")?
-                    .parse()
-                    .ok()
-            }),
+            .filter(|summary| summary.java.jvms > 0)
+            .map(|summary| summary.java.java_samples),
         Tool::Perf => None,
     };
     stopped.remove_output();

@@ -14,6 +14,7 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context, Result};
+use stoke_tests::json::{JsonProfile, Summary};
 
 use super::{
     process::{Exit, Process},
@@ -54,7 +55,7 @@ pub struct Options {
     pub frame_pointers: bool,
     /// Stoke: `-p` these processes instead of `-a`.
     pub pids: Vec<u32>,
-    /// Stoke: the output's extension picks the format (`txt`, `folded`).
+    /// Stoke: the output's extension picks the format (`json`, `folded`).
     /// Perf always writes `perf.data` to a file next to this name.
     pub stoke_format: &'static str,
 }
@@ -311,6 +312,13 @@ impl Stopped {
         }
     }
 
+    /// The summary of stoke's JSON output.
+    pub fn summary(&self) -> Result<Summary> {
+        JsonProfile::read(&self.output)
+            .map(|profile| profile.summary)
+            .map_err(anyhow::Error::msg)
+    }
+
     /// Deletes the output file (perf.data files are large).
     pub fn remove_output(&self) {
         let _ = fs::remove_file(&self.output);
@@ -413,60 +421,15 @@ impl StokeLine {
     }
 }
 
-/// A value of stoke's txt summary, e.g. `Total samples` in
-/// `Total samples:                    396`.
-pub fn summary_field<'a>(summary: &'a str, label: &str) -> Option<&'a str> {
-    summary.lines().find_map(|line| {
-        line.strip_prefix(label)
-            .and_then(|rest| rest.strip_prefix(':'))
-            .map(str::trim)
-    })
-}
-
-/// stoke's `JVM 1234 attach:  130 ms`: how long loading (or finding) its
-/// agent in that JVM took, if it did.
-pub fn jvm_attach_ms(summary: &str, pid: u32) -> Option<f64> {
-    summary_field(summary, &format!("JVM {pid} attach"))?
-        .strip_suffix(" ms")?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// stoke's `Symbolization:  261 addresses in 156 ms`, as (addresses, seconds).
-pub fn symbolization(summary: &str) -> Result<(u64, f64)> {
-    let value = summary_field(summary, "Symbolization")
-        .context("no Symbolization line in stoke's txt output")?;
-    let parsed = value
-        .split_once(" addresses in ")
-        .and_then(|(count, time)| {
-            Some((
-                count.trim().parse().ok()?,
-                time.trim()
-                    .strip_suffix(" ms")?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()?
-                    / 1e3,
-            ))
-        });
-    parsed.with_context(|| format!("cannot parse stoke's Symbolization line {value:?}"))
-}
-
-/// stoke's `Unwind tables:  61 files, 1009598 rows, 16.2 MB, compiled in
-/// 224 ms (13 processes)` as (MB, seconds), when the summary has it (stoke
-/// builds tables only where it unwinds without frame pointers).
-pub fn unwind_tables(summary: &str) -> Option<(f64, f64)> {
-    let value = summary_field(summary, "Unwind tables")?;
-    let megabytes = value
-        .split(", ")
-        .find_map(|part| part.strip_suffix(" MB"))?
-        .trim()
-        .parse()
-        .ok()?;
-    let (_, compiled) = value.split_once("compiled in ")?;
-    let millis: f64 = compiled.split_whitespace().next()?.parse().ok()?;
-    Some((megabytes, millis / 1e3))
+/// How long stoke took to attach to (or find its agent in) the JVM `pid`,
+/// in milliseconds, if it did.
+pub fn jvm_attach_ms(summary: &Summary, pid: u32) -> Option<f64> {
+    summary
+        .java
+        .attach_ms
+        .iter()
+        .find(|&&(jvm, _)| jvm == pid)
+        .map(|&(_, ms)| ms as f64)
 }
 
 /// perf record's `[ perf record: Captured and wrote 0.041 MB d.data (101 samples) ]`.
@@ -515,12 +478,10 @@ pub struct PerfScript {
 }
 
 impl PerfScript {
-    /// The frames perf named (one per line of a stack).
-    pub fn frames(&self) -> usize {
-        self.text
-            .lines()
-            .filter(|line| line.starts_with(char::is_whitespace) && !line.trim().is_empty())
-            .count()
+    /// The frames perf named.
+    pub fn frames(&self) -> Result<usize> {
+        let samples = stoke_tests::perf_script::parse(&self.text).map_err(anyhow::Error::msg)?;
+        Ok(samples.iter().map(|sample| sample.frames.len()).sum())
     }
 }
 
@@ -600,25 +561,6 @@ mod tests {
             }
         );
         assert!(StokeLine::find(&lines[..1]).is_err());
-    }
-
-    #[test]
-    fn parses_the_txt_summary() {
-        let summary = "Stoke CPU profile\n\nTotal samples:                    396\n\
-                       Symbolization:                    261 addresses in 156 ms\n";
-        assert_eq!(summary_field(summary, "Total samples"), Some("396"));
-        let (addresses, seconds) = symbolization(summary).unwrap();
-        assert_eq!(addresses, 261);
-        assert!((seconds - 0.156).abs() < 1e-9);
-        assert!(symbolization("Total samples: 3\n").is_err());
-        let java = "JVMs profiled:                    1 (slowest attach 124 ms)\n\
-                    JVM 4242 attach:                  124 ms\n";
-        assert_eq!(jvm_attach_ms(java, 4242), Some(124.0));
-        assert_eq!(jvm_attach_ms(java, 424), None);
-        let tables = "Unwind tables:                    61 files, 1009598 rows, 16.2 MB, \
-                      compiled in 224 ms (13 processes)\n";
-        assert_eq!(unwind_tables(tables), Some((16.2, 0.224)));
-        assert_eq!(unwind_tables(summary), None);
     }
 
     #[test]

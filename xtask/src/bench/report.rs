@@ -286,8 +286,8 @@ mod tests {
 
     #[test]
     fn rerun_parts_replace_only_their_sections() {
-        let dir = std::env::temp_dir().join(format!("xtask-report-{}", std::process::id()));
-        let path = dir.join("RESULTS.md");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("RESULTS.md");
         let host = HostInfo {
             date: "today".into(),
             kernel: "6.18".into(),
@@ -310,7 +310,6 @@ mod tests {
         .unwrap();
         write(&path, &host, &[section(Part::Scale, "new")], true, false).unwrap();
         let text = fs::read_to_string(&path).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
         assert!(text.contains("| first |"), "{text}");
         assert!(text.contains("| new |"), "{text}");
         assert!(!text.contains("| old |"), "{text}");

@@ -1,7 +1,7 @@
 //! Stacks from both profilers in one shape: stoke's folded output and
 //! `perf script`'s, so that accuracy and symbolization are judged alike.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 /// One distinct stack of one process and how many samples had it.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,8 +31,8 @@ pub fn is_kernel(frame: &str) -> bool {
     frame.ends_with("_[k]")
 }
 
-/// A frame that names no function: stoke's `module+0x...` and
-/// `[anon]+0x...`, perf's `[unknown]`.
+/// A frame that names no function: `module+0x...` and `[anon]+0x...`, as
+/// stoke names them and perf's are read, or a bare `[unknown]`.
 pub fn is_unnamed(frame: &str) -> bool {
     frame.contains("+0x") || frame.starts_with("[unknown]")
 }
@@ -62,69 +62,20 @@ fn parse_folded_line(line: &str) -> Result<Stack> {
     })
 }
 
-/// Parses `perf script -F comm,pid,ip,sym,dso` output of a `-g` recording:
-/// a `comm pid` line per sample, then its frames leaf first as
-/// `address symbol (dso)`, then a blank line. Every sample is a stack of
-/// its own (count 1).
+/// Parses `perf script -F comm,pid,ip,sym,dso` output of a `-g` recording
+/// ([`stoke_tests::perf_script`], which the unwind tests read perf with
+/// too). Every sample is a stack of its own (count 1).
 pub fn parse_perf_script(text: &str) -> Result<Vec<Stack>> {
-    let mut stacks = Vec::new();
-    let mut current: Option<Stack> = None;
-    for line in text.lines() {
-        if line.trim().is_empty() {
-            stacks.extend(current.take().map(finish_perf_stack));
-        } else if line.starts_with(char::is_whitespace) {
-            let stack = current
-                .as_mut()
-                .with_context(|| format!("perf script: a frame before any sample: {line:?}"))?;
-            stack.frames.push(perf_frame(line.trim()));
-        } else {
-            stacks.extend(current.take().map(finish_perf_stack));
-            current = Some(perf_sample_header(line)?);
-        }
-    }
-    stacks.extend(current.map(finish_perf_stack));
-    Ok(stacks)
-}
-
-/// `comm  pid` (comm may contain spaces; the pid is the last word).
-fn perf_sample_header(line: &str) -> Result<Stack> {
-    let (comm, pid) = line
-        .trim_end()
-        .rsplit_once(char::is_whitespace)
-        .with_context(|| format!("perf script: not a `comm pid` line: {line:?}"))?;
-    let Ok(pid) = pid.parse() else {
-        bail!("perf script: not a `comm pid` line: {line:?}");
-    };
-    Ok(Stack {
-        comm: comm.trim().to_owned(),
-        pid,
-        frames: Vec::new(),
-        samples: 1,
-    })
-}
-
-/// `ffffffff8123 do_idle ([kernel.kallsyms])` or `55d0 spin (/path/bin)`
-/// to a frame name in stoke's style.
-fn perf_frame(line: &str) -> String {
-    let rest = line.split_once(' ').map_or("", |(_, rest)| rest);
-    let (symbol, dso) = match rest.rfind(" (") {
-        Some(at) => (&rest[..at], rest[at + 2..].trim_end_matches(')')),
-        None => (rest, ""),
-    };
-    // perf prints `sym+0x1f` with the `sym` field alone only when asked for
-    // offsets; strip any, so names compare with stoke's.
-    let symbol = symbol.split("+0x").next().unwrap_or(symbol);
-    let kernel = dso.starts_with("[kernel") || dso.ends_with(".ko");
-    if kernel {
-        format!("{symbol}_[k]")
-    } else {
-        symbol.to_owned()
-    }
-}
-
-fn finish_perf_stack(mut stack: Stack) -> Stack {
-    stack.frames.reverse(); // perf prints the leaf first
-    stack
+    let samples = stoke_tests::perf_script::parse(text).map_err(anyhow::Error::msg)?;
+    Ok(samples
+        .into_iter()
+        .map(|sample| Stack {
+            comm: sample.comm,
+            pid: sample.pid,
+            frames: sample.frames,
+            samples: 1,
+        })
+        .collect())
 }
 
 /// Sums samples over stacks that `keep` accepts.
@@ -193,7 +144,7 @@ mod tests {
             ["hot_thirty", "spin", "asm_sysvec_apic_timer_interrupt_[k]"]
         );
         assert_eq!(stacks[1].comm, "swapper");
-        assert_eq!(stacks[1].frames, ["[unknown]", "do_idle_[k]"]);
+        assert_eq!(stacks[1].frames, ["[unknown]+0x7f00", "do_idle_[k]"]);
         assert!(is_unnamed(&stacks[1].frames[0]));
         assert!(is_kernel(&stacks[1].frames[1]));
         assert!(!is_unnamed("short_lived_work"));

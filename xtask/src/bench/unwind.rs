@@ -7,25 +7,21 @@
 //! workload's files are loaded and at the end: the difference is steady
 //! state. Frames per sample and the share of stacks reaching a root come from
 //! the same recording's folded output. Table sizes and compile times come
-//! from `stoke tables FILE...`, and from the txt summary of a whole-host
+//! from `stoke tables FILE...`, and from the summary of a whole-host
 //! recording.
 
 use std::{
-    collections::BTreeMap,
-    fs::{self, File},
-    io::Write,
-    path::Path,
-    process::Command,
-    time::Duration,
+    collections::BTreeMap, fs::File, io::Write, path::Path, process::Command, time::Duration,
 };
 
 use anyhow::{bail, ensure, Context, Result};
 use profiler_common::unwind::ROOT_FUNCTIONS;
+use stoke_tests::{json::UnwindSummary, JDKS};
 
 use super::{
     bpf_stats::{per_run_us, program_stats, ProgramStats},
     process::Process,
-    profiler::{summary_field, Options, Recording, Tool},
+    profiler::{Options, Recording, Tool},
     report::{Section, Table, Target},
     rotated,
     stacks::{is_kernel, Stack},
@@ -47,12 +43,9 @@ const SETTLE: Duration = Duration::from_millis(1000);
 /// Random input for xz, more than it compresses in a recording.
 const XZ_INPUT_BYTES: usize = 64 << 20;
 
-/// The files whose tables `stoke tables` compiles.
+/// The files whose tables `stoke tables` compiles: libc, and the libjvm.so
+/// of every JDK under test that is installed.
 const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
-const LIBJVMS: [&str; 2] = [
-    "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so",
-    "/usr/lib/jvm/temurin-25-jdk-amd64/lib/server/libjvm.so",
-];
 
 /// What runs while stoke records.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -109,7 +102,7 @@ struct Run {
     root_share: f64,
 }
 
-/// The `Unwind tables:` line of a whole-host recording's txt summary.
+/// The unwind tables of a whole-host recording's summary (`Unwind tables`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct HostTables {
     files: f64,
@@ -145,8 +138,13 @@ pub fn run(bench: &Bench) -> Result<Section> {
     }
     let mut runs: Vec<Vec<Run>> = configs.iter().map(|_| Vec::new()).collect();
     let mut host = Vec::new();
+    let libjvms: Vec<String> = JDKS
+        .iter()
+        .map(|jdk| format!("{}/lib/server/libjvm.so", jdk.home))
+        .filter(|f| Path::new(f).exists())
+        .collect();
     let table_files: Vec<&str> = std::iter::once(LIBC)
-        .chain(LIBJVMS.iter().copied().filter(|f| Path::new(f).exists()))
+        .chain(libjvms.iter().map(String::as_str))
         .collect();
     let mut tables: Vec<Vec<FileTables>> = Vec::new();
     let mut tables_missing = false;
@@ -334,9 +332,9 @@ fn write_random(path: &Path, bytes: usize) -> Result<()> {
     Ok(())
 }
 
-/// A whole-host txt recording while xz runs: the tables of every process.
+/// A whole-host JSON recording while xz runs: the tables of every process.
 fn host_tables(bench: &Bench, xz_input: &Path) -> Result<HostTables> {
-    let recording = Recording::start(bench, &Options::new(Tool::Stoke, 99, "txt"), "tables")?;
+    let recording = Recording::start(bench, &Options::new(Tool::Stoke, 99, "json"), "tables")?;
     let seconds = bench.settings.unwind_seconds;
     let mut processes = start_workload(bench, Workload::Xz, xz_input, seconds)?;
     std::thread::sleep(Duration::from_secs_f64(seconds));
@@ -345,34 +343,21 @@ fn host_tables(bench: &Bench, xz_input: &Path) -> Result<HostTables> {
         process.wait(Duration::from_secs(30))?;
     }
     let stopped = recording.stop()?;
-    let summary = fs::read_to_string(&stopped.output)
-        .with_context(|| format!("reading {}", stopped.output.display()))?;
+    let summary = stopped.summary()?;
     stopped.remove_output();
-    parse_host_tables(&summary)
+    Ok(HostTables::of(&summary.unwind))
 }
 
-/// `Unwind tables:  61 files, 1009598 rows, 16.2 MB, compiled in 224 ms (13
-/// processes)`.
-fn parse_host_tables(summary: &str) -> Result<HostTables> {
-    let value = summary_field(summary, "Unwind tables")
-        .context("no `Unwind tables` line in stoke's txt summary")?;
-    let number = |unit: &str| -> Option<f64> {
-        value.split([',', '(']).find_map(|part| {
-            let part = part.trim().trim_end_matches(')');
-            let part = part.strip_prefix("compiled in ").unwrap_or(part);
-            part.strip_suffix(unit)?.trim().parse().ok()
-        })
-    };
-    let parsed = (|| {
-        Some(HostTables {
-            files: number(" files")?,
-            rows: number(" rows")?,
-            megabytes: number(" MB")?,
-            compile_ms: number(" ms")?,
-            processes: number(" processes")?,
-        })
-    })();
-    parsed.with_context(|| format!("cannot parse stoke's `Unwind tables` line {value:?}"))
+impl HostTables {
+    fn of(unwind: &UnwindSummary) -> Self {
+        HostTables {
+            files: unwind.files as f64,
+            rows: unwind.rows as f64,
+            megabytes: unwind.bytes as f64 / 1e6,
+            compile_ms: unwind.compile_time * 1e3,
+            processes: unwind.processes as f64,
+        }
+    }
 }
 
 /// `stoke tables FILE...`, or [`TablesCommand::Missing`] when this stoke has
@@ -577,7 +562,7 @@ fn section(
     }
     let value = |f: fn(&HostTables) -> f64| host.iter().map(f).collect::<Vec<_>>();
     body += &format!(
-        "\nWhole host (the txt summary's `Unwind tables` line of a {:.1} s whole-host \
+        "\nWhole host (the summary's `Unwind tables` of a {:.1} s whole-host \
          recording while xz runs; every process the recording sampled): {} files, {} rows, \
          {} MB, compiled in {} ms, for {} processes.\n",
         bench.settings.unwind_seconds,
@@ -611,22 +596,6 @@ mod tests {
         assert_eq!(lines[1].compile_ms, 35.5);
         assert!(parse_tables("rows\tbytes\n1\t2\n").is_err());
         assert!(parse_tables("file\trows\tbytes\tcompile_ms\na\t1\t2\t3\n").is_err());
-    }
-
-    #[test]
-    fn parses_the_host_tables_line() {
-        let summary = "Unwind tables:                    61 files, 1009598 rows, 16.2 MB, \
-                       compiled in 224 ms (13 processes)\n";
-        assert_eq!(
-            parse_host_tables(summary).unwrap(),
-            HostTables {
-                files: 61.0,
-                rows: 1009598.0,
-                megabytes: 16.2,
-                compile_ms: 224.0,
-                processes: 13.0,
-            }
-        );
     }
 
     #[test]

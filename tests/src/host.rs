@@ -1,0 +1,45 @@
+//! What the tests need of the host: root, build tools, kernel settings.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::process::Command;
+
+/// Runs `program` (a build tool: binutils' strip, objcopy, readelf...)
+/// with `args` and returns its stdout.
+///
+/// # Panics
+///
+/// If it cannot be run or fails; the message carries its stderr.
+pub fn run_tool(program: &str, args: &[&OsStr]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program} (binutils): {e}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Panics unless the test process runs as root: every test here loads BPF
+/// programs through `stoke`, so without root they cannot run, and they must
+/// never be silently skipped.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the stoke end-to-end tests must run as root (they load BPF programs); euid is {euid}"
+    );
+}
+
+/// The kernel's `pid_max`.
+pub fn pid_max() -> u32 {
+    fs::read_to_string("/proc/sys/kernel/pid_max")
+        .expect("reading /proc/sys/kernel/pid_max")
+        .trim()
+        .parse()
+        .expect("parsing /proc/sys/kernel/pid_max")
+}
