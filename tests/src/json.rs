@@ -13,15 +13,13 @@ use crate::{describe, Stack};
 /// The `format` every stoke JSON profile starts with.
 const FORMAT: &str = "stoke-profile";
 /// The version read here: stoke bumps it when a field changes meaning.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// A profile stoke wrote as JSON.
 #[derive(Debug, Clone, Deserialize)]
 pub struct JsonProfile {
     format: String,
     version: u32,
-    /// Leading frames of every stack that name the process (and thread).
-    pub context_frames: usize,
     /// How the recording went.
     pub summary: Summary,
     /// Every distinct stack once, root (the process frame) first.
@@ -191,14 +189,14 @@ impl JavaReport {
 mod tests {
     use super::*;
 
-    const PROFILE: &str = r#"{"format":"stoke-profile","version":1,"context_frames":1,
+    const PROFILE: &str = r#"{"format":"stoke-profile","version":2,
         "summary":{"duration":2.0,"samples":4,"symbolized_addresses":7,"symbolize_time":0.01,
         "java":{"jvms":1,"attach_ms":[[42,130]],"java_samples":3,"non_java_samples":1,
         "native_only":{"no agent":2},"dropped_stacks":{"timed in the future":1},"dropped_code_events":0},
         "unwind":{"files":2,"shared_files":0,"rows":10,"bytes":160,"compile_time":0.002,"processes":1},
         "stack_quality":{"samples":1,"reached_root":1,"truncated":{}}},
-        "stacks":[{"frames":["java [42]","Busy.crunch_[j]"],"samples":3},
-        {"frames":["java [42]","GC Thread"],"samples":1}]}"#;
+        "stacks":[{"frames":["java [42]","Busy.crunch_[j]"],"context_frames":1,"samples":3,"labels":{"pid":"42"}},
+        {"frames":["java [42]","GC Thread"],"context_frames":1,"samples":1,"labels":{"pid":"42"}}]}"#;
 
     #[test]
     fn reads_the_summary_and_the_stacks() {
@@ -215,9 +213,9 @@ mod tests {
     #[test]
     fn refuses_other_files() {
         assert!(JsonProfile::parse("a;b 3\n").is_err());
-        let other = PROFILE.replace("\"version\":1", "\"version\":2");
+        let other = PROFILE.replace("\"version\":2", "\"version\":1");
         assert!(JsonProfile::parse(&other)
             .unwrap_err()
-            .contains("version 2"));
+            .contains("version 1"));
     }
 }
