@@ -1385,3 +1385,4 @@ mod tests {
         parse_folded("a [1];b 1\na [1];b 2\n");
     }
 }
+pub mod docker;
