@@ -1,20 +1,21 @@
 //! Processes in real docker containers, recorded from the host (`-a`):
 //! their stacks under the container's frame (`NAME [container SHORTID]`,
 //! or `NAME [service]`, or none, as `--group-by` says), their JSON labels
-//! naming the container as docker does, and a JVM in a container attached
-//! across its pid and mount namespaces. The same binary run on the host at
-//! the same time has no container frame.
+//! naming the container as docker (or podman) does, and a JVM in a
+//! container attached across its pid and mount namespaces. The same binary
+//! run on the host at the same time has no container frame.
 
 use std::fs;
 use std::path::Path;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
-use stoke_tests::docker::{docker, Container, Image, Rootfs};
+use stoke_tests::docker::{Container, Engine, Image, Rootfs};
 use stoke_tests::{
-    args, assert_share, describe, prepare, read_folded, record_to, require_root, samples_where,
-    stacks_of, total_samples, JavaWorkload, Stack, TempDir, Workload, JDK_17,
+    args, assert_share, describe, prepare, read_folded, record_args, record_to, require_root,
+    samples_where, stacks_of, total_samples, JavaWorkload, Stack, Stoke, StokeOutput, TempDir,
+    Workload, JDK_17,
 };
 
 /// Samples per second of the recordings.
@@ -23,11 +24,12 @@ const HZ: u32 = 299;
 /// Where a workload lives in its image.
 const APP: &str = "/app";
 
-/// An image holding `workload` (at `/app/<name>`) and its libraries.
-fn workload_image(dir: &TempDir, workload: &Workload) -> Image {
+/// An image of `engine` holding `workload` (at `/app/<name>`) and its
+/// libraries.
+fn workload_image(engine: Engine, dir: &TempDir, workload: &Workload) -> Image {
     let mut rootfs = Rootfs::new(&dir.join("rootfs"));
     rootfs.add_program(workload.exe(), &format!("{APP}/{}", workload.name()));
-    Image::import(workload.name(), &rootfs)
+    Image::import(engine, workload.name(), &rootfs)
 }
 
 /// Runs `workload` for 60 s in a container of `image`.
@@ -52,40 +54,61 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }
 
+/// Records the whole host (`-a`) at HZ for `seconds` into `out`, and
+/// returns stoke's output and the samples process `pid` should have in the
+/// profile: its CPU time while stoke samples, at HZ (the machine is shared,
+/// so measured, not assumed; and stoke's own start and end, which compete
+/// with it for the CPUs, are left out).
+///
+/// # Panics
+///
+/// If it got less than a fifth of a CPU: too little to measure.
+fn record_measuring(pid: u32, seconds: f64, out: &Path) -> (StokeOutput, f64) {
+    let mut stoke = Stoke::spawn(&record_args(&args!["-a"], HZ, seconds, out));
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+    let cpu_before = cpu_time(pid);
+    thread::sleep(Duration::from_secs_f64(seconds));
+    let cpu_share = (cpu_time(pid) - cpu_before).as_secs_f64() / seconds;
+    let output = stoke.wait_recording(seconds);
+    let expected = cpu_share * seconds * f64::from(HZ);
+    println!("{pid}: {expected:.0} samples expected from a CPU share of {cpu_share:.2}");
+    assert!(
+        cpu_share > 0.2,
+        "process {pid} got only {cpu_share:.2} of a CPU: too little to measure"
+    );
+    (output, expected)
+}
+
+/// Panics unless the stacks under `frame` hold about `expected` samples
+/// (a fifth fewer at most, for samples lost on a loaded machine, a tenth
+/// more at most); returns their number.
+fn assert_about(mine: &[&Stack], expected: f64, frame: &str) -> u64 {
+    let total = total_samples(mine.iter().copied());
+    println!("{frame}: {total} samples, {expected:.0} expected");
+    assert!(
+        (0.8 * expected..=1.1 * expected + 10.0).contains(&(total as f64)),
+        "{total} samples under `{frame}`, {expected:.0} expected\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+    total
+}
+
 #[test]
 fn a_containerized_workload_is_under_its_container_frame_and_a_host_copy_is_not() {
     let (dir, workload) = prepare("container-frame", "busy_other");
-    let image = workload_image(&dir, &workload);
+    let image = workload_image(Engine::Docker, &dir, &workload);
     let container = run_workload(&image, &workload);
     let host_copy = workload.spawn(&["60"]);
-    let inspected = docker(&["inspect", "-f", "{{.Id}}", container.name()]);
+    let inspected = container.inspect("{{.Id}}");
     assert_eq!(container.id(), inspected, "docker run and docker inspect");
     let out = dir.join("host.folded");
 
-    // The samples the container's process should get: its CPU time during
-    // the recording at HZ (the machine is shared, so measured, not assumed).
-    let seconds = 3.0;
-    let (cpu_before, wall_before) = (cpu_time(container.pid()), Instant::now());
-    record_to(&args!["-a"], HZ, seconds, &out);
-    let cpu_share = (cpu_time(container.pid()) - cpu_before).as_secs_f64()
-        / wall_before.elapsed().as_secs_f64();
+    let (_, expected) = record_measuring(container.pid(), 3.0, &out);
     let stacks = read_folded(&out);
     println!("{}", describe(&stacks, 20));
-
     let frame = container.container_frame();
     let mine = stacks_of(&stacks, &frame);
-    let total = total_samples(mine.iter().copied());
-    let expected = cpu_share * seconds * f64::from(HZ);
-    println!("{frame}: {total} samples, {expected:.0} expected from a CPU share of {cpu_share:.2}");
-    assert!(
-        cpu_share > 0.2,
-        "the container's workload got only {cpu_share:.2} of a CPU: too little to measure"
-    );
-    assert!(
-        (0.75 * expected..=1.15 * expected + 10.0).contains(&(total as f64)),
-        "{total} samples under `{frame}`, {expected:.0} expected\n{}",
-        describe(&stacks, 20)
-    );
+    let total = assert_about(&mine, expected, &frame);
 
     // All of them its process's, in the workload's own functions.
     let process = container.process_frame(&workload.comm());
@@ -147,39 +170,49 @@ fn label<'a>(stack: &'a Value, key: &str) -> Option<&'a str> {
     stack["labels"][key].as_str()
 }
 
-#[test]
-fn json_labels_name_the_container_as_docker_does() {
-    let (dir, workload) = prepare("container-json", "busy_other");
-    let image = workload_image(&dir, &workload);
-    let container = run_workload(&image, &workload);
-    let host_copy = workload.spawn(&["60"]);
-    let out = dir.join("host.json");
+/// The samples of a JSON stack.
+fn samples(stack: &Value) -> u64 {
+    stack["samples"]
+        .as_u64()
+        .expect("a stack's samples are a number")
+}
 
-    record_to(&args!["-a"], HZ, 2.0, &out);
-    let stacks = json_stacks(&out);
-
-    let pid = container.pid().to_string();
+/// The stacks of `container` in a JSON profile, found by its full id,
+/// after checking that each has the labels and context frames of its
+/// process (`comm`, its first) in it, as `runtime` runs it from `image`,
+/// and that most of their samples are in the workload's `hot` function.
+fn container_json_stacks<'a>(
+    stacks: &'a [Value],
+    container: &Container,
+    runtime: &str,
+    image: &str,
+    comm: &str,
+    hot: &str,
+) -> Vec<&'a Value> {
     let mine: Vec<&Value> = stacks
         .iter()
         .filter(|s| label(s, "container_id") == Some(container.id()))
         .collect();
-    let samples: u64 = mine.iter().map(|s| s["samples"].as_u64().unwrap()).sum();
+    let total: u64 = mine.iter().map(|s| samples(s)).sum();
     println!(
-        "{} stacks, {samples} samples labelled {}",
+        "{} stacks, {total} samples labelled {}",
         mine.len(),
         container.id()
     );
     assert!(
-        samples > 100,
-        "only {samples} samples labelled with the container's id"
+        total > 100,
+        "only {total} samples labelled with the container's id"
     );
+    let pid = container.pid().to_string();
     let expected = [
-        ("container_runtime", "docker"),
+        ("container_runtime", runtime),
         ("container_name", container.name()),
-        ("container_image", image.name()),
+        ("container_image", image),
         ("pid", &pid),
-        ("comm", &workload.comm()),
+        ("comm", comm),
     ];
+    let frame = container.container_frame();
+    let process = container.process_frame(comm);
     for stack in &mine {
         for (key, value) in expected {
             assert_eq!(label(stack, key), Some(value), "label {key} of {stack}");
@@ -187,22 +220,40 @@ fn json_labels_name_the_container_as_docker_does() {
         // The container frame and the process frame are context, the rest
         // is code.
         assert_eq!(stack["context_frames"], 2, "{stack}");
-        assert_eq!(
-            stack["frames"][0].as_str(),
-            Some(&*container.container_frame())
-        );
+        assert_eq!(stack["frames"][0].as_str(), Some(&*frame), "{stack}");
+        assert_eq!(stack["frames"][1].as_str(), Some(&*process), "{stack}");
     }
-    let hot = mine
+    let in_hot: u64 = mine
         .iter()
         .filter(|s| {
             s["frames"]
                 .as_array()
-                .unwrap()
-                .iter()
-                .any(|f| f == "other_spin")
+                .is_some_and(|f| f.iter().any(|f| f == hot))
         })
-        .count();
-    assert!(hot > 0, "no stack of the container reaches other_spin");
+        .map(|s| samples(s))
+        .sum();
+    assert_share(in_hot, total, 0.8, format_args!("of {frame} are in {hot}"));
+    mine
+}
+
+#[test]
+fn json_labels_name_the_container_as_docker_does() {
+    let (dir, workload) = prepare("container-json", "busy_other");
+    let image = workload_image(Engine::Docker, &dir, &workload);
+    let container = run_workload(&image, &workload);
+    let host_copy = workload.spawn(&["60"]);
+    let out = dir.join("host.json");
+
+    record_to(&args!["-a"], HZ, 2.0, &out);
+    let stacks = json_stacks(&out);
+    container_json_stacks(
+        &stacks,
+        &container,
+        "docker",
+        image.name(),
+        &workload.comm(),
+        "other_spin",
+    );
 
     // The host's copy: its own pid, no container label.
     let host_pid = host_copy.pid().to_string();
@@ -226,9 +277,34 @@ fn json_labels_name_the_container_as_docker_does() {
 }
 
 #[test]
+fn a_podman_container_is_named_as_podman_does() {
+    let (dir, workload) = prepare("container-podman", "busy_other");
+    let image = workload_image(Engine::Podman, &dir, &workload);
+    let container = run_workload(&image, &workload);
+    let out = dir.join("host.json");
+
+    record_to(&args!["-a"], HZ, 2.0, &out);
+    let stacks = json_stacks(&out);
+    // Podman names the image in full (`localhost/NAME:latest`).
+    let image_name = container.inspect("{{.ImageName}}");
+    assert!(
+        image_name.contains(image.name()),
+        "podman's image {image_name}"
+    );
+    container_json_stacks(
+        &stacks,
+        &container,
+        "podman",
+        &image_name,
+        &workload.comm(),
+        "other_spin",
+    );
+}
+
+#[test]
 fn group_by_service_names_the_container_and_none_drops_the_frame() {
     let (dir, workload) = prepare("container-group-by", "busy_other");
-    let image = workload_image(&dir, &workload);
+    let image = workload_image(Engine::Docker, &dir, &workload);
     let container = run_workload(&image, &workload);
     let process = container.process_frame(&workload.comm());
 
@@ -262,12 +338,11 @@ fn group_by_service_names_the_container_and_none_drops_the_frame() {
     }
 }
 
-#[test]
-fn a_jvm_in_a_container_is_attached_and_has_java_frames() {
-    require_root();
-    let dir = TempDir::new("container-jvm");
-    let java = JavaWorkload::build("JavaBusy", JDK_17, dir.path());
-    let home = Path::new(JDK_17.home);
+/// A docker image holding `java`'s JDK (its home at the same path, with
+/// the libraries `ldd` lists for its programs and libraries) and classes.
+fn jdk_image(dir: &TempDir, java: &JavaWorkload) -> Image {
+    let jdk = java.jdk();
+    let home = Path::new(jdk.home);
     let mut rootfs = Rootfs::new(&dir.join("rootfs"));
     // Only what `java` runs with: no sources, docs, headers or jmods (and
     // Debian's dangling links among them).
@@ -280,7 +355,7 @@ fn a_jvm_in_a_container_is_attached_and_has_java_frames() {
         "*/jmods",
     ];
     rootfs.add_host_tree(home, &excludes);
-    let mut objects = vec![JDK_17.tool("java"), JDK_17.libjvm()];
+    let mut objects = vec![jdk.tool("java"), jdk.libjvm()];
     for entry in fs::read_dir(home.join("lib")).expect("reading the JDK's lib") {
         let path = entry.expect("reading the JDK's lib").path();
         if path.extension().is_some_and(|e| e == "so") {
@@ -290,9 +365,17 @@ fn a_jvm_in_a_container_is_attached_and_has_java_frames() {
     let objects: Vec<&Path> = objects.iter().map(|p| p.as_path()).collect();
     rootfs.libraries_of(&objects);
     rootfs.add_host_tree(java.classes(), &[]);
-    let image = Image::import("jdk17", &rootfs);
+    Image::import(Engine::Docker, jdk.label, &rootfs)
+}
 
-    let java_bin = JDK_17.tool("java").display().to_string();
+#[test]
+fn a_jvm_in_a_container_is_attached_and_has_java_frames() {
+    require_root();
+    let dir = TempDir::new("container-jvm");
+    let java = JavaWorkload::build("JavaBusy", JDK_17, dir.path());
+    let image = jdk_image(&dir, &java);
+
+    let java_bin = java.jdk().tool("java").display().to_string();
     let classes = java.classes().display().to_string();
     let container = Container::run(
         "jvm",
@@ -302,7 +385,7 @@ fn a_jvm_in_a_container_is_attached_and_has_java_frames() {
     // Past the JVM's start, so that the recording sees its Java code run.
     thread::sleep(Duration::from_secs(1));
     let out = dir.join("host.folded");
-    let output = record_to(&args!["-a"], HZ, 4.0, &out);
+    let (output, expected) = record_measuring(container.pid(), 4.0, &out);
     let stacks = read_folded(&out);
     let pid = container.pid();
     assert!(
@@ -316,13 +399,8 @@ fn a_jvm_in_a_container_is_attached_and_has_java_frames() {
     let frame = container.container_frame();
     let process = container.process_frame("java");
     let mine = stacks_of(&stacks, &frame);
-    let total = total_samples(mine.iter().copied());
     println!("{frame}: {}", describe(mine.iter().copied(), 10));
-    assert!(
-        total > 300,
-        "only {total} samples under `{frame}`\n{}",
-        describe(&stacks, 20)
-    );
+    let total = assert_about(&mine, expected, &frame);
     assert_eq!(
         samples_where(mine.iter().copied(), |s| s.frames[1] != process),
         0,
