@@ -61,3 +61,5 @@ macro_rules! args {
         [$(($arg).to_string()),*]
     };
 }
+
+pub mod docker;

@@ -26,6 +26,10 @@ const PACKAGES: &[&str] = &[
     "openjdk-17-jdk-headless",
     // libc's own symbol names (start_thread, __libc_start_call_main...).
     "libc6-dbg",
+    // Container engines for the container tests (tests/tests/containers.rs):
+    // dockerd and its client, and podman.
+    "docker.io",
+    "podman",
 ];
 
 #[derive(Parser)]
