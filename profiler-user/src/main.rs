@@ -5,6 +5,7 @@
 
 mod aggregate;
 mod cli;
+mod export;
 mod jvm;
 mod preflight;
 mod process;

@@ -1,0 +1,63 @@
+//! Delivering the profiles of `stoke continuous`: each interval's batch of
+//! gzipped pprof bodies, one per service, pushed to Grafana Pyroscope's
+//! `/ingest` and/or written as files under `--output-dir`.
+//!
+//! Recording must never wait on a backend: [`Exporter::submit`] only queues.
+//! Each destination has its own bounded queue and worker thread, so a
+//! Pyroscope outage neither delays the files nor stalls the recording; when
+//! a queue is full its oldest batch is dropped and counted. The work is split
+//! by job: [`args`] (the flags, checked into a [`args::Settings`]),
+//! [`queue`] (the bounded queue and its counters), [`worker`] (delivery,
+//! retries with backoff, the deadline of [`Exporter::finish`]),
+//! [`pyroscope`] (one ingest request) and [`directory`] (one file, and
+//! rotation).
+
+// `stoke continuous` wires this module in; until then only its tests use it.
+#![cfg_attr(not(test), allow(dead_code, unused_imports))]
+
+mod args;
+mod directory;
+mod exporter;
+mod pyroscope;
+mod queue;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use std::time::SystemTime;
+
+pub use args::ExportArgs;
+pub use exporter::{DeliveryStats, ExportStats, Exporter};
+
+/// One service's profile of one interval.
+#[derive(Debug, Clone)]
+pub struct ServiceProfile {
+    /// The service, as the profile's labels name it: Pyroscope's
+    /// application name and the file's directory, sanitized by each.
+    pub service: String,
+    /// Labels of the whole profile (container, pod, host...), sent after the
+    /// service name. Names and values Pyroscope cannot take are rewritten.
+    pub labels: Vec<(String, String)>,
+    /// The gzipped pprof body, sent and written as is.
+    pub pprof: Vec<u8>,
+}
+
+/// The profiles of one interval, `from` to `until`.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// When the interval started.
+    pub from: SystemTime,
+    /// When it ended: the files' names are its UNIX seconds.
+    pub until: SystemTime,
+    /// The sampling frequency, for Pyroscope's `sampleRate`.
+    pub sample_rate_hz: u64,
+    /// One profile per service.
+    pub profiles: Vec<ServiceProfile>,
+}
+
+/// `time`'s whole seconds since the UNIX epoch (0 before it).
+fn unix_seconds(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
