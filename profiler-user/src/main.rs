@@ -6,6 +6,7 @@
 mod aggregate;
 mod cli;
 mod jvm;
+mod module_table;
 mod preflight;
 mod process;
 mod profile;

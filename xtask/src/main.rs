@@ -26,6 +26,8 @@ const PACKAGES: &[&str] = &[
     "openjdk-17-jdk-headless",
     // libc's own symbol names (start_thread, __libc_start_call_main...).
     "libc6-dbg",
+    // `go tool pprof`, which the pprof output's tests read it with.
+    "golang-go",
 ];
 
 #[derive(Parser)]
@@ -41,7 +43,8 @@ enum Task {
     Setup,
     /// Regenerate profiler-ebpf's vmlinux.h from this kernel's BTF.
     Vmlinux,
-    /// Regenerate profiler-common/include/stoke_abi.h from the Rust types.
+    /// Regenerate profiler-common/include/stoke_abi.h from the Rust types and
+    /// the pprof writer's types from profile.proto.
     Codegen,
     /// Regenerate agent/src/jvmti_sys.rs from JDK 17's jvmti.h (bindgen-cli).
     JvmtiBindings,
