@@ -67,7 +67,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     recording.sample_until(&stop, args)?;
     let profile = recording.finish(args)?;
 
-    let written: Vec<String> = outputs.paths().map(|p| p.display().to_string()).collect();
+    let written = outputs.names();
     outputs.write(&profile)?;
     eprintln!(
         "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",
@@ -75,7 +75,7 @@ pub fn run(args: &RecordArgs) -> Result<()> {
         profile.summary.processes,
         profile.summary.duration.as_secs_f64(),
         profile.summary.lost(),
-        written.join(", ")
+        written
     );
     Ok(())
 }

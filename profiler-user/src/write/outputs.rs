@@ -1,10 +1,7 @@
 //! The outputs of one recording: every `-o`, each in its format, checked
 //! and opened before the recording starts, written after it.
 
-use std::{
-    collections::HashSet,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashSet, path::PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -60,9 +57,15 @@ impl Outputs {
         Ok(())
     }
 
-    /// The outputs' paths, for telling the user where the profile went.
-    pub fn paths(&self) -> impl Iterator<Item = &Path> {
-        self.0.iter().map(|(path, _, _)| path.as_path())
+    /// The outputs' paths, comma-separated, for telling the user where the
+    /// profile went.
+    pub fn names(&self) -> String {
+        let names: Vec<String> = self
+            .0
+            .iter()
+            .map(|(path, _, _)| path.display().to_string())
+            .collect();
+        names.join(", ")
     }
 }
 
@@ -101,7 +104,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let names = [dir.path().join("p.folded"), dir.path().join("p.pb.gz")];
         let outputs = OutputPlan::new(&names, None).unwrap().create().unwrap();
-        assert_eq!(outputs.paths().collect::<Vec<_>>(), [&names[0], &names[1]]);
+        assert_eq!(
+            outputs.names(),
+            format!("{}, {}", names[0].display(), names[1].display())
+        );
         outputs
             .write(&super::super::tests::profile(&[("app;main", 2)]))
             .unwrap();
