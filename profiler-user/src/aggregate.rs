@@ -8,8 +8,11 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
     jvm::{JavaStackFrame, MergedSample},
+    module_table::ModuleTable,
     process::{ImageId, ProcessImage, ProcessRegistry},
-    profile::{clean_frame, FoldedStack, Labels, Profile, RecordingSummary, StackQuality},
+    profile::{
+        clean_frame, FoldedStack, FrameModules, Labels, Profile, RecordingSummary, StackQuality,
+    },
     symbolize::names::{call_site, AddressNames, StackAddresses},
 };
 
@@ -122,7 +125,8 @@ impl Aggregator {
         names: &AddressNames,
         mut summary: RecordingSummary,
     ) -> Profile {
-        let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels)> = HashMap::new();
+        let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels, FrameModules)> = HashMap::new();
+        let mut module_table = ModuleTable::default();
         let mut process_labels: HashMap<ImageId, Vec<(&'static str, Arc<str>)>> = HashMap::new();
         for (stack, samples) in &self.stacks {
             let image = processes.image(stack.image);
@@ -134,8 +138,11 @@ impl Aggregator {
                 }));
             }
             let outermost_user = frames.len();
+            let mut modules = vec![None; frames.len()];
             for (index, &address) in stack.user.iter().enumerate().rev() {
-                frames.extend(names.user(image, call_site(index, address)).iter().cloned());
+                let address = call_site(index, address);
+                frames.extend(names.user(image, address).iter().cloned());
+                modules.resize(frames.len(), module_table.index(image, address));
             }
             if stack.java.is_empty() && !stack.user.is_empty() {
                 let reached = reached_root(stack.stop, &frames[outermost_user]);
@@ -154,7 +161,8 @@ impl Aggregator {
                     labels.push(("tid", stack.tid.to_string().into()));
                     labels.push(("thread", self.thread_name(stack).into()));
                 }
-                (0, context_frames, labels.into())
+                let modules = modules.split_off(context_frames).into();
+                (0, context_frames, labels.into(), modules)
             });
             entry.0 += samples;
         }
@@ -162,13 +170,17 @@ impl Aggregator {
         Profile {
             stacks: folded
                 .into_iter()
-                .map(|(frames, (samples, context_frames, labels))| FoldedStack {
-                    frames,
-                    context_frames,
-                    samples,
-                    labels,
-                })
+                .map(
+                    |(frames, (samples, context_frames, labels, modules))| FoldedStack {
+                        frames,
+                        context_frames,
+                        samples,
+                        labels,
+                        modules,
+                    },
+                )
                 .collect(),
+            modules: module_table.into_modules(),
             summary,
         }
     }

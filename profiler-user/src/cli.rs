@@ -109,16 +109,18 @@ pub struct RecordArgs {
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
-    /// Where to write the profile; its extension picks the format.
+    /// Where to write the profile; its extension picks the format (.svg,
+    /// .folded, .txt, .json, .pb.gz). Give it several times to write several
+    /// files from one recording.
     #[arg(
         short = 'o',
         long = "output",
         value_name = "FILE",
         default_value = "stoke.svg"
     )]
-    pub output: PathBuf,
+    pub outputs: Vec<PathBuf>,
 
-    /// Output format, overriding the extension of -o.
+    /// Output format, overriding the extension of a single -o.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
 
@@ -195,7 +197,18 @@ mod tests {
             panic!("not a recording")
         };
         assert_eq!(args.pids, [1, 22, 333]);
+        assert_eq!(args.outputs, [PathBuf::from("stoke.svg")]);
         assert!(Cli::try_parse_from(["stoke", "record", "-a", "-p", "1"]).is_err());
+    }
+
+    #[test]
+    fn outputs_replace_the_default_and_add_up() {
+        let cli =
+            Cli::try_parse_from(["stoke", "record", "-o", "a.svg", "--output", "b.pb.gz"]).unwrap();
+        let Command::Record(args) = cli.command else {
+            panic!("not a recording")
+        };
+        assert_eq!(args.outputs, [PathBuf::from("a.svg"), "b.pb.gz".into()]);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod aggregate;
 mod cli;
 mod export;
 mod jvm;
+mod module_table;
 mod preflight;
 mod process;
 mod profile;

@@ -1,6 +1,10 @@
 //! The finished profile: what aggregation produces and the writers consume.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use serde::{Serialize, Serializer};
 
@@ -22,7 +26,15 @@ pub struct FoldedStack {
     /// Who the samples belong to, for writers that keep labels.
     #[serde(serialize_with = "label_map")]
     pub labels: Labels,
+    /// For each code frame (`frames[context_frames..]`), the index in
+    /// [`Profile::modules`] of the file it is code of; `None` for kernel,
+    /// Java and unknown code. Frames past its end have none.
+    #[serde(skip)]
+    pub modules: FrameModules,
 }
+
+/// Per code frame, the index of its file in [`Profile::modules`], if any.
+pub type FrameModules = Box<[Option<u32>]>;
 
 /// Labels of a stack's samples, as (key, value), keys in a fixed order:
 /// `pid`, `comm`, `exe`, `service`, then where the process runs
@@ -58,8 +70,20 @@ pub fn clean_frame(name: Arc<str>) -> Arc<str> {
 pub struct Profile {
     /// Every distinct stack once, in no particular order.
     pub stacks: Vec<FoldedStack>,
+    /// The files native frames are code of, each once.
+    pub modules: Vec<Module>,
     /// How the recording went.
     pub summary: RecordingSummary,
+}
+
+/// A file native code was sampled in, for writers that name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// Its path, as the first process seen mapping it named it (its base
+    /// name if that is unknown).
+    pub path: Arc<str>,
+    /// Its GNU build ID in lowercase hex, if it has one.
+    pub build_id: Option<Arc<str>>,
 }
 
 /// Counts and settings of a recording, for the reader of its output.
@@ -69,6 +93,9 @@ pub struct RecordingSummary {
     /// How long samples were taken.
     #[serde(serialize_with = "seconds")]
     pub duration: Duration,
+    /// When samples began to be taken, if known.
+    #[serde(skip)]
+    pub started: Option<SystemTime>,
     /// The sampling frequency asked for, per CPU.
     pub frequency_hz: u64,
     /// CPUs sampled.

@@ -10,10 +10,10 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use profiler_common::Counter;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -34,7 +34,7 @@ use crate::{
     },
     symbolize::{names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
-    write::{write_profile, Format, OutputFile},
+    write::OutputPlan,
 };
 
 /// Longest wait between two drains of the ring buffer when nothing wakes
@@ -51,15 +51,14 @@ const ATTACH_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Records as `args` says and writes the profile.
 pub fn run(args: &RecordArgs) -> Result<()> {
-    let format = Format::for_output(&args.output, args.format)?;
+    let outputs = OutputPlan::new(&args.outputs, args.format)?;
     preflight::check_frequency(args.frequency)?;
     preflight::check_privileges()?;
     preflight::check_btf()?;
     preflight::check_pids(&args.pids)?;
     // Opened now, so that a bad path fails before the recording, not after;
     // named only once written whole.
-    let mut output = OutputFile::create(&args.output, 0o644)
-        .with_context(|| format!("cannot write the profile to {}", args.output.display()))?;
+    let outputs = outputs.create()?;
     raise_open_file_limit();
     let stop = stop_on_signals()?;
 
@@ -68,16 +67,15 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     recording.sample_until(&stop, args)?;
     let profile = recording.finish(args)?;
 
-    write_profile(&profile, format, output.file())
-        .and_then(|()| Ok(output.commit()?))
-        .with_context(|| format!("writing the profile to {}", args.output.display()))?;
+    let written = outputs.names();
+    outputs.write(&profile)?;
     eprintln!(
         "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",
         profile.summary.samples,
         profile.summary.processes,
         profile.summary.duration.as_secs_f64(),
         profile.summary.lost(),
-        args.output.display()
+        written
     );
     Ok(())
 }
@@ -256,6 +254,7 @@ impl Recording {
         }
         let mut summary = RecordingSummary {
             duration,
+            started: SystemTime::now().checked_sub(duration),
             frequency_hz: args.frequency,
             cpus,
             lost_ring_full: counters[Counter::LostRingFull as usize],

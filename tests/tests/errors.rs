@@ -189,6 +189,60 @@ fn unwritable_output_is_reported() {
 }
 
 #[test]
+fn a_bad_one_of_several_outputs_fails_before_recording() {
+    require_root();
+    let dir = TempDir::new("badsecond");
+    let good = dir.join("x.pb.gz");
+    let output = run(&args![
+        "record",
+        "-a",
+        "-d",
+        30,
+        "-o",
+        good.display(),
+        "-o",
+        "/nonexistent-dir/x.json"
+    ]);
+    output.assert_user_error(&["/nonexistent-dir/x.json"]);
+    assert!(
+        !good.exists(),
+        "{} written by a refused recording",
+        good.display()
+    );
+}
+
+#[test]
+fn several_outputs_need_distinct_paths_and_their_own_formats() {
+    require_root();
+    let dir = TempDir::new("severalout");
+    let (svg, other) = (dir.join("x.svg"), dir.join("y.svg"));
+    let output = run(&args![
+        "record",
+        "-a",
+        "-d",
+        30,
+        "-o",
+        svg.display(),
+        "-o",
+        svg.display()
+    ]);
+    output.assert_user_error(&["twice"]);
+    let output = run(&args![
+        "record",
+        "-a",
+        "-d",
+        30,
+        "--format",
+        "txt",
+        "-o",
+        svg.display(),
+        "-o",
+        other.display()
+    ]);
+    output.assert_user_error(&["--format"]);
+}
+
+#[test]
 fn zero_frequency_is_refused() {
     require_root();
     let (output, _dir) = refused("f0", &args!["-a", "-F", 0]);

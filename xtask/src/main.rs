@@ -30,6 +30,8 @@ const PACKAGES: &[&str] = &[
     // dockerd and its client, and podman.
     "docker.io",
     "podman",
+    // `go tool pprof`, which the pprof output's tests read it with.
+    "golang-go",
 ];
 
 #[derive(Parser)]
@@ -45,7 +47,8 @@ enum Task {
     Setup,
     /// Regenerate profiler-ebpf's vmlinux.h from this kernel's BTF.
     Vmlinux,
-    /// Regenerate profiler-common/include/stoke_abi.h from the Rust types.
+    /// Regenerate profiler-common/include/stoke_abi.h from the Rust types and
+    /// the pprof writer's types from profile.proto.
     Codegen,
     /// Regenerate agent/src/jvmti_sys.rs from JDK 17's jvmti.h (bindgen-cli).
     JvmtiBindings,

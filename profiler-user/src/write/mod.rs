@@ -4,9 +4,12 @@ mod flamegraph;
 mod folded;
 mod json;
 mod output_file;
+mod outputs;
+pub mod pprof;
 mod summary;
 
 pub use output_file::OutputFile;
+pub use outputs::OutputPlan;
 
 use std::{
     io::{BufWriter, Write},
@@ -26,12 +29,15 @@ pub enum Format {
     Txt,
     /// The summary and every stack, for programs.
     Json,
+    /// pprof's profile.proto, gzipped, for `go tool pprof`, Pyroscope and
+    /// other pprof tools.
+    Pprof,
 }
 
 /// The output path's extension names no format and `--format` was not given.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot tell the output format of {}: name it .svg, .folded, .txt or .json, or pass --format",
+    "cannot tell the output format of {}: name it .svg, .folded, .txt, .json or .pb.gz, or pass --format",
     .path.display()
 )]
 pub struct UnknownExtension {
@@ -44,6 +50,14 @@ impl Format {
     pub fn for_output(path: &Path, flag: Option<Format>) -> Result<Format, UnknownExtension> {
         if let Some(format) = flag {
             return Ok(format);
+        }
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .map(str::to_ascii_lowercase)
+            .unwrap_or_default();
+        if name.ends_with(".pb.gz") {
+            return Ok(Format::Pprof);
         }
         let extension = path
             .extension()
@@ -70,6 +84,7 @@ pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> 
         Format::Svg => flamegraph::write(profile, &mut out)?,
         Format::Txt => summary::write(profile, &mut out)?,
         Format::Json => json::write(profile, &mut out)?,
+        Format::Pprof => pprof::write(profile, &mut out)?,
     }
     out.flush()?;
     Ok(())
@@ -93,8 +108,10 @@ mod tests {
                     context_frames: 1,
                     samples,
                     labels: Arc::new([]),
+                    modules: Box::new([]),
                 })
                 .collect(),
+            modules: Vec::new(),
             summary: RecordingSummary {
                 samples: stacks.iter().map(|&(_, n)| n).sum(),
                 ..RecordingSummary::default()
@@ -119,6 +136,8 @@ mod tests {
             ("A.SVG", Format::Svg),
             ("a.txt", Format::Txt),
             ("a.json", Format::Json),
+            ("a.pb.gz", Format::Pprof),
+            ("dir/host.PB.GZ", Format::Pprof),
         ] {
             assert_eq!(
                 Format::for_output(Path::new(path), None).unwrap(),
@@ -130,7 +149,7 @@ mod tests {
 
     #[test]
     fn unknown_or_missing_extension_is_an_error() {
-        for path in ["profile", "profile.html", "dir.svg/profile"] {
+        for path in ["profile", "profile.html", "dir.svg/profile", "profile.gz"] {
             let error = Format::for_output(Path::new(path), None)
                 .unwrap_err()
                 .to_string();

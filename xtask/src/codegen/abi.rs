@@ -1,12 +1,11 @@
-//! `cargo xtask codegen`: generates `profiler-common/include/stoke_abi.h`,
-//! which the BPF programs include, from the Rust types it mirrors
-//! (`profiler-common/src/ring.rs` and `unwind.rs`), with cbindgen. One
-//! source, so the two sides cannot disagree; `cargo xtask lint` (and a
-//! test) fail when the committed header is not what the Rust side makes.
+//! Generates `profiler-common/include/stoke_abi.h`, which the BPF programs
+//! include, from the Rust types it mirrors (`profiler-common/src/ring.rs`
+//! and `unwind.rs`), with cbindgen. One source, so the two sides cannot
+//! disagree.
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 
 use crate::workspace_root;
 
@@ -90,36 +89,7 @@ fn prefix_constants(text: &str) -> String {
     text
 }
 
-fn header_path() -> PathBuf {
+/// Where the header is.
+pub fn path() -> PathBuf {
     workspace_root().join("profiler-common/include/stoke_abi.h")
-}
-
-/// Writes the header.
-pub fn write() -> Result<()> {
-    let path = header_path();
-    std::fs::write(&path, abi_header()?).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(())
-}
-
-/// Fails unless the committed header is the generated one.
-pub fn check() -> Result<()> {
-    let path = header_path();
-    let committed =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    if committed != abi_header()? {
-        bail!(
-            "{} is not what profiler-common's Rust types generate: run `cargo xtask codegen`",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_committed_abi_header_is_generated_from_the_rust_types() {
-        super::check().unwrap();
-    }
 }

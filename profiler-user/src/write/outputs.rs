@@ -1,0 +1,117 @@
+//! The outputs of one recording: every `-o`, each in its format, checked
+//! and opened before the recording starts, written after it.
+
+use std::{collections::HashSet, path::PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::{write_profile, Format, OutputFile};
+use crate::profile::Profile;
+
+/// The outputs asked for, each with its format: not opened yet.
+#[derive(Debug)]
+pub struct OutputPlan(Vec<(PathBuf, Format)>);
+
+/// The outputs, open under no name until written whole.
+pub struct Outputs(Vec<(PathBuf, Format, OutputFile)>);
+
+impl OutputPlan {
+    /// The format of each of `paths`: `flag` (`--format`) if given, which
+    /// only a single output may have, else the one its extension names.
+    pub fn new(paths: &[PathBuf], flag: Option<Format>) -> Result<Self> {
+        if flag.is_some() && paths.len() > 1 {
+            bail!("--format applies to a single -o: name each of several outputs by its extension");
+        }
+        let mut seen = HashSet::new();
+        let mut plan = Vec::with_capacity(paths.len());
+        for path in paths {
+            if !seen.insert(path) {
+                bail!("-o {} is given twice", path.display());
+            }
+            plan.push((path.clone(), Format::for_output(path, flag)?));
+        }
+        Ok(Self(plan))
+    }
+
+    /// Opens every output, so that a bad path fails before the recording,
+    /// not after.
+    pub fn create(self) -> Result<Outputs> {
+        let mut outputs = Vec::with_capacity(self.0.len());
+        for (path, format) in self.0 {
+            let file = OutputFile::create(&path, 0o644)
+                .with_context(|| format!("cannot write the profile to {}", path.display()))?;
+            outputs.push((path, format, file));
+        }
+        Ok(Outputs(outputs))
+    }
+}
+
+impl Outputs {
+    /// Writes `profile` to every output, each named only once whole.
+    pub fn write(self, profile: &Profile) -> Result<()> {
+        for (path, format, mut file) in self.0 {
+            write_profile(profile, format, file.file())
+                .and_then(|()| Ok(file.commit()?))
+                .with_context(|| format!("writing the profile to {}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The outputs' paths, comma-separated, for telling the user where the
+    /// profile went.
+    pub fn names(&self) -> String {
+        let names: Vec<String> = self
+            .0
+            .iter()
+            .map(|(path, _, _)| path.display().to_string())
+            .collect();
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(names: &[&str]) -> Vec<PathBuf> {
+        names.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn each_output_takes_its_extensions_format() {
+        let plan = OutputPlan::new(&paths(&["a.svg", "b.pb.gz", "c.json"]), None).unwrap();
+        let formats: Vec<Format> = plan.0.iter().map(|(_, format)| *format).collect();
+        assert_eq!(formats, [Format::Svg, Format::Pprof, Format::Json]);
+    }
+
+    #[test]
+    fn format_flag_needs_a_single_output_and_paths_are_distinct() {
+        for (names, flag, expected) in [
+            (&["a", "b"][..], Some(Format::Txt), "--format"),
+            (&["a.svg", "a.svg"][..], None, "twice"),
+            (&["a.svg", "b"][..], None, "cannot tell"),
+        ] {
+            let error = OutputPlan::new(&paths(names), flag)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(expected) && !error.contains('\n'), "{error}");
+        }
+        assert!(OutputPlan::new(&paths(&["a"]), Some(Format::Txt)).is_ok());
+    }
+
+    #[test]
+    fn every_output_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = [dir.path().join("p.folded"), dir.path().join("p.pb.gz")];
+        let outputs = OutputPlan::new(&names, None).unwrap().create().unwrap();
+        assert_eq!(
+            outputs.names(),
+            format!("{}, {}", names[0].display(), names[1].display())
+        );
+        outputs
+            .write(&super::super::tests::profile(&[("app;main", 2)]))
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&names[0]).unwrap(), "app;main 2\n");
+        assert_eq!(&std::fs::read(&names[1]).unwrap()[..2], [0x1f, 0x8b]);
+    }
+}
