@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
-    jvm::{JavaStackFrame, MergedSample},
+    jvm::{symbols::JavaSymbols, JavaStackFrame, MergedSample},
     module_table::ModuleTable,
     process::{ImageId, ProcessImage, ProcessRegistry},
     profile::{
@@ -116,13 +116,15 @@ impl Aggregator {
         })
     }
 
-    /// Folds the stacks, named by `names`, into a profile; adds to
+    /// Folds the stacks, named by `names` (and `java`, what the JVM agent of
+    /// a process told), into a profile; adds to
     /// `summary` what aggregation counted: the samples, and how far native
     /// stacks got.
-    pub fn fold(
+    pub fn fold<'j>(
         self,
         processes: &ProcessRegistry,
         names: &AddressNames,
+        java: &dyn Fn(u32) -> Option<&'j JavaSymbols>,
         mut summary: RecordingSummary,
     ) -> Profile {
         let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels, FrameModules)> = HashMap::new();
@@ -132,7 +134,8 @@ impl Aggregator {
             let image = processes.image(stack.image);
             let mut frames = self.context_frames(stack, image);
             let context_frames = frames.len();
-            if let Some(symbols) = names.java(image.pid) {
+            let symbols = java(image.pid);
+            if let Some(symbols) = symbols {
                 frames.extend(stack.java.iter().rev().map(|frame| {
                     symbols.frame_name(&frame.frame(), frame.kind, self.options.lines)
                 }));
@@ -141,7 +144,7 @@ impl Aggregator {
             let mut modules = vec![None; frames.len()];
             for (index, &address) in stack.user.iter().enumerate().rev() {
                 let address = call_site(index, address);
-                frames.extend(names.user(image, address).iter().cloned());
+                frames.extend(names.user(image, address, symbols).iter().cloned());
                 modules.resize(frames.len(), module_table.index(image, address));
             }
             if stack.java.is_empty() && !stack.user.is_empty() {
@@ -318,13 +321,10 @@ mod tests {
                     sample(gone, tid, vec![address]),
                 ));
             }
-            let java = HashMap::new();
-            let names = AddressNames::resolve(
-                aggregator.addresses(&processes),
-                &Symbolizer::new(false),
-                &java,
-            );
-            let profile = aggregator.fold(&processes, &names, RecordingSummary::default());
+            let mut names = AddressNames::default();
+            names.resolve(aggregator.addresses(&processes), &Symbolizer::new(false));
+            let profile =
+                aggregator.fold(&processes, &names, &|_| None, RecordingSummary::default());
             let mut stacks: Vec<(Vec<String>, u64)> = profile
                 .stacks
                 .iter()

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{aggregate::GroupBy, write::Format};
+use crate::{aggregate::GroupBy, export::ExportArgs, write::Format};
 
 /// Stoke: a system-wide CPU profiler. Samples every CPU with eBPF and shows
 /// kernel and native frames merged into one stack, for every process.
@@ -21,6 +21,9 @@ pub struct Cli {
 pub enum Command {
     /// Sample CPUs and write a profile.
     Record(RecordArgs),
+    /// Sample CPUs until stopped, and every interval hand one profile per
+    /// service to Pyroscope or to a directory.
+    Continuous(ContinuousArgs),
     /// Write the embedded JVM agent to a file, for `-agentpath:` at JVM
     /// startup.
     Agent {
@@ -89,9 +92,10 @@ pub struct TablesArgs {
     pub files: Vec<PathBuf>,
 }
 
-/// Arguments of `stoke record`.
+/// What to sample and how: the arguments `stoke record` and `stoke
+/// continuous` share.
 #[derive(Debug, Args)]
-pub struct RecordArgs {
+pub struct SamplingArgs {
     /// Profile the whole host (the default).
     #[arg(short = 'a', long = "all", conflicts_with = "pids")]
     pub all: bool,
@@ -103,26 +107,6 @@ pub struct RecordArgs {
     /// Samples per second on each CPU.
     #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = 99)]
     pub frequency: u64,
-
-    /// Stop after this many seconds (fractions allowed); without it, record
-    /// until Ctrl-C or SIGTERM.
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
-    pub duration: Option<Duration>,
-
-    /// Where to write the profile; its extension picks the format (.svg,
-    /// .folded, .txt, .json, .pb.gz). Give it several times to write several
-    /// files from one recording.
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_name = "FILE",
-        default_value = "stoke.svg"
-    )]
-    pub outputs: Vec<PathBuf>,
-
-    /// Output format, overriding the extension of a single -o.
-    #[arg(long, value_enum)]
-    pub format: Option<Format>,
 
     /// Add a frame for the thread under each process frame.
     #[arg(short = 't', long = "threads")]
@@ -165,6 +149,68 @@ pub struct RecordArgs {
     pub bpf_stats: bool,
 }
 
+/// Arguments of `stoke record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// What to sample and how.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    /// Stop after this many seconds (fractions allowed); without it, record
+    /// until Ctrl-C or SIGTERM.
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Where to write the profile; its extension picks the format (.svg,
+    /// .folded, .txt, .json, .pb.gz). Give it several times to write several
+    /// files from one recording.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "stoke.svg"
+    )]
+    pub outputs: Vec<PathBuf>,
+
+    /// Output format, overriding the extension of a single -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+}
+
+/// Arguments of `stoke continuous`.
+#[derive(Debug, Args)]
+pub struct ContinuousArgs {
+    /// What to sample and how.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    /// Seconds between two profiles (fractions allowed).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_duration, default_value = "10")]
+    pub interval: Duration,
+
+    /// What names the service each profile is of.
+    #[arg(long, value_enum, value_name = "FROM", default_value_t = ServiceFrom::Auto)]
+    pub service_from: ServiceFrom,
+
+    /// Where the profiles go.
+    #[command(flatten)]
+    pub export: ExportArgs,
+}
+
+/// What names a process's service in `stoke continuous`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServiceFrom {
+    /// The Kubernetes namespace/container, else the container's name, else
+    /// the systemd unit, else the process name.
+    Auto,
+    /// The container's name, else the process name.
+    Container,
+    /// The systemd unit, else the process name.
+    Unit,
+    /// The process name.
+    Comm,
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text
         .parse()
@@ -196,7 +242,7 @@ mod tests {
         let Command::Record(args) = cli.command else {
             panic!("not a recording")
         };
-        assert_eq!(args.pids, [1, 22, 333]);
+        assert_eq!(args.sampling.pids, [1, 22, 333]);
         assert_eq!(args.outputs, [PathBuf::from("stoke.svg")]);
         assert!(Cli::try_parse_from(["stoke", "record", "-a", "-p", "1"]).is_err());
     }

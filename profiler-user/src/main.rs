@@ -5,6 +5,7 @@
 
 mod aggregate;
 mod cli;
+mod continuous;
 mod export;
 mod jvm;
 mod module_table;
@@ -13,6 +14,7 @@ mod process;
 mod profile;
 mod progress;
 mod record;
+mod recording;
 mod rootfs;
 mod sample;
 mod symbolize;
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Record(args) => record::run(args),
+        Command::Continuous(args) => continuous::run(args),
         Command::Agent { output } => jvm::profiler::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
         // Reports its own errors, one line per file.

@@ -3,6 +3,7 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::process::Command;
+use std::time::Duration;
 
 /// Runs `program` (a build tool: binutils' strip, objcopy, readelf...)
 /// with `args` and returns its stdout.
@@ -42,4 +43,20 @@ pub fn pid_max() -> u32 {
         .trim()
         .parse()
         .expect("parsing /proc/sys/kernel/pid_max")
+}
+
+/// The CPU time (user + system) process `pid` has used so far, from
+/// `/proc/<pid>/stat`.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("reading /proc/{pid}/stat: {e}"));
+    // utime and stime are the 12th and 13th fields after `(comm)`, which
+    // may hold spaces.
+    let after_comm = &stat[stat.rfind(')').expect("a stat line has `(comm)`") + 2..];
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }

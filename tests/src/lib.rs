@@ -34,7 +34,7 @@ mod stoke;
 mod temp_dir;
 mod workload;
 
-pub use host::{pid_max, require_root, run_tool};
+pub use host::{cpu_time, pid_max, require_root, run_tool};
 pub use java::{
     agent_paths, is_java_frame, java_method, java_workloads_dir, prepare_java, JavaWorkload, Jdk,
     JDKS, JDK_17, TEMURIN_25,

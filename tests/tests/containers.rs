@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 use stoke_tests::docker::{Container, Engine, Image, Rootfs};
 use stoke_tests::{
-    args, assert_share, describe, prepare, read_folded, record_args, record_to, require_root,
-    samples_where, stacks_of, total_samples, JavaWorkload, Stack, Stoke, StokeOutput, TempDir,
-    Workload, JDK_17,
+    args, assert_share, cpu_time, describe, prepare, read_folded, record_args, record_to,
+    require_root, samples_where, stacks_of, total_samples, JavaWorkload, Stack, Stoke, StokeOutput,
+    TempDir, Workload, JDK_17,
 };
 
 /// Samples per second of the recordings.
@@ -36,22 +36,6 @@ fn workload_image(engine: Engine, dir: &TempDir, workload: &Workload) -> Image {
 fn run_workload(image: &Image, workload: &Workload) -> Container {
     let exe = format!("{APP}/{}", workload.name());
     Container::run(workload.name(), image, &[&exe, "60"])
-}
-
-/// The CPU time (user + system) process `pid` has used so far, from
-/// `/proc/<pid>/stat`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|e| panic!("reading /proc/{pid}/stat: {e}"));
-    // utime and stime are the 12th and 13th fields after `(comm)`, which
-    // may hold spaces.
-    let after_comm = &stat[stat.rfind(')').expect("a stat line has `(comm)`") + 2..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }
 
 /// Records the whole host (`-a`) at HZ for `seconds` into `out`, and

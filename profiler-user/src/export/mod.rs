@@ -12,9 +12,6 @@
 //! [`pyroscope`] (one ingest request) and [`directory`] (one file, and
 //! rotation).
 
-// `stoke continuous` wires this module in; until then only its tests use it.
-#![cfg_attr(not(test), allow(dead_code, unused_imports))]
-
 mod args;
 mod directory;
 mod exporter;
@@ -28,7 +25,7 @@ mod tests;
 use std::time::SystemTime;
 
 pub use args::ExportArgs;
-pub use exporter::{DeliveryStats, ExportStats, Exporter};
+pub use exporter::Exporter;
 
 /// One service's profile of one interval.
 #[derive(Debug, Clone)]

@@ -132,6 +132,9 @@ pub struct JavaProfiler {
     /// the last failure, said at the end if no retry succeeds.
     attach_retries: HashMap<u32, (u32, String)>,
     jvms: HashMap<u32, Jvm>,
+    /// JVMs whose process ended, released at the next
+    /// [`Self::release_ended`].
+    ended: Vec<u32>,
     merger: Merger,
     summary: JavaSummary,
     /// Whether stacks cut short after one method have their class
@@ -178,6 +181,7 @@ impl JavaProfiler {
             attaching: 0,
             attach_retries: HashMap::new(),
             jvms: HashMap::new(),
+            ended: Vec::new(),
             merger: Merger::default(),
             summary: JavaSummary::default(),
             retransform,
@@ -281,7 +285,25 @@ impl JavaProfiler {
         }
         let merged = self.merge_ready(monotonic_ns(), true, processes);
         // The names asked for just now need one more round trip.
-        let deadline = Instant::now() + FINAL_NAMES_WAIT;
+        self.await_names(FINAL_NAMES_WAIT);
+        self.summary
+            .attach_ms
+            .sort_unstable_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
+        JavaResults {
+            merged,
+            symbols: self
+                .jvms
+                .into_iter()
+                .map(|(pid, jvm)| (pid, jvm.symbols))
+                .collect(),
+            summary: self.summary,
+        }
+    }
+
+    /// Waits, at most `longest`, until the agents named every method asked
+    /// about, or stop making progress with them.
+    pub fn await_names(&mut self, longest: Duration) {
+        let deadline = Instant::now() + longest;
         let mut progress = (self.progress(), Instant::now());
         while Instant::now() < deadline
             && progress.1.elapsed() < FINAL_NAMES_STALL
@@ -296,17 +318,30 @@ impl JavaProfiler {
                 progress = (now, Instant::now());
             }
         }
-        self.summary
-            .attach_ms
-            .sort_unstable_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
-        JavaResults {
-            merged,
-            symbols: self
-                .jvms
-                .into_iter()
-                .map(|(pid, jvm)| (pid, jvm.symbols))
-                .collect(),
-            summary: self.summary,
+    }
+
+    /// What the agent of JVM `pid` told so far.
+    pub fn symbols_of(&self, pid: u32) -> Option<&JavaSymbols> {
+        self.jvms.get(&pid).map(|jvm| &jvm.symbols)
+    }
+
+    /// Process `pid` exec'd or exited: a process with its pid is looked at
+    /// anew, and its JVM (if it was one) is released at the next
+    /// [`Self::release_ended`].
+    pub fn process_ended(&mut self, pid: u32) {
+        self.considered.remove(&pid);
+        self.attach_retries.remove(&pid);
+        if self.jvms.contains_key(&pid) {
+            self.ended.push(pid);
+        }
+    }
+
+    /// Releases the JVMs whose processes ended (their agent memory, their
+    /// symbols): for `stoke continuous`, once the interval that may still
+    /// name their frames is folded.
+    pub fn release_ended(&mut self) {
+        for pid in std::mem::take(&mut self.ended) {
+            self.jvms.remove(&pid);
         }
     }
 
@@ -339,6 +374,8 @@ impl JavaProfiler {
                     self.warn_native_only(&format!("JVM {pid}: {refused}"));
                     return Ok(());
                 }
+                // A JVM of a pid whose earlier process ended: not to release.
+                self.ended.retain(|&ended| ended != pid);
                 self.summary.jvms += 1;
                 self.summary
                     .attach_ms

@@ -141,6 +141,12 @@ impl Identities {
         identity
     }
 
+    /// Forgets the cgroups no registered process is in any more.
+    pub fn forget_unused(&mut self) {
+        self.by_cgroup
+            .retain(|_, identity| Arc::strong_count(identity) > 1);
+    }
+
     fn read(&mut self, path: &str) -> Identity {
         let placement = cgroup::placement(path);
         let container = placement.container.map(|(runtime, id)| {

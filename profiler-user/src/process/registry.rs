@@ -75,6 +75,29 @@ impl ProcessRegistry {
         self.images.len()
     }
 
+    /// Drops the images of processes that ended (exited or exec'd), and the
+    /// files only they mapped; the live images get new ids, in the order
+    /// they had. For `stoke continuous`, between intervals, when no counted
+    /// stack refers to an image any more: what it holds stays bounded by
+    /// the processes alive, not by those seen over days.
+    pub fn evict_ended(&mut self) {
+        let mut ids: Vec<(u32, ImageId)> = self.live.iter().map(|(&pid, &id)| (pid, id)).collect();
+        ids.sort_unstable_by_key(|&(_, id)| id);
+        let mut images = std::mem::take(&mut self.images)
+            .into_iter()
+            .map(Some)
+            .collect::<Vec<_>>();
+        self.live.clear();
+        for (pid, old) in ids {
+            let image = images[old].take().expect("a live image is listed once");
+            self.images.push(image);
+            self.live.insert(pid, self.images.len() - 1);
+        }
+        drop(images);
+        self.files.retain(|_, file| Arc::strong_count(file) > 1);
+        self.identities.forget_unused();
+    }
+
     fn snapshot(&mut self, pid: u32, thread_name: &str) -> ProcessImage {
         let comm = read_bounded(format!("/proc/{pid}/comm"), MAX_COMM).ok();
         let mut image = ProcessImage {
@@ -230,6 +253,27 @@ mod tests {
             id,
             "forgotten image replaced"
         );
+    }
+
+    #[test]
+    fn ended_processes_are_evicted_with_the_files_only_they_mapped() {
+        let mut registry = ProcessRegistry::default();
+        let own = std::process::id();
+        registry.image_for(u32::MAX - 1, "gone");
+        registry.image_for(own, "self");
+        registry.forget(u32::MAX - 1);
+        registry.evict_ended();
+        assert_eq!(registry.len(), 1);
+        let id = registry.image_for(own, "self");
+        assert_eq!(
+            (id, registry.image(id).pid),
+            (0, own),
+            "the live image keeps its place"
+        );
+        assert!(!registry.files.is_empty(), "its executable stays open");
+        registry.forget(own);
+        registry.evict_ended();
+        assert_eq!((registry.len(), registry.files.len()), (0, 0));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 pub mod copy;
 pub mod names;
 
-use std::{io, path::Path, sync::Arc};
+use std::{cell::OnceCell, io, path::Path, sync::Arc};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
@@ -26,12 +26,18 @@ pub type Frames = Arc<[Arc<str>]>;
 /// Names addresses.
 pub struct Symbolizer {
     lines: bool,
+    /// Kept for the kernel's addresses, so that `stoke continuous` reads
+    /// kallsyms once, not once per interval (its index is a few MB).
+    kernel: OnceCell<BlazeSymbolizer>,
 }
 
 impl Symbolizer {
     /// A symbolizer; `lines` adds source locations and inlined functions.
     pub fn new(lines: bool) -> Self {
-        Self { lines }
+        Self {
+            lines,
+            kernel: OnceCell::new(),
+        }
     }
 
     /// Names kernel addresses; every name ends in `_[k]`.
@@ -42,6 +48,7 @@ impl Symbolizer {
             ..Kernel::default()
         };
         self.batch(
+            self.kernel.get_or_init(|| self.blazesym()),
             &Source::Kernel(kernel),
             Input::AbsAddr(addresses),
             |address| format!("{address:#x}"),
@@ -84,24 +91,33 @@ impl Symbolizer {
             debug_syms: true,
             ..Elf::new(copy.path())
         });
-        self.batch(&source, Input::FileOffset(offsets), unnamed)
+        // blazesym keeps every file it parsed mapped and indexed: a fresh one
+        // per file bounds stoke's memory by the largest file, not their sum.
+        self.batch(
+            &self.blazesym(),
+            &source,
+            Input::FileOffset(offsets),
+            unnamed,
+        )
+    }
+
+    fn blazesym(&self) -> BlazeSymbolizer {
+        BlazeSymbolizer::builder()
+            .enable_code_info(self.lines)
+            .enable_inlined_fns(self.lines)
+            .enable_demangling(true)
+            .set_debug_dirs(Some([copy::DEBUG_DIR]))
+            .build()
     }
 
     fn batch(
         &self,
+        blazesym: &BlazeSymbolizer,
         source: &Source,
         input: Input<&[u64]>,
         unnamed: impl Fn(u64) -> String,
     ) -> Vec<Frames> {
         let addresses = *input.as_inner_ref();
-        // blazesym keeps every file it parsed mapped and indexed: a fresh one
-        // per batch bounds stoke's memory by the largest file, not their sum.
-        let blazesym = BlazeSymbolizer::builder()
-            .enable_code_info(self.lines)
-            .enable_inlined_fns(self.lines)
-            .enable_demangling(true)
-            .set_debug_dirs(Some([copy::DEBUG_DIR]))
-            .build();
         match blazesym.symbolize(source, input) {
             Ok(results) => results
                 .iter()

@@ -4,7 +4,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::Arc,
+    sync::{Arc, Weak},
 };
 
 use super::{Frames, Symbolizer};
@@ -23,67 +23,99 @@ pub struct StackAddresses<'a> {
     pub user: &'a [u64],
 }
 
-/// The names of every address of a recording's stacks.
-pub struct AddressNames<'a> {
+/// Most names kept between the intervals of `stoke continuous`: beyond it,
+/// the names are forgotten and named again when next seen.
+const MAX_KEPT: usize = 1 << 20;
+
+/// The names of the addresses of a recording's stacks. Names stay for the
+/// next [`AddressNames::resolve`], so that `stoke continuous` names each
+/// address once, not once per interval.
+#[derive(Default)]
+pub struct AddressNames {
     kernel: HashMap<u64, Frames>,
-    /// By mapped file (its address as identity) and file offset.
-    files: HashMap<(*const MappedFile, u64), Frames>,
-    java: &'a HashMap<u32, JavaSymbols>,
+    /// By mapped file and file offset. The file's address is its identity:
+    /// the `Weak` held here keeps the allocation, so that no other file
+    /// gets that address, but lets the file close once no process maps it.
+    files: HashMap<*const MappedFile, (Weak<MappedFile>, HashMap<u64, Frames>)>,
+    names: usize,
 }
 
-impl<'a> AddressNames<'a> {
-    /// Names the addresses of `stacks`; `java` has what the JVM agents told,
-    /// by pid, for addresses in JIT code.
+impl AddressNames {
+    /// Names the addresses of `stacks` not named yet.
     pub fn resolve<'s>(
+        &mut self,
         stacks: impl IntoIterator<Item = StackAddresses<'s>>,
         symbolizer: &Symbolizer,
-        java: &'a HashMap<u32, JavaSymbols>,
-    ) -> Self {
+    ) {
         let mut kernel_addresses = HashSet::new();
         let mut file_offsets: HashMap<*const MappedFile, (Arc<MappedFile>, HashSet<u64>)> =
             HashMap::new();
         for stack in stacks {
-            kernel_addresses.extend(call_sites(stack.kernel));
+            kernel_addresses.extend(
+                call_sites(stack.kernel).filter(|address| !self.kernel.contains_key(address)),
+            );
             for address in call_sites(stack.user) {
-                if let Some((mapping, offset)) = stack.image.locate(address) {
-                    if let MappingTarget::File(file) = &mapping.target {
-                        file_offsets
-                            .entry(Arc::as_ptr(file))
-                            .or_insert_with(|| (file.clone(), HashSet::new()))
-                            .1
-                            .insert(offset);
-                    }
+                let Some((mapping, offset)) = stack.image.locate(address) else {
+                    continue;
+                };
+                let MappingTarget::File(file) = &mapping.target else {
+                    continue;
+                };
+                let key = Arc::as_ptr(file);
+                if self
+                    .files
+                    .get(&key)
+                    .is_some_and(|(_, named)| named.contains_key(&offset))
+                {
+                    continue;
                 }
+                file_offsets
+                    .entry(key)
+                    .or_insert_with(|| (file.clone(), HashSet::new()))
+                    .1
+                    .insert(offset);
             }
         }
         let kernel_addresses: Vec<u64> = kernel_addresses.into_iter().collect();
-        let kernel = kernel_addresses
-            .iter()
-            .copied()
-            .zip(symbolizer.kernel(&kernel_addresses))
-            .collect();
-        let mut files = HashMap::new();
+        self.names += kernel_addresses.len();
+        self.kernel.extend(
+            kernel_addresses
+                .iter()
+                .copied()
+                .zip(symbolizer.kernel(&kernel_addresses)),
+        );
         for (key, (file, offsets)) in file_offsets {
             let offsets: Vec<u64> = offsets.into_iter().collect();
-            for (offset, frames) in offsets.iter().zip(symbolizer.file(&file, &offsets)) {
-                files.insert((key, *offset), frames);
-            }
-        }
-        Self {
-            kernel,
-            files,
-            java,
+            let frames = symbolizer.file(&file, &offsets);
+            self.names += offsets.len();
+            let named = &mut self
+                .files
+                .entry(key)
+                .or_insert_with(|| (Arc::downgrade(&file), HashMap::new()))
+                .1;
+            named.extend(offsets.into_iter().zip(frames));
         }
     }
 
-    /// How many distinct addresses were named.
+    /// How many distinct addresses are named.
     pub fn len(&self) -> usize {
-        self.kernel.len() + self.files.len()
+        self.names
     }
 
-    /// What the JVM agent of process `pid` told, if it is a JVM with one.
-    pub fn java(&self, pid: u32) -> Option<&JavaSymbols> {
-        self.java.get(&pid)
+    /// Forgets the names of files that no process maps any more, and every
+    /// name once there are too many: what `stoke continuous` keeps between
+    /// intervals stays bounded.
+    pub fn forget_unused(&mut self) {
+        self.files.retain(|_, (file, _)| file.strong_count() > 0);
+        self.names = self.kernel.len()
+            + self
+                .files
+                .values()
+                .map(|(_, named)| named.len())
+                .sum::<usize>();
+        if self.names > MAX_KEPT {
+            *self = Self::default();
+        }
     }
 
     /// The frames of a kernel call site (see [`call_site`]).
@@ -92,18 +124,16 @@ impl<'a> AddressNames<'a> {
     }
 
     /// The frames of a user call site (see [`call_site`]) of `image`: its
-    /// file's symbols, else the JIT's method, else the mapping's name.
-    pub fn user(&self, image: &ProcessImage, address: u64) -> Frames {
+    /// file's symbols, else the JIT's method (`java` has what the process's
+    /// JVM agent told), else the mapping's name.
+    pub fn user(&self, image: &ProcessImage, address: u64, java: Option<&JavaSymbols>) -> Frames {
         let located = image.locate(address);
         if let Some((mapping, offset)) = located {
             if let MappingTarget::File(file) = &mapping.target {
-                return self.files[&(Arc::as_ptr(file), offset)].clone();
+                return self.files[&Arc::as_ptr(file)].1[&offset].clone();
             }
         }
-        let jit = self
-            .java
-            .get(&image.pid)
-            .and_then(|java| java.code_name(address));
+        let jit = java.and_then(|java| java.code_name(address));
         let name = match (jit, located) {
             (Some(name), _) => name,
             (None, Some((mapping, offset))) => match &mapping.target {

@@ -14,8 +14,10 @@ use std::{
 };
 
 use super::{
-    exporter::Timing, pyroscope::Timeouts, worker::Backoff, Batch, DeliveryStats, ExportArgs,
-    ExportStats, Exporter, ServiceProfile,
+    exporter::{DeliveryStats, ExportStats, Timing},
+    pyroscope::Timeouts,
+    worker::Backoff,
+    Batch, ExportArgs, Exporter, ServiceProfile,
 };
 
 /// Short delays, so that outages last milliseconds.

@@ -1,0 +1,392 @@
+//! A recording in progress, for `stoke record` and `stoke continuous`: the
+//! stages in order. While samples come in, their processes are registered
+//! (and their files' unwind tables loaded), JVM samples get their Java
+//! frames, and the raw stacks are counted; then every distinct address is
+//! named once, and the named stacks are folded into a [`Profile`].
+
+use std::{
+    path::Path,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::Result;
+use profiler_common::Counter;
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::{
+    aggregate::{AggregateOptions, Aggregator},
+    cli::SamplingArgs,
+    jvm::{
+        profiler::{JavaProfiler, JavaResults},
+        MergedSample,
+    },
+    preflight,
+    process::ProcessRegistry,
+    profile::{Profile, RecordingSummary},
+    progress::Progress,
+    sample::{
+        ring_record::Record,
+        sampler::{Sampler, SamplerConfig},
+    },
+    symbolize::{names::AddressNames, Symbolizer},
+    unwind::loader::UnwindLoader,
+};
+
+/// Longest wait between two drains of the ring buffer when nothing wakes
+/// the reader: it bounds the memory the ring needs and the progress lag.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Rows of compiled unwind tables the BPF map holds (16 bytes each): room
+/// for libc, libjvm and a few hundred other libraries.
+const UNWIND_ROWS: u32 = 1 << 20;
+
+/// The wait while a JVM is being attached, so that its agent is put to use
+/// as soon as it is ready.
+const ATTACH_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How long an interval's cut waits for the JVM agents to name the methods
+/// its samples need: they answer within milliseconds, and sampling waits
+/// meanwhile.
+const INTERVAL_NAMES_WAIT: Duration = Duration::from_millis(200);
+
+/// Why [`Recording::sample_until`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// The time given is over.
+    TimeUp,
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// Every `-p` target has exited.
+    TargetsExited,
+}
+
+/// The stages of a recording while samples come in.
+pub struct Recording {
+    sampler: Sampler,
+    /// Every sampled process's mappings, lent to the other stages.
+    processes: ProcessRegistry,
+    /// `None` with `--frame-pointers`.
+    unwinder: Option<UnwindLoader>,
+    /// Process images handed to the unwinder so far.
+    images_loaded: usize,
+    options: AggregateOptions,
+    aggregator: Aggregator,
+    java: JavaProfiler,
+    symbolizer: Symbolizer,
+    /// Names kept from one interval to the next.
+    names: AddressNames,
+    pids: Vec<u32>,
+    frequency_hz: u64,
+    /// Ring records that did not parse (a bug of ours, never the ring
+    /// being full).
+    malformed: u64,
+    started: Instant,
+    /// Ring-full losses counted before the current interval.
+    lost_before: u64,
+}
+
+impl Recording {
+    /// Starts sampling as `args` says.
+    pub fn start(args: &SamplingArgs) -> Result<Self> {
+        let mut sampler = Sampler::start(&SamplerConfig {
+            frequency_hz: args.frequency,
+            pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
+            include_idle: args.idle,
+            bpf_stats: args.bpf_stats,
+            unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
+        })?;
+        let unwinder = if args.frame_pointers {
+            None
+        } else {
+            let (rows, processes) = sampler.take_unwind_maps()?;
+            Some(UnwindLoader::start(rows, processes)?)
+        };
+        let options = AggregateOptions {
+            threads: args.threads,
+            lines: args.lines,
+            group_by: args.group_by,
+        };
+        Ok(Self {
+            sampler,
+            processes: ProcessRegistry::default(),
+            unwinder,
+            images_loaded: 0,
+            options,
+            aggregator: Aggregator::new(options),
+            java: JavaProfiler::new(!args.no_jvm, args.java_retransform),
+            symbolizer: Symbolizer::new(args.lines),
+            names: AddressNames::default(),
+            pids: args.pids.clone(),
+            frequency_hz: args.frequency,
+            malformed: 0,
+            started: Instant::now(),
+            lost_before: 0,
+        })
+    }
+
+    /// CPUs sampled.
+    pub fn cpus(&self) -> usize {
+        self.sampler.cpus().len()
+    }
+
+    /// Takes samples in until `stop` is raised, `until` has come, or every
+    /// `-p` target has exited; with `progress`, shows how it goes on a
+    /// terminal (`planned` is the whole recording's length, if known).
+    pub fn sample_until(
+        &mut self,
+        stop: &AtomicBool,
+        until: Option<Instant>,
+        progress: Option<Option<Duration>>,
+    ) -> Result<Stopped> {
+        let progress = progress.map(Progress::start);
+        let stopped = loop {
+            self.take_in()?;
+            let remaining = until.map(|until| until.saturating_duration_since(Instant::now()));
+            if stop.load(Ordering::Relaxed) {
+                break Stopped::Signal;
+            }
+            if remaining.is_some_and(|left| left.is_zero()) {
+                break Stopped::TimeUp;
+            }
+            if all_exited(&self.pids) {
+                break Stopped::TargetsExited;
+            }
+            if let Some(progress) = progress.as_ref().filter(|progress| progress.is_shown()) {
+                let counters = self.sampler.counters()?;
+                progress.update(
+                    self.started.elapsed(),
+                    self.aggregator.samples(),
+                    self.processes.len(),
+                    counters[Counter::LostRingFull as usize],
+                );
+            }
+            let interval = if self.java.attaching() {
+                ATTACH_POLL_INTERVAL
+            } else {
+                DRAIN_INTERVAL
+            };
+            self.sampler
+                .wait(remaining.map_or(interval, |left| left.min(interval)));
+        };
+        if let Some(progress) = progress {
+            progress.finish();
+        }
+        Ok(stopped)
+    }
+
+    /// Drains the ring into the stages: each sample's process to the
+    /// registry (new ones to the unwinder), samples to aggregation (or to
+    /// the Java side, to wait for their Java stacks), exec and exit to the
+    /// registry, the unwinder and the Java side.
+    fn take_in(&mut self) -> Result<()> {
+        let Self {
+            sampler,
+            processes,
+            unwinder,
+            aggregator,
+            java,
+            malformed,
+            ..
+        } = self;
+        sampler.drain(|bytes| match Record::parse(bytes) {
+            Ok(Record::Sample(sample)) => {
+                let pid = sample.tgid;
+                let image = processes.image_for(pid, &sample.comm);
+                java.look_for_jvm(pid, processes.image(image));
+                if sample.signalled {
+                    java.await_java_stack(sample);
+                } else {
+                    aggregator.add(MergedSample::native(image, sample));
+                }
+            }
+            Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
+                processes.forget(tgid);
+                java.process_ended(tgid);
+                if let Some(unwinder) = unwinder.as_ref() {
+                    unwinder.forget(tgid);
+                }
+            }
+            Err(_) => *malformed += 1,
+        });
+        for merged in java.collect(sampler, processes)? {
+            aggregator.add(merged);
+        }
+        self.load_new_images();
+        Ok(())
+    }
+
+    /// Hands the processes registered since the last call to the unwinder.
+    fn load_new_images(&mut self) {
+        if let Some(unwinder) = &self.unwinder {
+            for image in self.images_loaded..self.processes.len() {
+                unwinder.load(self.processes.image(image));
+            }
+        }
+        self.images_loaded = self.processes.len();
+    }
+
+    /// For `stoke continuous`: folds what was counted since `since` (the
+    /// last cut) into a profile, and starts counting anew; then forgets
+    /// the processes, files and JVMs that ended, so that what stoke holds
+    /// stays bounded by what is alive. Samples still waiting for their
+    /// Java stacks go into the next interval.
+    pub fn cut(&mut self, since: Instant) -> Result<Profile> {
+        self.java.await_names(INTERVAL_NAMES_WAIT);
+        let lost = self.sampler.counters()?[Counter::LostRingFull as usize];
+        let aggregator = std::mem::replace(&mut self.aggregator, Aggregator::new(self.options));
+        let summary = RecordingSummary {
+            duration: since.elapsed(),
+            started: SystemTime::now().checked_sub(since.elapsed()),
+            frequency_hz: self.frequency_hz,
+            cpus: self.cpus(),
+            lost_ring_full: lost.saturating_sub(self.lost_before),
+            processes: self.processes.len(),
+            ..RecordingSummary::default()
+        };
+        self.lost_before = lost;
+        let profile = self.name_and_fold(aggregator, summary);
+        self.load_new_images();
+        self.processes.evict_ended();
+        self.images_loaded = self.processes.len();
+        self.java.release_ended();
+        self.names.forget_unused();
+        Ok(profile)
+    }
+
+    /// Stops sampling, waits for the Java side's last answers, and names
+    /// and folds the stacks.
+    pub fn finish(self) -> Result<Profile> {
+        let Self {
+            sampler,
+            mut processes,
+            unwinder,
+            mut aggregator,
+            java,
+            symbolizer,
+            mut names,
+            frequency_hz,
+            malformed,
+            started,
+            ..
+        } = self;
+        let duration = started.elapsed();
+        let cpus = sampler.cpus().len();
+        let counters = sampler.counters()?;
+        let bpf_time_per_sample = sampler.time_per_sample();
+        // Detached first: no signal goes out while the last answers come.
+        drop(sampler);
+        let JavaResults {
+            merged,
+            symbols: java_symbols,
+            summary: java_summary,
+        } = java.finish(&mut processes);
+        for merged in merged {
+            aggregator.add(merged);
+        }
+        let naming = Instant::now();
+        names.resolve(aggregator.addresses(&processes), &symbolizer);
+        let summary = RecordingSummary {
+            duration,
+            started: SystemTime::now().checked_sub(duration),
+            frequency_hz,
+            cpus,
+            lost_ring_full: counters[Counter::LostRingFull as usize],
+            malformed_records: malformed,
+            partial_kernel_stacks: counters[Counter::KernelStackFailed as usize],
+            partial_user_stacks: counters[Counter::UserStackFailed as usize],
+            lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
+            idle_skipped: counters[Counter::IdleSkipped as usize],
+            bpf_time_per_sample,
+            processes: processes.len(),
+            java: java_summary,
+            unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
+            symbolize_time: naming.elapsed(),
+            symbolized_addresses: names.len(),
+            ..RecordingSummary::default()
+        };
+        Ok(aggregator.fold(&processes, &names, &|pid| java_symbols.get(&pid), summary))
+    }
+
+    /// Names the addresses of `aggregator`'s stacks and folds them.
+    fn name_and_fold(&mut self, aggregator: Aggregator, mut summary: RecordingSummary) -> Profile {
+        let started = Instant::now();
+        self.names
+            .resolve(aggregator.addresses(&self.processes), &self.symbolizer);
+        summary.symbolize_time = started.elapsed();
+        summary.symbolized_addresses = self.names.len();
+        let java = &self.java;
+        aggregator.fold(
+            &self.processes,
+            &self.names,
+            &|pid| java.symbols_of(pid),
+            summary,
+        )
+    }
+}
+
+/// The checks every command that samples makes before it starts.
+pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
+    preflight::check_frequency(args.frequency)?;
+    preflight::check_privileges()?;
+    preflight::check_btf()?;
+    preflight::check_pids(&args.pids)
+}
+
+/// The flag SIGINT and SIGTERM raise; a second one ends stoke at once,
+/// without output.
+pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    Ok(stop)
+}
+
+/// Says on stderr that sampling has begun, and what it covers.
+pub fn announce(args: &SamplingArgs, duration: Option<Duration>, cpus: usize) {
+    let scope = match args.pids.as_slice() {
+        [] => "every process".to_owned(),
+        pids => {
+            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+            format!("pids {}", pids.join(","))
+        }
+    };
+    let until = match duration {
+        Some(duration) => format!("for {:.1} s", duration.as_secs_f64()),
+        None => "until Ctrl-C".to_owned(),
+    };
+    eprintln!(
+        "stoke: sampling {scope} on {cpus} CPUs at {} Hz {until}",
+        args.frequency
+    );
+}
+
+/// Every mapped file of every sampled process is held open until the end:
+/// a busy host needs more descriptors than the usual soft limit.
+pub fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// With `-p`, once every target has exited there is nothing left to sample.
+fn all_exited(pids: &[u32]) -> bool {
+    !pids.is_empty()
+        && pids
+            .iter()
+            .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}

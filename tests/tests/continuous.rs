@@ -1,0 +1,400 @@
+//! `stoke continuous` end to end: a real recording of a busy workload,
+//! pushed every interval to a local HTTP receiver standing in for
+//! Pyroscope's `/ingest` (the server itself cannot be installed here); each
+//! body is read back with Debian's `go tool pprof`.
+
+use std::{
+    collections::HashMap,
+    fs,
+    net::TcpListener,
+    path::Path,
+    sync::{
+        atomic::{AtomicU16, Ordering},
+        Arc, Mutex,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use stoke_tests::{args, cpu_time, prepare, run_tool, Running, Stoke, StokeOutput, TempDir};
+
+/// Samples per second.
+const HZ: u32 = 99;
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Request {
+    path: String,
+    query: HashMap<String, String>,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+    /// The status it was answered with.
+    status: u16,
+}
+
+impl Request {
+    fn seconds(&self, key: &str) -> u64 {
+        self.query[key].parse().expect("a UNIX time")
+    }
+}
+
+/// Pyroscope's ingest endpoint as far as stoke sees it: records every
+/// request, answers with the status set at the time.
+struct Receiver {
+    port: u16,
+    server: Arc<tiny_http::Server>,
+    requests: Arc<Mutex<Vec<Request>>>,
+    status: Arc<AtomicU16>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Receiver {
+    fn start(port: u16, status: u16) -> Self {
+        let server =
+            Arc::new(tiny_http::Server::http(("127.0.0.1", port)).expect("listening on loopback"));
+        let port = server.server_addr().to_ip().expect("an IP address").port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(AtomicU16::new(status));
+        let thread = {
+            let (server, requests, status) = (server.clone(), requests.clone(), status.clone());
+            thread::spawn(move || {
+                for mut request in server.incoming_requests() {
+                    let mut body = Vec::new();
+                    request.as_reader().read_to_end(&mut body).expect("a body");
+                    let (path, query) =
+                        request.url().split_once('?').unwrap_or((request.url(), ""));
+                    let status = status.load(Ordering::SeqCst);
+                    requests.lock().unwrap().push(Request {
+                        path: path.to_owned(),
+                        query: url_decoded(query),
+                        headers: request
+                            .headers()
+                            .iter()
+                            .map(|h| (h.field.to_string().to_lowercase(), h.value.to_string()))
+                            .collect(),
+                        body,
+                        status,
+                    });
+                    let _ = request.respond(tiny_http::Response::empty(status));
+                }
+            })
+        };
+        Receiver {
+            port,
+            server,
+            requests,
+            status,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The requests answered 200.
+    fn accepted(&self) -> Vec<Request> {
+        let requests = self.requests.lock().unwrap();
+        requests
+            .iter()
+            .filter(|r| r.status == 200)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn url_decoded(query: &str) -> HashMap<String, String> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (decode(key), decode(value)))
+        .collect()
+}
+
+fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                out.push(u8::from_str_radix(hex, 16).expect("a %XX escape"));
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).expect("UTF-8")
+}
+
+/// A port nothing listens on (yet).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The samples of a gzipped pprof body and of the functions in it, by
+/// `go tool pprof -raw` (Debian's golang-go).
+fn pprof_samples(dir: &Path, name: &str, body: &[u8]) -> (u64, HashMap<String, u64>) {
+    let path = dir.join(name);
+    fs::write(&path, body).unwrap();
+    let raw = run_tool(
+        "go",
+        &[
+            "tool".as_ref(),
+            "pprof".as_ref(),
+            "-raw".as_ref(),
+            path.as_os_str(),
+        ],
+    );
+    let mut locations: HashMap<String, String> = HashMap::new();
+    let mut samples: Vec<(u64, Vec<String>)> = Vec::new();
+    let mut section = "";
+    for line in raw.lines() {
+        match line.trim_end() {
+            "Samples:" | "Locations" | "Mappings" => {
+                section = line.trim_end();
+                continue;
+            }
+            _ => {}
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match section {
+            "Samples:" => {
+                if let Some((count, rest)) = line.split_once(':') {
+                    if let Ok(count) = count.split_whitespace().next().unwrap_or("").parse() {
+                        let ids = rest.split_whitespace().map(str::to_owned).collect();
+                        samples.push((count, ids));
+                    }
+                }
+            }
+            "Locations" if fields.len() >= 3 && fields[0].ends_with(':') => {
+                // `ID: 0xADDR M=N FUNCTION FILE:LINE s=0`
+                let id = fields[0].trim_end_matches(':').to_owned();
+                let function = fields
+                    .iter()
+                    .skip(1)
+                    .find(|f| !f.starts_with("0x") && !f.starts_with("M="))
+                    .unwrap_or(&"?");
+                locations.insert(id, (*function).to_owned());
+            }
+            _ => {}
+        }
+    }
+    let total = samples.iter().map(|(count, _)| count).sum();
+    let mut functions: HashMap<String, u64> = HashMap::new();
+    for (count, ids) in &samples {
+        let mut seen = std::collections::HashSet::new();
+        for id in ids {
+            if let Some(function) = locations.get(id) {
+                if seen.insert(function) {
+                    *functions.entry(function.clone()).or_default() += count;
+                }
+            }
+        }
+    }
+    (total, functions)
+}
+
+/// A busy workload, and stoke continuous on it with `extra` arguments.
+fn start(label: &str, extra: &[String]) -> (TempDir, Running, Stoke) {
+    let (dir, workload) = prepare(label, "busy_other");
+    let running = workload.spawn(&["60"]);
+    let mut command = args!["continuous", "-p", running.pid(), "-F", HZ].to_vec();
+    command.extend_from_slice(extra);
+    let mut stoke = Stoke::spawn(&command);
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+    (dir, running, stoke)
+}
+
+/// SIGTERM, then stoke must flush and exit 0 within the exporter's
+/// deadline and some.
+fn stop(stoke: Stoke) -> StokeOutput {
+    stoke.signal(libc::SIGTERM);
+    let output = stoke.wait(Duration::from_secs(120));
+    output.assert_success();
+    output
+}
+
+#[test]
+fn every_interval_is_pushed_with_its_labels_and_samples() {
+    let receiver = Receiver::start(0, 200);
+    let (dir, running, stoke) = start(
+        "continuous-push",
+        &args![
+            "--interval",
+            2,
+            "--pyroscope",
+            receiver.url(),
+            "--label",
+            "cluster=test",
+            "--tenant",
+            "team-a"
+        ],
+    );
+    let cpu_before = cpu_time(running.pid());
+    let started = Instant::now();
+    thread::sleep(Duration::from_secs(7));
+    let cpu = cpu_time(running.pid()) - cpu_before;
+    let sampled = started.elapsed();
+    let output = stop(stoke);
+    let requests = receiver.accepted();
+    println!("{} requests; stderr:\n{}", requests.len(), output.stderr);
+    // 7 s at 2 s per interval: 3 whole intervals, then the flushed rest.
+    assert!(
+        (4..=5).contains(&requests.len()),
+        "{} pushes for 7 s at a 2 s interval",
+        requests.len()
+    );
+    let mut total = 0;
+    let mut previous_until = 0;
+    for (index, request) in requests.iter().enumerate() {
+        assert_eq!(request.path, "/ingest");
+        let name = &request.query["name"];
+        assert!(
+            name.starts_with("busy_other{") && name.contains("cluster=test"),
+            "{name}"
+        );
+        assert_eq!(request.query["format"], "pprof");
+        assert_eq!(request.query["sampleRate"], HZ.to_string());
+        assert_eq!(request.query["spyName"], "stoke");
+        assert_eq!(request.headers["x-scope-orgid"], "team-a");
+        let (from, until) = (request.seconds("from"), request.seconds("until"));
+        assert!(
+            from <= until && from + 1 >= previous_until,
+            "{from}..{until} after {previous_until}"
+        );
+        if index + 1 < requests.len() {
+            assert!(
+                (1..=4).contains(&(until - from)),
+                "a 2 s interval took {from}..{until}"
+            );
+        }
+        previous_until = until;
+        let (samples, functions) =
+            pprof_samples(dir.path(), &format!("{index}.pb.gz"), &request.body);
+        assert!(
+            functions.get("other_spin").copied().unwrap_or(0) * 10 >= samples * 8,
+            "interval {index}: other_spin in {functions:?} of {samples}"
+        );
+        total += samples;
+    }
+    // Every sample of the recording is in one interval or another: the
+    // workload's CPU time at HZ, from stoke's start to SIGTERM (the
+    // intervals reach a little past the measured span on both ends).
+    let expected = cpu.as_secs_f64() * f64::from(HZ);
+    println!("{total} samples pushed; {expected:.0} expected from {cpu:?} of CPU in {sampled:?}");
+    assert!(
+        (expected * 0.8..=expected * 1.25 + 20.0).contains(&(total as f64)),
+        "{total} samples pushed, {expected:.0} expected"
+    );
+}
+
+#[test]
+fn a_failing_then_recovering_backend_loses_nothing_within_the_queue() {
+    let receiver = Receiver::start(0, 500);
+    let (_dir, _running, stoke) = start(
+        "continuous-retry",
+        &args!["--interval", 1, "--pyroscope", receiver.url()],
+    );
+    thread::sleep(Duration::from_secs(4));
+    receiver.status.store(200, Ordering::SeqCst);
+    thread::sleep(Duration::from_secs(3));
+    let output = stop(stoke);
+    let requests = receiver.requests.lock().unwrap().clone();
+    let refused = requests.iter().filter(|r| r.status == 500).count();
+    let accepted = receiver.accepted();
+    let froms: Vec<u64> = accepted.iter().map(|r| r.seconds("from")).collect();
+    println!(
+        "{refused} refused, {} accepted: {froms:?}\n{}",
+        accepted.len(),
+        output.stderr
+    );
+    assert!(refused >= 2, "the backend refused only {refused} pushes");
+    // 7 s at 1 s per interval, the default queue (10) holds the 4 s outage:
+    // every interval delivered, each once.
+    assert!(
+        accepted.len() >= 6,
+        "only {} intervals delivered",
+        accepted.len()
+    );
+    let mut distinct = froms.clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), froms.len(), "an interval delivered twice");
+    assert!(
+        froms.windows(2).all(|pair| pair[0] <= pair[1]),
+        "out of order: {froms:?}"
+    );
+}
+
+#[test]
+fn a_backend_down_at_start_gets_the_profiles_when_it_comes_up() {
+    let port = free_port();
+    let (_dir, _running, stoke) = start(
+        "continuous-late",
+        &args![
+            "--interval",
+            1,
+            "--pyroscope",
+            format!("http://127.0.0.1:{port}")
+        ],
+    );
+    thread::sleep(Duration::from_secs(3));
+    let receiver = Receiver::start(port, 200);
+    thread::sleep(Duration::from_secs(3));
+    let output = stop(stoke);
+    let accepted = receiver.accepted();
+    println!("{} accepted\n{}", accepted.len(), output.stderr);
+    assert!(
+        accepted.len() >= 5,
+        "only {} of about 6 intervals delivered once the backend came up",
+        accepted.len()
+    );
+}
+
+#[test]
+fn an_output_directory_keeps_the_last_files_of_each_service() {
+    let out = TempDir::new("continuous-dir");
+    let (dir, _running, stoke) = start(
+        "continuous-files",
+        &args![
+            "--interval",
+            1,
+            "--output-dir",
+            out.path().display(),
+            "--keep",
+            2
+        ],
+    );
+    thread::sleep(Duration::from_secs(5));
+    stop(stoke);
+    let service = out.path().join("busy_other");
+    let files: Vec<_> = fs::read_dir(&service)
+        .unwrap_or_else(|e| panic!("{}: {e}", service.display()))
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for file in files {
+        let (samples, _) = pprof_samples(dir.path(), "read.pb.gz", &fs::read(&file).unwrap());
+        assert!(samples > 0, "{} has no samples", file.display());
+    }
+}
