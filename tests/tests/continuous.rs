@@ -66,7 +66,9 @@ impl Receiver {
                     let status = status.load(Ordering::SeqCst);
                     requests.lock().unwrap().push(Request {
                         path: path.to_owned(),
-                        query: url_decoded(query),
+                        query: form_urlencoded::parse(query.as_bytes())
+                            .into_owned()
+                            .collect(),
                         headers: request
                             .headers()
                             .iter()
@@ -110,38 +112,6 @@ impl Drop for Receiver {
             let _ = thread.join();
         }
     }
-}
-
-fn url_decoded(query: &str) -> HashMap<String, String> {
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(key, value)| (decode(key), decode(value)))
-        .collect()
-}
-
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
-                out.push(u8::from_str_radix(hex, 16).expect("a %XX escape"));
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            byte => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).expect("UTF-8")
 }
 
 /// A port nothing listens on (yet).

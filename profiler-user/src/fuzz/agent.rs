@@ -22,12 +22,15 @@ use profiler_common::jvm::{
 
 use super::{
     harness::{self, Run},
-    merge::{check_outcome, native},
+    merge::check_outcome,
 };
-use crate::jvm::{
-    agent_memory::AgentMemory,
-    merge::Merger,
-    symbols::{FrameKind, JavaSymbols},
+use crate::{
+    jvm::{
+        agent_memory::AgentMemory,
+        merge::Merger,
+        symbols::{FrameKind, JavaSymbols},
+    },
+    sample::ring_record::Sample,
 };
 
 #[derive(Debug, TypeGenerator)]
@@ -354,7 +357,8 @@ fn agent() {
                 agent.drain_samples(|sample| javas.push(sample));
                 let mut merger = Merger::default();
                 for (index, &(tid, time)) in input.natives.iter().enumerate() {
-                    let mut sample = native(u32::from(tid), 1_000 + u64::from(time), Vec::new());
+                    let mut sample =
+                        Sample::for_test(1, u32::from(tid), 1_000 + u64::from(time), Vec::new());
                     sample.cpu = index as u32;
                     merger.add_native(sample);
                 }

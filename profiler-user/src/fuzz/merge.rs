@@ -4,7 +4,6 @@
 //! of its thread taken no earlier, and nothing may stay behind a flush.
 
 use bolero::TypeGenerator;
-use profiler_common::unwind::StopReason;
 
 use super::harness::{self, Run};
 use crate::{
@@ -34,20 +33,6 @@ enum Op {
     Settle { ahead: u64, flush: bool },
     /// Move the clock.
     Advance(u32),
-}
-
-pub(super) fn native(tid: u32, time_ns: u64, user: Vec<u64>) -> Sample {
-    Sample {
-        tgid: 1,
-        tid,
-        cpu: 0,
-        time_ns,
-        comm: "java".into(),
-        kernel: Vec::new(),
-        user,
-        signalled: true,
-        stop: StopReason::End,
-    }
 }
 
 /// Checks one outcome and returns the sample's number.
@@ -91,7 +76,8 @@ fn merge() {
                             user,
                         } => {
                             let time = raw_time.unwrap_or(clock + u64::from(*step));
-                            let mut sample = native(u32::from(*tid), time, user_stack(user));
+                            let mut sample =
+                                Sample::for_test(1, u32::from(*tid), time, user_stack(user));
                             sample.cpu = added;
                             added += 1;
                             merger.add_native(sample);

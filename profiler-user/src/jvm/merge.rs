@@ -201,22 +201,11 @@ fn pair(
 
 #[cfg(test)]
 mod tests {
-    use profiler_common::unwind::StopReason;
 
     use super::*;
 
     fn native(tid: u32, time_ns: u64) -> Sample {
-        Sample {
-            tgid: 1,
-            tid,
-            cpu: 0,
-            time_ns,
-            comm: "java".into(),
-            kernel: vec![],
-            user: vec![],
-            signalled: true,
-            stop: StopReason::End,
-        }
+        Sample::for_test(1, tid, time_ns, Vec::new())
     }
 
     fn java(tid: u32, time_ns: u64) -> JavaSample {

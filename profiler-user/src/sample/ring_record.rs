@@ -46,6 +46,25 @@ pub struct Sample {
     pub stop: StopReason,
 }
 
+#[cfg(test)]
+impl Sample {
+    /// A sample of thread `tid` of process `tgid` (named "java", signalled,
+    /// its user stack ending at the outermost frame), for tests.
+    pub fn for_test(tgid: u32, tid: u32, time_ns: u64, user: Vec<u64>) -> Self {
+        Self {
+            tgid,
+            tid,
+            cpu: 0,
+            time_ns,
+            comm: "java".into(),
+            kernel: Vec::new(),
+            user,
+            signalled: true,
+            stop: StopReason::End,
+        }
+    }
+}
+
 /// Why a record could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RecordError {

@@ -308,25 +308,6 @@ mod tests {
         unwind::tests::support::{build, run, split},
     };
 
-    /// A fresh directory, removed on drop.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(label: &str) -> Self {
-            let path =
-                std::env::temp_dir().join(format!("stoke-copy-{label}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            Self(path)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     /// The file offset in `program` of function `name`, whose address
     /// `symbols` (the program or its debug file) gives.
     fn offset_of(program: &Path, symbols: &Path, name: &str) -> u64 {
@@ -382,9 +363,9 @@ mod tests {
 
     #[test]
     fn names_come_from_the_debug_file_stoke_found() {
-        let dir = Dir::new("debug");
-        let program = build(&dir.0, "split", &[]);
-        let debug = dir.0.join("split.debug");
+        let dir = tempfile::tempdir().unwrap();
+        let program = build(dir.path(), "split", &[]);
+        let debug = dir.path().join("split.debug");
         split(&program, &debug, None);
         // No symbols left in the program: only its debug file names `a`.
         run("strip", &[&program]);
@@ -419,12 +400,12 @@ mod tests {
 
     #[test]
     fn links_to_fifos_are_never_followed() {
-        let dir = Dir::new("fifo");
-        let fifo = dir.0.join("fifo");
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
         let name = CString::new(fifo.as_os_str().as_bytes()).unwrap();
         // SAFETY: a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
-        let program = build(&dir.0, "linked", &[]);
+        let program = build(dir.path(), "linked", &[]);
         let offset = offset_of(&program, &program, "a");
         let reference = reference_name(&program, offset).expect("named");
         // An absolute debug link, which stoke's lookup refuses and blazesym
@@ -432,14 +413,14 @@ mod tests {
         let mut section = fifo.as_os_str().as_bytes().to_vec();
         section.push(0);
         section.resize(section.len().next_multiple_of(4) + 4, 0);
-        let content = dir.0.join("debuglink");
+        let content = dir.path().join("debuglink");
         std::fs::write(&content, section).unwrap();
         let add = format!(".gnu_debuglink={}", content.display());
         run(
             "objcopy",
             &[Path::new("--add-section"), Path::new(&add), &program],
         );
-        let name = CString::new(dir.0.join("linked.dwp").as_os_str().as_bytes()).unwrap();
+        let name = CString::new(dir.path().join("linked.dwp").as_os_str().as_bytes()).unwrap();
         // SAFETY: as above.
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
         let names = within_10_s(move || {

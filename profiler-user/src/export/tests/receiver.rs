@@ -76,10 +76,8 @@ impl Receiver {
                     let received = Received {
                         path: path.to_owned(),
                         raw_query: raw_query.to_owned(),
-                        query: raw_query
-                            .split('&')
-                            .filter(|pair| !pair.is_empty())
-                            .map(decode_pair)
+                        query: form_urlencoded::parse(raw_query.as_bytes())
+                            .into_owned()
                             .collect(),
                         headers: request
                             .headers()
@@ -157,33 +155,4 @@ impl Drop for Receiver {
             let _ = thread.join();
         }
     }
-}
-
-/// `key=value`, percent-decoded (`+` is a space).
-fn decode_pair(pair: &str) -> (String, String) {
-    let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-    (decode(key), decode(value))
-}
-
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            byte => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap()
 }
