@@ -235,7 +235,13 @@ fn labels_of(image: &ProcessImage) -> Vec<(&'static str, Arc<str>)> {
     if let Some(exe) = &image.exe {
         labels.push(("exe", exe.clone()));
     }
-    labels.push(("service", identity.service().map_or(comm, Arc::from)));
+    // The kernel's threads are one service, not one per kworker's name.
+    let service = match identity.service() {
+        Some(service) => service.into(),
+        None if image.kernel_thread => "kernel".into(),
+        None => comm,
+    };
+    labels.push(("service", service));
     labels.extend(identity.labels());
     labels
 }

@@ -1,6 +1,7 @@
 //! Target `proc`: the `/proc` files stoke parses, in the forms a process can sway: `status` (its name, in
-//! any bytes), `maps` (the names of the files it maps), `cmdline` and
-//! `environ`. Inputs are lines in the kernel's formats with chosen
+//! any bytes), `maps` (the names of the files it maps), `cmdline`,
+//! `environ` and `cgroup` (a process may move itself into any cgroup it can
+//! create). Inputs are lines in the kernel's formats with chosen
 //! values, mixed with raw ones.
 
 use std::{io, os::fd::AsRawFd};
@@ -14,6 +15,7 @@ use crate::{
         vm_flags::{launcher_options, VmFlags},
     },
     process::{
+        cgroup::{self, Runtime},
         maps::{Entries, MapsEntry},
         procfs::{innermost_ns_id, MAX_STATUS},
     },
@@ -71,12 +73,90 @@ struct MapsLine {
     deleted: bool,
 }
 
+/// One component of a cgroup path.
+#[derive(Debug, TypeGenerator)]
+enum CgroupComponent {
+    /// `docker-<id>.scope`, the id from 32 bytes (64 hex digits).
+    Docker([u8; 32]),
+    /// `pod<uid>` or a systemd pod slice.
+    Pod([u8; 16], bool),
+    /// `machine-<name>.scope`.
+    Machine(Vec<u8>),
+    Raw(Vec<u8>),
+}
+
 #[derive(Debug, TypeGenerator)]
 struct ProcInput {
     status: Vec<StatusLine>,
     maps: Vec<MapsLine>,
     cmdline: Vec<Vec<u8>>,
     environ: Vec<(u8, Vec<u8>)>,
+    /// `/proc/PID/cgroup` lines: hierarchy id, v1 controllers (or none for
+    /// v2), path components.
+    cgroup: Vec<(u8, bool, Vec<CgroupComponent>)>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn cgroup_component(component: &CgroupComponent) -> String {
+    match component {
+        CgroupComponent::Docker(id) => format!("docker-{}.scope", hex(id)),
+        CgroupComponent::Pod(uid, systemd) => {
+            let uid = hex(uid);
+            let uid = format!(
+                "{}-{}-{}-{}-{}",
+                &uid[..8],
+                &uid[8..12],
+                &uid[12..16],
+                &uid[16..20],
+                &uid[20..]
+            );
+            if *systemd {
+                format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"))
+            } else {
+                format!("pod{uid}")
+            }
+        }
+        CgroupComponent::Machine(name) => {
+            format!("machine-{}.scope", String::from_utf8_lossy(name))
+        }
+        CgroupComponent::Raw(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
+/// Checks what stoke reads of a cgroup file: whatever the text, a path is
+/// chosen and placed without a panic, and a docker scope as the last
+/// component of the unified path names that container.
+fn check_cgroup(lines: &[(u8, bool, Vec<CgroupComponent>)]) {
+    let text: String = lines
+        .iter()
+        .map(|(id, v1, components)| {
+            let path: Vec<String> = components.iter().map(cgroup_component).collect();
+            let controllers = if *v1 { "cpu,cpuacct" } else { "" };
+            format!(
+                "{}:{controllers}:/{}\n",
+                if *v1 { *id } else { 0 },
+                path.join("/")
+            )
+        })
+        .collect();
+    let Some(path) = cgroup::main_path(&text) else {
+        return;
+    };
+    let placement = cgroup::placement(path);
+    let unified = lines
+        .iter()
+        .find(|(_, v1, components)| !v1 && !components.is_empty());
+    if let Some((_, _, components)) = unified {
+        if let Some(CgroupComponent::Docker(id)) = components.last() {
+            let one_line_each = text.lines().count() == lines.len();
+            if one_line_each && text.lines().filter(|line| line.starts_with("0::")).count() == 1 {
+                assert_eq!(placement.container, Some((Runtime::Docker, hex(id))));
+            }
+        }
+    }
 }
 
 fn status_text(lines: &[StatusLine]) -> Vec<u8> {
@@ -270,6 +350,8 @@ fn proc() {
                     .collect();
                 let environ = environ_bytes(&input.environ);
                 let _ = VmFlags::from_options(launcher_options(&cmdline, &environ));
+
+                check_cgroup(&input.cgroup);
             })
         });
 }

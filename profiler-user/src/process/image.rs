@@ -92,6 +92,8 @@ pub struct ProcessImage {
     pub name: String,
     /// The executable's path, as the process's own root names it.
     pub exe: Option<Arc<str>>,
+    /// One of the kernel's own threads (kworker...), which no service runs.
+    pub kernel_thread: bool,
     /// Where the process runs: its container or service.
     pub identity: Arc<Identity>,
     /// Executable mappings, sorted by address.

@@ -58,18 +58,34 @@ pub fn innermost_ns_id(status: &Path) -> Option<u32> {
 /// command name of at most 64 bytes take well under 1 KiB.
 const MAX_STAT: u64 = 4096;
 
-/// How long process `pid` has been running; `None` if it is gone.
-pub fn age(pid: u32) -> Option<Duration> {
+/// Field `number` (1-based, as proc(5) counts) of `/proc/PID/stat`, a
+/// number; `None` if the process is gone. Fields from 3 on are read after
+/// the command name, which holds any bytes, spaces and parentheses
+/// included.
+fn stat_field(pid: u32, number: usize) -> Option<u64> {
     let (stat, _) = read_bounded(format!("/proc/{pid}/stat"), MAX_STAT).ok()?;
-    // Field 22, start time in clock ticks after boot; the fields after the
-    // command name (any bytes, spaces and parentheses included) start at 3.
     let after_name = &stat[stat.iter().rposition(|&byte| byte == b')')? + 1..];
-    let started_ticks: u64 = std::str::from_utf8(after_name)
+    std::str::from_utf8(after_name)
         .ok()?
         .split_whitespace()
-        .nth(19)?
+        .nth(number.checked_sub(3)?)?
         .parse()
-        .ok()?;
+        .ok()
+}
+
+/// The kernel's flag of its own threads, in `/proc/PID/stat`'s flags.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether process `pid` is one of the kernel's threads (kworker, ksoftirqd
+/// and the like); false if it is gone.
+pub fn is_kernel_thread(pid: u32) -> bool {
+    stat_field(pid, 9).is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// How long process `pid` has been running; `None` if it is gone.
+pub fn age(pid: u32) -> Option<Duration> {
+    // Start time in clock ticks after boot.
+    let started_ticks = stat_field(pid, 22)?;
     // SAFETY: sysconf and clock_gettime with a valid out-pointer.
     let (ticks_per_second, now) = unsafe {
         let mut now: libc::timespec = std::mem::zeroed();
@@ -122,5 +138,13 @@ mod tests {
         // pid 1 started with the machine, long before this test.
         assert!(age(1).expect("init runs") > young);
         assert_eq!(age(u32::MAX), None);
+    }
+
+    #[test]
+    fn kernel_threads_are_told_from_processes() {
+        // kthreadd is pid 2 in the initial pid namespace.
+        assert!(is_kernel_thread(2));
+        assert!(!is_kernel_thread(std::process::id()));
+        assert!(!is_kernel_thread(u32::MAX));
     }
 }

@@ -23,7 +23,7 @@ use super::{
     identity::Identities,
     image::{base_name, FileOrigin, MappedFile, Mapping, MappingTarget, ProcessImage},
     maps::{self, MapsPath},
-    procfs::read_bounded,
+    procfs::{self, read_bounded},
 };
 
 /// Most bytes of `/proc/PID/comm` read: the kernel's names are 15 bytes.
@@ -110,6 +110,7 @@ impl ProcessRegistry {
                 .ok()
                 .map(|path| path.to_string_lossy().into()),
             identity: self.identities.of(pid),
+            kernel_thread: procfs::is_kernel_thread(pid),
             mappings: Vec::new(),
         };
         let Ok(maps) = maps::read(pid) else {
