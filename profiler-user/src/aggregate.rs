@@ -9,7 +9,7 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 use crate::{
     jvm::{symbols::JavaSymbols, JavaStackFrame, MergedSample},
     module_table::ModuleTable,
-    process::{ImageId, ProcessImage, ProcessRegistry},
+    process::{identity::host_name, ImageId, ProcessImage, ProcessRegistry},
     profile::{
         clean_frame, FoldedStack, FrameModules, Labels, Profile, RecordingSummary, StackQuality,
     },
@@ -242,6 +242,7 @@ fn labels_of(image: &ProcessImage) -> Vec<(&'static str, Arc<str>)> {
         None => comm,
     };
     labels.push(("service", service));
+    labels.push(("hostname", host_name()));
     labels.extend(identity.labels());
     labels
 }

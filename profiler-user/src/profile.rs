@@ -37,7 +37,7 @@ pub struct FoldedStack {
 pub type FrameModules = Box<[Option<u32>]>;
 
 /// Labels of a stack's samples, as (key, value), keys in a fixed order:
-/// `pid`, `comm`, `exe`, `service`, then where the process runs
+/// `pid`, `comm`, `exe`, `service`, `hostname`, then where the process runs
 /// (`container_*`, `pod`, `namespace`, `pod_container`, `systemd_unit`),
 /// then `tid` and `thread` with `-t`.
 pub type Labels = Arc<[(&'static str, Arc<str>)]>;

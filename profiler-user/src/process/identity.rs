@@ -3,7 +3,10 @@
 //! Read once per process when the registry first sees it, and cached per
 //! cgroup: the processes of one container share one [`Identity`].
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{Arc, OnceLock},
+};
 
 use super::{
     cgroup::{self, Runtime, MAX_CGROUP_FILE},
@@ -15,6 +18,27 @@ use crate::rootfs::Root;
 /// Most cgroups remembered: beyond it the cache starts again, so that a
 /// host creating containers for days keeps bounded memory.
 const MAX_CGROUPS: usize = 16 * 1024;
+
+/// This host's name (the UTS namespace stoke runs in: the host's, for a
+/// profiler of the whole host), read once.
+pub fn host_name() -> Arc<str> {
+    static NAME: OnceLock<Arc<str>> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let mut name = [0u8; 256];
+        // SAFETY: gethostname writes at most len bytes into the buffer.
+        let ok = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0;
+        let end = name
+            .iter()
+            .position(|&byte| byte == 0)
+            .unwrap_or(name.len());
+        if ok {
+            String::from_utf8_lossy(&name[..end]).into()
+        } else {
+            "unknown".into()
+        }
+    })
+    .clone()
+}
 
 /// Where a process runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
