@@ -47,6 +47,7 @@ pub fn run(bench: &Bench) -> Result<Section> {
 struct Steady {
     rss_warm_mb: f64,
     rss_end_mb: f64,
+    anon_end_mb: f64,
     rss_max_mb: f64,
     slope_mb_per_hour: Option<f64>,
     cpu_share: f64,
@@ -65,6 +66,7 @@ impl Steady {
         Some(Self {
             rss_warm_mb: megabytes(first.rss as f64),
             rss_end_mb: megabytes(last.rss as f64),
+            anon_end_mb: megabytes(last.anon as f64),
             rss_max_mb: megabytes(steady.iter().map(|u| u.rss).max()? as f64),
             slope_mb_per_hour: stats::slope(&points),
             cpu_share: (last.cpu - first.cpu).as_secs_f64() / wall.max(1e-3),
@@ -170,6 +172,14 @@ fn soak_text(soak: &Soak) -> String {
         );
     }
     if let Some(last) = soak.usage.last() {
+        row(
+            "RSS at the end: anonymous (heap); the rest (binary, mapped BPF maps)",
+            format!(
+                "{:.1} MB; {:.1} MB",
+                megabytes(last.anon as f64),
+                megabytes(last.rss.saturating_sub(last.anon) as f64)
+            ),
+        );
         row(
             "CPU over the whole soak, % of one core",
             percent(last.cpu.as_secs_f64() / last.at.as_secs_f64().max(1e-3)),
@@ -317,7 +327,11 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             goal.clone(),
             measured.clone(),
             Target::judge(goal, measured, slope < SLOPE_TARGET_MB_PER_HOUR, || {
-                format!("RSS grows {:.1} MB a day", slope * 24.0)
+                format!(
+                    "at this rate RSS grows {:.0} MB a day (a fit over minutes: a longer \
+                     --soak-minutes tells a leak from the allocator settling)",
+                    slope * 24.0
+                )
             }),
         ));
         let goal = format!(
@@ -334,10 +348,12 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             measured.clone(),
             Target::judge(goal, measured, steady.cpu_share <= CPU_TARGET, || {
                 format!(
-                    "{:.2} points over: sampling {} exec/s of new processes and containers \
-                     (each read and named once) and encoding every interval",
-                    (steady.cpu_share - CPU_TARGET) * 100.0,
-                    soak::EXEC_RATE
+                    "{:.2} points over: naming copies each mapped file that has addresses \
+                     not named yet whole into a sealed memfd (symbolize/copy.rs), again in \
+                     every interval with new addresses: stoke's own binary (54 MB with \
+                     debug info) and any big library sampled (rustc's, 150–200 MB) each \
+                     time; `perf record -g` of stoke put half its CPU there",
+                    (steady.cpu_share - CPU_TARGET) * 100.0
                 )
             }),
         ));
@@ -351,7 +367,13 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             goal.clone(),
             measured.clone(),
             Target::judge(goal, measured, steady.rss_max_mb <= RSS_TARGET_MB, || {
-                format!("{:.1} MB over", steady.rss_max_mb - RSS_TARGET_MB)
+                format!(
+                    "{:.1} MB over; at the end the heap was {:.1} MB, the rest {:.1} MB \
+                     (the binary, and the unwind-rows BPF map: 16 MB, mapped whole)",
+                    steady.rss_max_mb - RSS_TARGET_MB,
+                    steady.anon_end_mb,
+                    steady.rss_end_mb - steady.anon_end_mb
+                )
             }),
         ));
     }

@@ -44,6 +44,9 @@ pub struct Usage {
     pub at: Duration,
     /// VmRSS, in bytes.
     pub rss: u64,
+    /// RssAnon, in bytes: the heap; the rest of VmRSS is stoke's binary,
+    /// libraries and the BPF maps it maps.
+    pub anon: u64,
     /// utime + stime of all its threads, ended ones included.
     pub cpu: Duration,
 }
@@ -115,24 +118,27 @@ impl Daemon {
         let status_path = format!("/proc/{pid}/status");
         let status = fs::read_to_string(&status_path)
             .with_context(|| format!("reading {status_path} (did stoke end?)"))?;
-        let rss_kib = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|value| {
-                value
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-            .with_context(|| format!("no VmRSS in {status_path}"))?;
+        let kib = |field: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(field))
+                .and_then(|value| {
+                    value
+                        .trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+                .with_context(|| format!("no {field} in {status_path}"))
+        };
         let stat_path = format!("/proc/{pid}/stat");
         let stat =
             fs::read_to_string(&stat_path).with_context(|| format!("reading {stat_path}"))?;
         Ok(Usage {
             at: self.started.elapsed(),
-            rss: rss_kib * 1024,
+            rss: kib("VmRSS:")? * 1024,
+            anon: kib("RssAnon:")? * 1024,
             cpu: cpu_of_stat(&stat).with_context(|| format!("parsing {stat_path}"))?,
         })
     }
