@@ -65,7 +65,7 @@ enum Task {
     Fuzz(fuzz::FuzzArgs),
     /// Measure stoke's overhead, cost, accuracy and scale side by side with
     /// perf, and write bench/RESULTS.md (as root; see bench/README.md).
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
 }
 
 fn main() -> Result<()> {

@@ -72,6 +72,12 @@ pub fn workloads(root: &Path, bin_dir: &Path) -> Result<Workloads> {
             "fp_split",
             stoke_tests::FRAME_POINTER_FLAGS,
         )?,
+        busy_other: compile(
+            &root.join("tests/workloads/busy_other.c"),
+            bin_dir,
+            "busy_other",
+            stoke_tests::FRAME_POINTER_FLAGS,
+        )?,
     })
 }
 

@@ -14,6 +14,7 @@ mod accuracy;
 mod bpf_cost;
 mod bpf_stats;
 mod build;
+mod continuous;
 mod cost;
 mod fuzz;
 mod host;
@@ -60,10 +61,13 @@ pub enum Part {
     /// The fuzz targets of the parsers of untrusted input, run longer than
     /// CI runs them.
     Fuzz,
+    /// `stoke continuous` soaked under churn; one interval of 1,000
+    /// processes.
+    Continuous,
 }
 
 impl Part {
-    pub const ALL: [Part; 8] = [
+    pub const ALL: [Part; 9] = [
         Part::Overhead,
         Part::Bpf,
         Part::Cost,
@@ -72,6 +76,7 @@ impl Part {
         Part::Java,
         Part::Unwind,
         Part::Fuzz,
+        Part::Continuous,
     ];
 
     /// The name used by `--parts` and in the report's markers.
@@ -85,6 +90,7 @@ impl Part {
             Part::Java => "java",
             Part::Unwind => "unwind",
             Part::Fuzz => "fuzz",
+            Part::Continuous => "continuous",
         }
     }
 
@@ -99,6 +105,7 @@ impl Part {
             Part::Java => "6. Java".into(),
             Part::Unwind => "7. Unwinding".into(),
             Part::Fuzz => "8. Fuzzing".into(),
+            Part::Continuous => "9. Continuous".into(),
         }
     }
 }
@@ -137,6 +144,10 @@ pub struct BenchArgs {
     /// Fuzz: seconds per fuzz target (default 180).
     #[arg(long, value_name = "SECONDS")]
     fuzz_seconds: Option<f64>,
+    /// Continuous: minutes of the soak of `stoke continuous` (default 10;
+    /// 0.5 with --smoke).
+    #[arg(long, value_name = "MINUTES")]
+    soak_minutes: Option<f64>,
     /// A quick check that every part works (seconds, 2 rounds), for CI:
     /// writes target/bench/RESULTS-smoke.md unless --output says otherwise.
     #[arg(long)]
@@ -164,6 +175,7 @@ pub struct Settings {
     pub java_seconds: f64,
     pub unwind_seconds: f64,
     pub fuzz_seconds: f64,
+    pub soak_minutes: f64,
     /// Cost: length of the recordings whose symbolization is timed with
     /// cold and warm page caches.
     pub symbolize_seconds: f64,
@@ -211,6 +223,15 @@ impl Settings {
             java_seconds: pick(args.java_seconds, 2.0, 1.0, "java-seconds")?,
             unwind_seconds: pick(args.unwind_seconds, 3.0, 1.0, "unwind-seconds")?,
             fuzz_seconds: pick(args.fuzz_seconds, 180.0, 2.0, "fuzz-seconds")?,
+            // Minutes, not seconds: the message of `pick` would misname them.
+            soak_minutes: {
+                let minutes = args.soak_minutes.unwrap_or(if smoke { 0.5 } else { 10.0 });
+                ensure!(
+                    minutes > 0.0 && minutes.is_finite(),
+                    "--soak-minutes must be a positive number of minutes"
+                );
+                minutes
+            },
             symbolize_seconds: if smoke { 0.5 } else { 2.0 },
             // Less leaves the JIT compiling in the timed part: ±7% noise.
             java_warmup_seconds: if smoke { 0.3 } else { 3.0 },
@@ -233,6 +254,8 @@ pub struct Workloads {
     /// The directory of the compiled Java workload, if there is a JDK.
     pub java_fixed_work: Option<PathBuf>,
     pub fp_split: PathBuf,
+    /// The tests' CPU burner: the work of the soak's containers.
+    pub busy_other: PathBuf,
 }
 
 /// A measurement's value and how much other processes disturbed it.
@@ -420,9 +443,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Part::Java => java::run(&bench)?,
             Part::Unwind => unwind::run(&bench)?,
             Part::Fuzz => fuzz::run(&bench)?,
+            Part::Continuous => continuous::run(&bench)?,
         };
-        // Fuzzing measures no time against other processes, in no rounds.
-        let rounds = if part == Part::Fuzz {
+        // Fuzzing measures no time against other processes, and the soak
+        // only stoke's own CPU and memory: neither in rounds.
+        let rounds = if matches!(part, Part::Fuzz | Part::Continuous) {
             String::new()
         } else {
             section.body = format!(
@@ -523,5 +548,7 @@ mod tests {
         let parts = args(&["--parts", "cost,scale"]).parts;
         assert_eq!(parts, [Part::Cost, Part::Scale]);
         assert_eq!(args(&[]).parts, Part::ALL);
+        assert_eq!((full.soak_minutes, smoke.soak_minutes), (10.0, 0.5));
+        assert!(Settings::from_args(&args(&["--soak-minutes", "0"])).is_err());
     }
 }
