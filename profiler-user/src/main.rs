@@ -1,7 +1,10 @@
 //! `stoke`, a system-wide CPU profiler. The modules follow the data flow:
-//! [`sample`] → [`unwind`] (tables for the BPF unwinder, while sampling) →
-//! [`symbolize`] → [`aggregate`] → [`write`], with [`jvm`] joining at the
-//! sample and symbolize stages; [`record`] runs them in order.
+//! [`sample`] → [`process`] (who each sampled process is and what it maps)
+//! → [`unwind`] (tables for the BPF unwinder, while sampling) →
+//! [`aggregate`] (counting) → [`symbolize`] → [`aggregate`] (folding) →
+//! [`write`] or [`export`], with [`jvm`] joining at the sample and
+//! symbolize stages. [`recording`] runs the stages; [`record`] (one
+//! profile) and [`continuous`] (a profile per interval) are its commands.
 
 mod aggregate;
 mod cli;
