@@ -2,7 +2,7 @@
 //! [`sample`] → [`process`] (who each sampled process is and what it maps)
 //! → [`unwind`] (tables for the BPF unwinder, while sampling) →
 //! [`aggregate`] (counting) → [`symbolize`] → [`aggregate`] (folding) →
-//! [`write`] or [`export`], with [`jvm`] joining at the sample and
+//! [`write`](mod@write) or [`export`], with [`jvm`] joining at the sample and
 //! symbolize stages. [`recording`] runs the stages; [`record`] (one
 //! profile) and [`continuous`] (a profile per interval) are its commands.
 

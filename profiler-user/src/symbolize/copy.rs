@@ -8,7 +8,7 @@
 //! A process could also truncate a file that stoke has mapped (SIGBUS).
 //! So blazesym gets a copy that no one else can change (sealed against
 //! writes, shrinking and growing), with those links removed; where stoke's
-//! own lookup ([`debug_file::find`], inside the process's root, regular
+//! own lookup (`debug_file::find_until`, inside the process's root, regular
 //! files only) found a separate debug file, a sealed copy of it too, which
 //! the copy's `.gnu_debuglink` then names by descriptor.
 

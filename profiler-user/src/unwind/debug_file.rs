@@ -62,7 +62,7 @@ pub fn find(root: &Root, path: Option<&Path>, links: &DebugLinks<'_>) -> Option<
     )
 }
 
-/// Like [`find`], giving up at `deadline` (checksumming a candidate reads
+/// Like `find`, giving up at `deadline` (checksumming a candidate reads
 /// all of it).
 pub fn find_until(
     root: &Root,

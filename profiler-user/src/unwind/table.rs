@@ -189,7 +189,7 @@ pub fn compile_with(
     )
 }
 
-/// Like [`compile_with`], reading the file through `data` (a
+/// Like `compile_with`, reading the file through `data` (a
 /// [`ReadCache`] over a [`BoundedFile`] reads only the headers, notes and
 /// CFI sections, not the whole file), and giving up at `deadline`.
 pub fn compile_from<'data, R: ReadRef<'data>>(

@@ -25,7 +25,7 @@
 //! answers as bytes), [`target`] (the process, pinned by a pidfd, and what
 //! `/proc` says of it), [`vm_flags`] (whether SIGQUIT is safe),
 //! [`connection`] (finding or starting the listener, and connecting),
-//! [`exchange`] (one request and its answer, within a deadline),
+//! [`exchange`](mod@exchange) (one request and its answer, within a deadline),
 //! [`credentials`] (acting as the JVM's user) and [`tmp_files`] (the files
 //! written into the JVM's `/tmp`). [`subcommand`] is `stoke attach`.
 
