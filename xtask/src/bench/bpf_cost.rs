@@ -226,7 +226,7 @@ fn start_workload(bench: &Bench, workload: Workload, seconds: f64) -> Result<Pro
             let classes = workloads.java_fixed_work.as_deref().context("no JDK")?;
             Process::spawn(
                 "java FixedWork",
-                java_command(classes)
+                java_command(classes, &[])
                     .args(["-s", &seconds])
                     .arg(bench.cpus.to_string())
                     .arg(bench.settings.java_warmup_seconds.to_string()),

@@ -121,13 +121,16 @@ fn java_workload(source: &Path, class_dir: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(class_dir.to_owned()))
 }
 
-/// A command running the Java workload `FixedWork`; its arguments follow.
+/// A command running the Java workload `FixedWork`, with `jvm_options`;
+/// its arguments follow.
 /// A fixed heap and the serial collector: no concurrent GC threads
 /// competing with the workers for the CPUs, so less noise between runs.
-pub fn java_command(class_dir: &Path) -> Command {
+pub fn java_command(class_dir: &Path, jvm_options: &[String]) -> Command {
     let mut command = Command::new("java");
     command
-        .args(["-XX:+UseSerialGC", "-Xms256m", "-Xmx256m", "-cp"])
+        .args(["-XX:+UseSerialGC", "-Xms256m", "-Xmx256m"])
+        .args(jvm_options)
+        .arg("-cp")
         .arg(class_dir)
         .arg("FixedWork");
     command

@@ -11,6 +11,7 @@
 //! between rounds ([`rotated`]), so slow drift affects them all alike.
 
 mod accuracy;
+mod async_profiler;
 mod bpf_cost;
 mod bpf_stats;
 mod build;
@@ -38,7 +39,7 @@ use std::{
 use anyhow::{bail, ensure, Context, Result};
 use clap::ValueEnum;
 
-use self::host::HostInfo;
+use self::{async_profiler::AsyncProfiler, host::HostInfo};
 use super::workspace_root;
 
 /// The parts of the bench, in report order.
@@ -160,6 +161,11 @@ pub struct BenchArgs {
     /// has work in progress).
     #[arg(long, value_name = "PATH")]
     stoke: Option<PathBuf>,
+    /// async-profiler's directory, built from its source outside this tree
+    /// (tag v4.5, `make` with JAVA_HOME at JDK 17): adds its rows beside
+    /// stoke's on the Java workload. Without it they say "not measured".
+    #[arg(long, value_name = "DIR")]
+    async_profiler: Option<PathBuf>,
 }
 
 /// The durations and counts a run uses, from the arguments and defaults.
@@ -288,6 +294,8 @@ pub struct Bench {
     /// tree cannot replace it mid-run).
     pub stoke: PathBuf,
     pub workloads: Workloads,
+    /// The JVM profiler to compare with, when given.
+    pub async_profiler: Option<AsyncProfiler>,
     pub cpus: usize,
     scratch_dir: PathBuf,
     disturbance: RefCell<Disturbance>,
@@ -417,11 +425,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let workloads = build::workloads(&root, &bench_dir.join("bin"))?;
     build::check_perf()?;
+    let async_profiler = args
+        .async_profiler
+        .as_deref()
+        .map(AsyncProfiler::find)
+        .transpose()?;
 
     let bench = Bench {
         settings,
         stoke,
         workloads,
+        async_profiler,
         cpus: host::online_cpus(),
         scratch_dir: scratch_dir.clone(),
         disturbance: RefCell::default(),
