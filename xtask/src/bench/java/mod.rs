@@ -7,7 +7,11 @@
 //! `FixedWork` on every CPU; once it is warm, three whole-host recordings
 //! follow: the first loads the agent (a JVM gets a fresh attach once in its
 //! life), the second finds it loaded, the third (`-t`, folded) counts the
-//! samples of the work threads and those with Java frames.
+//! samples of the work threads and those with Java frames. With
+//! `--async-profiler`, each round also gives a new JVM to async-profiler
+//! ([`async_profiler`]), attached and measured alike.
+
+mod async_profiler;
 
 use std::{
     collections::HashMap,
@@ -32,21 +36,22 @@ use super::{
 /// The issue's targets.
 const ATTACH_TARGET_MS: f64 = 200.0;
 const JAVA_SHARE_TARGET: f64 = 0.99;
-const ASYNC_PROFILER: &str = "async-profiler takes 130 ms for its first start (from the issue)";
+const ASYNC_PROFILER: &str = "async-profiler takes 130 ms for its first start (measured \
+                              earlier on this machine; `--async-profiler DIR` measures it here)";
 
 /// FixedWork names its work threads `fixed-work-N`.
 const WORKER_THREAD: &str = "fixed-work-";
 /// The outermost Java frame of a thread started by `Thread.start`.
 const THREAD_ROOT: &str = "java.lang.Thread.run";
 
-struct Jdk {
+pub(super) struct Jdk {
     label: &'static str,
     java: PathBuf,
 }
 
 /// One JVM's measurements.
 #[derive(Default)]
-struct JvmRun {
+pub(super) struct JvmRun {
     /// None: stoke did not attach within the recording.
     first_attach_ms: Option<f64>,
     /// None: not measured, the first recording did not attach.
@@ -88,6 +93,7 @@ pub fn run(bench: &Bench) -> Result<Section> {
         }
     };
     let mut runs: Vec<Vec<JvmRun>> = jdks.iter().map(|_| Vec::new()).collect();
+    let mut async_profiler_runs: Vec<Vec<JvmRun>> = jdks.iter().map(|_| Vec::new()).collect();
     let order: Vec<usize> = (0..jdks.len()).collect();
     for round in 0..bench.settings.rounds {
         for index in rotated(&order, round) {
@@ -110,14 +116,32 @@ pub fn run(bench: &Bench) -> Result<Section> {
                     .map_or(String::new(), |why| format!("; not attached: {why}"))
             ));
             runs[index].push(run);
+            if let Some(profiler) = &bench.async_profiler {
+                let what = format!("{what}, async-profiler");
+                let run = bench
+                    .measure(&what, || {
+                        async_profiler::run_once(bench, profiler, jdk, classes)
+                    })?
+                    .value;
+                bench.log(&format!(
+                    "{what}: attach {}; {} of {} work-thread samples with Java frames, {} \
+                     reaching {THREAD_ROOT}",
+                    ms(run.first_attach_ms),
+                    run.with_java,
+                    run.samples,
+                    run.to_root,
+                ));
+                async_profiler_runs[index].push(run);
+            }
         }
     }
-    Ok(section(bench, &jdks, &runs))
+    Ok(section(bench, &jdks, &runs, &async_profiler_runs))
 }
 
-fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
-    // No flags: the JVM as users start it. Killed once measured: the
-    // time given is only an upper bound.
+/// A new JVM running `FixedWork` on every CPU, warmed up, and its pid. No
+/// flags: the JVM as users start it. Killed once measured: the time given
+/// is only an upper bound.
+fn start_jvm(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<(Process, u32)> {
     let mut jvm = Process::spawn(
         &format!("{} FixedWork", jdk.label),
         Command::new(&jdk.java)
@@ -129,6 +153,11 @@ fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
     )?;
     jvm.wait_for_stdout("ready", Duration::from_secs(60))?;
     let pid = u32::try_from(jvm.pid())?;
+    Ok((jvm, pid))
+}
+
+fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
+    let (mut jvm, pid) = start_jvm(bench, jdk, classes)?;
     // A first recording that did not attach is a missed target, not a
     // broken bench: the second then attaches first, and is no reuse.
     let (first_attach_ms, reuse_attach_ms, attach_failure) =
@@ -161,28 +190,37 @@ fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
         attach_failure,
         ..JvmRun::default()
     };
-    for stack in stacks.iter().filter(|stack| is_worker(stack, pid)) {
-        run.samples += stack.samples;
-        let code = &stack.frames[1..];
-        match code.iter().find(|frame| is_java(frame)) {
-            Some(outermost) => {
-                run.with_java += stack.samples;
-                if java_method(outermost) == THREAD_ROOT {
-                    run.to_root += stack.samples;
-                }
-            }
-            None => {
-                let outermost = code.first().map_or("(no frame)", String::as_str);
-                *run.without_java.entry(outermost.to_owned()).or_default() += stack.samples;
-            }
-        }
-    }
+    run.count(&stacks, pid);
     anyhow::ensure!(
         run.samples > 0,
         "no samples of the {} JVM's {WORKER_THREAD}* threads in stoke's -t output",
         jdk.label
     );
     Ok(run)
+}
+
+impl JvmRun {
+    /// Counts the samples of the work threads of the JVM `pid` in
+    /// `stacks` (a frame per thread first), with and without Java frames.
+    fn count(&mut self, stacks: &[Stack], pid: u32) {
+        let run = self;
+        for stack in stacks.iter().filter(|stack| is_worker(stack, pid)) {
+            run.samples += stack.samples;
+            let code = &stack.frames[1..];
+            match code.iter().find(|frame| is_java(frame)) {
+                Some(outermost) => {
+                    run.with_java += stack.samples;
+                    if java_method(outermost) == THREAD_ROOT {
+                        run.to_root += stack.samples;
+                    }
+                }
+                None => {
+                    let outermost = code.first().map_or("(no frame)", String::as_str);
+                    *run.without_java.entry(outermost.to_owned()).or_default() += stack.samples;
+                }
+            }
+        }
+    }
 }
 
 /// A whole-host JSON recording of `java_seconds`: how long stoke took to
@@ -211,6 +249,22 @@ fn attach_ms(bench: &Bench, pid: u32, name: &str) -> Result<Result<f64, String>>
     }))
 }
 
+/// The share of the work threads' samples that `part` counts, over all
+/// rounds, and in the worst round.
+fn share_cell(runs: &[JvmRun], part: fn(&JvmRun) -> u64) -> String {
+    let total: u64 = runs.iter().map(|r| r.samples).sum();
+    let all: u64 = runs.iter().map(part).sum();
+    let worst = runs
+        .iter()
+        .map(|r| part(r) as f64 / r.samples.max(1) as f64)
+        .fold(f64::INFINITY, f64::min);
+    format!(
+        "{:.1}% (worst round {:.1}%)",
+        all as f64 / total.max(1) as f64 * 100.0,
+        worst * 100.0
+    )
+}
+
 /// A sample of one of FixedWork's work threads (the frame under the
 /// process's names the thread with `-t`).
 fn is_worker(stack: &Stack, pid: u32) -> bool {
@@ -226,7 +280,13 @@ fn java_method(frame: &str) -> &str {
     frame.rsplit_once("_[").map_or(frame, |(method, _)| method)
 }
 
-fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
+/// The section; `async_profiler_runs` are empty without `--async-profiler`.
+fn section(
+    bench: &Bench,
+    jdks: &[Jdk],
+    runs: &[Vec<JvmRun>],
+    async_profiler_runs: &[Vec<JvmRun>],
+) -> Section {
     let mut table = Table::new(&[
         "JDK",
         "first attach, ms",
@@ -236,7 +296,7 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
         "Java frames down to Thread.run",
     ]);
     let mut targets = Vec::new();
-    for (jdk, runs) in jdks.iter().zip(runs) {
+    for ((jdk, runs), others) in jdks.iter().zip(runs).zip(async_profiler_runs) {
         let first: Vec<f64> = runs.iter().filter_map(|r| r.first_attach_ms).collect();
         let again: Vec<f64> = runs.iter().filter_map(|r| r.reuse_attach_ms).collect();
         let failures: Vec<&str> = runs
@@ -246,20 +306,7 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
         let samples: Vec<f64> = runs.iter().map(|r| r.samples as f64).collect();
         let total: u64 = runs.iter().map(|r| r.samples).sum();
         let with_java: u64 = runs.iter().map(|r| r.with_java).sum();
-        let to_root: u64 = runs.iter().map(|r| r.to_root).sum();
         let share = |part: u64| part as f64 / total.max(1) as f64;
-        let worst = |part: fn(&JvmRun) -> u64| {
-            runs.iter()
-                .map(|r| part(r) as f64 / r.samples.max(1) as f64)
-                .fold(f64::INFINITY, f64::min)
-        };
-        let shown = |part: u64, worst: f64| {
-            format!(
-                "{:.1}% (worst round {:.1}%)",
-                share(part) * 100.0,
-                worst * 100.0
-            )
-        };
         let not_attached = if failures.is_empty() {
             String::new()
         } else {
@@ -270,9 +317,13 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
             stats::show(&first, 0, "") + &not_attached,
             stats::show(&again, 0, ""),
             stats::show(&samples, 0, ""),
-            shown(with_java, worst(|r| r.with_java)),
-            shown(to_root, worst(|r| r.to_root)),
+            share_cell(runs, |r| r.with_java),
+            share_cell(runs, |r| r.to_root),
         ]);
+        if !others.is_empty() {
+            table.row(async_profiler::row(jdk, others));
+            targets.push(async_profiler::root_target(jdk, runs, others));
+        }
         let again = Spread::of(&again).map_or(0.0, |s| s.median);
         let over = runs
             .iter()
@@ -340,8 +391,16 @@ fn section(bench: &Bench, jdks: &[Jdk], runs: &[Vec<JvmRun>]) -> Section {
          frame (`_[j]`, `_[i]`, `_[0]`), and those whose outermost Java frame is \
          `{THREAD_ROOT}`, where every such thread starts. Attach times are median \
          (min–max) over {rounds} rounds; shares are of all rounds' samples together. \
-         For comparison: {ASYNC_PROFILER}.\n\n{}",
+         {comparison}\n\n{}",
         table.markdown(),
+        comparison = if async_profiler_runs.iter().all(Vec::is_empty) {
+            format!("For comparison: {ASYNC_PROFILER}.")
+        } else {
+            "The async-profiler rows: per JDK and round another new JVM, warmed up alike, \
+             `asprof start -e cpu -i 10ms -t` timed (attach, load and start), then \
+             `asprof stop -a -o collapsed` after a recording as long, counted alike."
+                .to_owned()
+        },
         cpus = bench.cpus,
         warmup = bench.settings.java_warmup_seconds,
         seconds = bench.settings.java_seconds,
