@@ -24,6 +24,11 @@ pub enum Command {
     /// Sample CPUs until stopped, and every interval hand one profile per
     /// service to Pyroscope or to a directory.
     Continuous(ContinuousArgs),
+    /// Record the host for a while and write an incident report: one HTML
+    /// file with CPU by container and by process, the flame graph, the
+    /// hottest functions, recording quality, and what changed against a
+    /// baseline.
+    Report(ReportArgs),
     /// Write the embedded JVM agent to a file, for `-agentpath:` at JVM
     /// startup.
     Agent {
@@ -175,6 +180,33 @@ pub struct RecordArgs {
     /// Output format, overriding the extension of a single -o.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
+}
+
+/// Arguments of `stoke report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// What to sample and how.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    /// How long to record (fractions allowed).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration, default_value = "10")]
+    pub duration: Duration,
+
+    /// A folded profile (Stoke's `.folded` or any tool's collapsed stacks)
+    /// of the host when healthy: the report adds the functions whose share
+    /// of the CPU changed most.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// Where to write the report (HTML).
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "stoke-report.html"
+    )]
+    pub output: PathBuf,
 }
 
 /// Arguments of `stoke continuous`.

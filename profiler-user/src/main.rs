@@ -4,7 +4,9 @@
 //! [`aggregate`] (counting) → [`symbolize`] → [`aggregate`] (folding) →
 //! [`write`](mod@write) or [`export`], with [`jvm`] joining at the sample and
 //! symbolize stages. [`recording`] runs the stages; [`record`] (one
-//! profile) and [`continuous`] (a profile per interval) are its commands.
+//! symbolize stages. [`recording`] runs the stages; [`record`] (one
+//! profile), [`continuous`] (a profile per interval) and [`report`] (an
+//! incident sweep in one HTML file) are its commands.
 
 mod aggregate;
 mod cli;
@@ -18,6 +20,7 @@ mod profile;
 mod progress;
 mod record;
 mod recording;
+mod report;
 mod rootfs;
 mod sample;
 mod symbolize;
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Record(args) => record::run(args),
         Command::Continuous(args) => continuous::run(args),
+        Command::Report(args) => report::run(args),
         Command::Agent { output } => jvm::profiler::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
         // Reports its own errors, one line per file.

@@ -1,0 +1,204 @@
+//! `stoke report`: a whole-host sweep into one HTML file, with a workload
+//! in a real docker container and a process on the host; the tables name
+//! both, with the CPU each was measured to use, and the terminal headline
+//! says the same. Against a baseline of another workload, the function
+//! that took over and the one that went away head the changes table.
+
+use std::{fs, thread, time::Duration};
+
+use stoke_tests::docker::{Container, Engine, Image, Rootfs};
+use stoke_tests::{args, cpu_time, prepare, record_to, require_root, Stoke, TempDir, Workload};
+
+/// Samples per second of the recordings.
+const HZ: u32 = 299;
+
+/// The value of `attribute` in the first tag of `html` that has
+/// `marker` (an attribute and its value) in it.
+fn attribute_of(html: &str, marker: &str, attribute: &str) -> Option<String> {
+    let at = html.find(marker)?;
+    tag_attribute(&html[html[..at].rfind('<')?..], attribute)
+}
+
+/// The value of `attribute` in the tag `html` starts with.
+fn tag_attribute(html: &str, attribute: &str) -> Option<String> {
+    let tag = &html[..html.find('>')?];
+    let key = format!("{attribute}=\"");
+    let value = &tag[tag.find(&key)? + key.len()..];
+    Some(value[..value.find('"')?].to_owned())
+}
+
+/// The number in `attribute` of the tag with `marker`, or a panic that
+/// shows the table the tag should be in.
+fn number_of(html: &str, marker: &str, attribute: &str) -> f64 {
+    attribute_of(html, marker, attribute)
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {attribute} on a tag with {marker} in the report"))
+}
+
+/// Samples `cpu` of CPU time should give at HZ.
+fn expected_samples(cpu: Duration) -> f64 {
+    cpu.as_secs_f64() * f64::from(HZ)
+}
+
+fn assert_about(what: &str, measured: f64, expected: f64) {
+    println!("{what}: {measured} samples, {expected:.0} expected");
+    assert!(
+        (0.8 * expected..=1.1 * expected + 10.0).contains(&measured),
+        "{what}: {measured} samples in the report, {expected:.0} expected from its CPU time"
+    );
+}
+
+fn container_image(dir: &TempDir, workload: &Workload) -> Image {
+    let mut rootfs = Rootfs::new(&dir.join("rootfs"));
+    rootfs.add_program(workload.exe(), &format!("/app/{}", workload.name()));
+    Image::import(Engine::Docker, workload.name(), &rootfs)
+}
+
+#[test]
+fn a_report_names_a_container_and_a_host_process_with_their_cpu() {
+    require_root();
+    let (dir, workload) = prepare("report", "busy_other");
+    let image = container_image(&dir, &workload);
+    let exe = format!("/app/{}", workload.name());
+    let container = Container::run(workload.name(), &image, &[&exe, "60"]);
+    let host = workload.spawn(&["60"]);
+    let out = dir.join("report.html");
+    let seconds = 3.0;
+
+    let mut stoke = Stoke::spawn(&args![
+        "report",
+        "-a",
+        "-F",
+        HZ,
+        "-d",
+        seconds,
+        "-o",
+        out.display()
+    ]);
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+    let (container_before, host_before) = (cpu_time(container.pid()), cpu_time(host.pid()));
+    thread::sleep(Duration::from_secs_f64(seconds));
+    let container_cpu = cpu_time(container.pid()) - container_before;
+    let host_cpu = cpu_time(host.pid()) - host_before;
+    let output = stoke.wait(Duration::from_secs(120));
+    output.assert_success();
+    let html = fs::read_to_string(&out).expect("the report was written");
+
+    let in_container = format!("data-container=\"{}\"", container.name());
+    assert_about(
+        "the container's row",
+        number_of(&html, &in_container, "data-samples"),
+        expected_samples(container_cpu),
+    );
+    assert!(
+        html.contains("data-container=\"(host)\""),
+        "no row for the host's own processes"
+    );
+    for (pid, cpu, what) in [
+        (container.pid(), container_cpu, "the containerized process"),
+        (host.pid(), host_cpu, "the host process"),
+    ] {
+        assert_about(
+            what,
+            number_of(&html, &format!("data-pid=\"{pid}\""), "data-samples"),
+            expected_samples(cpu),
+        );
+    }
+    // The containerized process's row names its container.
+    let row_start = html
+        .find(&format!("data-pid=\"{}\"", container.pid()))
+        .unwrap();
+    let row = &html[row_start..row_start + html[row_start..].find("</tr>").unwrap()];
+    assert!(
+        row.contains(&format!("<td>{}</td>", container.name())),
+        "the process row does not name its container: {row}"
+    );
+    assert!(
+        html.contains("other_spin"),
+        "the workload's hot function is not in the report"
+    );
+    assert!(
+        html.contains("<iframe class=\"flamegraph\""),
+        "no flame graph in the report"
+    );
+    // The terminal headline names the same container.
+    assert!(
+        output.stderr.contains("by container:") && output.stderr.contains(container.name()),
+        "the headline does not name the container:\n{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn a_baseline_shows_which_function_grew_and_which_shrank() {
+    require_root();
+    let (dir, before) = prepare("report-baseline", "fp_split");
+    let after = Workload::build("busy_other", dir.path());
+    let baseline = dir.join("baseline.folded");
+    {
+        let running = before.spawn(&["30"]);
+        record_to(&args!["-p", running.pid()], HZ, 2.0, &baseline).assert_success();
+    }
+    let running = after.spawn(&["30"]);
+    let out = dir.join("report.html");
+    let output = Stoke::spawn(&args![
+        "report",
+        "-p",
+        running.pid(),
+        "-F",
+        HZ,
+        "-d",
+        2,
+        "--baseline",
+        baseline.display(),
+        "-o",
+        out.display()
+    ])
+    .wait(Duration::from_secs(120));
+    output.assert_success();
+    let html = fs::read_to_string(&out).expect("the report was written");
+    let changes = &html[html
+        .find("id=\"changes\"")
+        .expect("no changes table in the report")..];
+    let delta = |function: &str| {
+        let at = changes
+            .find(&format!(">{function}</td>"))
+            .unwrap_or_else(|| panic!("{function} is not in the changes table"));
+        let row = &changes[changes[..at].rfind("<tr").unwrap()..];
+        tag_attribute(row, "data-delta")
+            .and_then(|delta| delta.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no data-delta on the row of {function}"))
+    };
+    let (grew, shrank) = (delta("other_spin"), delta("spin"));
+    println!("other_spin {grew:+.3}, spin {shrank:+.3}");
+    // Nearly all samples are in each workload's leaf on its side.
+    assert!(
+        grew > 0.6,
+        "other_spin grew by only {grew:.3} of the samples"
+    );
+    assert!(
+        shrank < -0.6,
+        "spin shrank by only {shrank:.3} of the samples"
+    );
+}
+
+#[test]
+fn a_baseline_that_is_not_a_profile_is_refused_before_recording() {
+    require_root();
+    let dir = TempDir::new("report-bad-baseline");
+    let baseline = dir.join("notes.txt");
+    fs::write(&baseline, "this is not\na profile\n").unwrap();
+    let out = dir.join("report.html");
+    let output = Stoke::spawn(&args![
+        "report",
+        "-d",
+        1,
+        "--baseline",
+        baseline.display(),
+        "-o",
+        out.display()
+    ])
+    .wait(Duration::from_secs(60));
+    output.assert_user_error(&["baseline", "folded"]);
+    assert!(!out.exists(), "a report was written after the error");
+}
