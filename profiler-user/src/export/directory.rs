@@ -1,6 +1,11 @@
 //! Profiles as files: `DIR/SERVICE/UNTIL.pb.gz`, each appearing whole (see
-//! [`OutputFile`]), and per service only the newest `keep` of them. Only
-//! files named as stoke names them are ever removed.
+//! [`OutputFile`]), and per service only the newest `keep` of them. A
+//! service that stopped (a container removed) would keep its last `keep`
+//! files forever; once its newest is older than `keep` intervals, when
+//! they would all have rotated out had it run on, they are removed with its
+//! directory, so that the disk taken stays bounded however many services
+//! come and go. Only files named as stoke names them, and directories they
+//! leave empty, are ever removed.
 
 use std::{
     io::{self, Write},
@@ -23,14 +28,51 @@ const SUFFIX: &str = ".pb.gz";
 pub(super) struct Directory {
     root: PathBuf,
     keep: usize,
+    /// The batch whose end the stopped services were last looked for at.
+    swept_until: u64,
 }
 
 impl Directory {
     pub fn new(root: PathBuf, keep: usize) -> Self {
-        Self { root, keep }
+        Self {
+            root,
+            keep,
+            swept_until: 0,
+        }
     }
 
-    fn write(&self, batch: &Batch, profile: &ServiceProfile) -> io::Result<()> {
+    /// Once per batch: removes the profiles of services whose newest is
+    /// older than `keep` intervals before this batch's end.
+    fn sweep_stopped(&mut self, batch: &Batch) -> io::Result<()> {
+        let until = unix_seconds(batch.until);
+        if until == self.swept_until {
+            return Ok(());
+        }
+        self.swept_until = until;
+        let interval = batch
+            .until
+            .duration_since(batch.from)
+            .map_or(1, |interval| interval.as_secs().max(1));
+        let oldest_kept = until.saturating_sub(interval.saturating_mul(self.keep as u64));
+        for entry in std::fs::read_dir(&self.root)? {
+            let entry = entry?;
+            // Not followed: a link someone put there leads elsewhere.
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let dir = entry.path();
+            let profiles = profiles_in(&dir)?;
+            if !profiles.is_empty() && profiles.iter().all(|(seconds, _)| *seconds < oldest_kept) {
+                remove_profiles(profiles)?;
+                // Kept when something else is in it.
+                let _ = std::fs::remove_dir(&dir);
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, batch: &Batch, profile: &ServiceProfile) -> io::Result<()> {
+        self.sweep_stopped(batch)?;
         let dir = self.root.join(file_name(&profile.service));
         std::fs::create_dir_all(&dir)?;
         let path = dir.join(format!("{}{SUFFIX}", unix_seconds(batch.until)));
@@ -77,6 +119,17 @@ fn file_name(service: &str) -> String {
 
 /// Removes the oldest profiles in `dir` beyond the newest `keep`.
 fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
+    let mut profiles = profiles_in(dir)?;
+    if profiles.len() <= keep {
+        return Ok(());
+    }
+    profiles.sort_unstable();
+    let excess = profiles.len() - keep;
+    remove_profiles(profiles.drain(..excess).collect())
+}
+
+/// The profiles stoke wrote in `dir`, with the UNIX seconds they end at.
+fn profiles_in(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut profiles: Vec<(u64, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -90,12 +143,11 @@ fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
             profiles.push((seconds, entry.path()));
         }
     }
-    if profiles.len() <= keep {
-        return Ok(());
-    }
-    profiles.sort_unstable();
-    let excess = profiles.len() - keep;
-    for (_, path) in profiles.drain(..excess) {
+    Ok(profiles)
+}
+
+fn remove_profiles(profiles: Vec<(u64, PathBuf)>) -> io::Result<()> {
+    for (_, path) in profiles {
         match std::fs::remove_file(&path) {
             // Another stoke, or a person, removed it first.
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
@@ -171,6 +223,34 @@ mod tests {
             std::fs::read(service_dir.join("1700000004.pb.gz")).unwrap(),
             b"profile 1700000004"
         );
+    }
+
+    #[test]
+    fn services_that_stopped_are_removed_once_their_files_would_have_rotated_out() {
+        let root = tempfile::tempdir().unwrap();
+        let mut directory = Directory::new(root.path().to_owned(), 2);
+        let deliver = |directory: &mut Directory, until: u64, service: &str| {
+            let mut batch = batch(until, service);
+            batch.from = SystemTime::UNIX_EPOCH + Duration::from_secs(until - 10);
+            assert!(matches!(
+                directory.deliver(&batch, &batch.profiles[0], None),
+                Delivery::Delivered
+            ));
+        };
+        for until in [100, 110] {
+            deliver(&mut directory, until, "gone");
+            deliver(&mut directory, until, "other");
+        }
+        std::fs::write(root.path().join("other").join("notes.txt"), "").unwrap();
+        std::fs::create_dir(root.path().join("empty")).unwrap();
+        for until in [120, 130] {
+            deliver(&mut directory, until, "web");
+        }
+        // At 130, 110 is two intervals back: still within what --keep 2 keeps.
+        assert_eq!(names(root.path()), ["empty", "gone", "other", "web"]);
+        deliver(&mut directory, 140, "web");
+        assert_eq!(names(root.path()), ["empty", "other", "web"]);
+        assert_eq!(names(&root.path().join("other")), ["notes.txt"]);
     }
 
     #[test]
