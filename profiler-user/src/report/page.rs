@@ -4,7 +4,11 @@
 
 use std::{fmt::Write as _, time::UNIX_EPOCH};
 
-use super::{baseline::Change, sweep::Sweep, Facts};
+use super::{
+    baseline::Change,
+    sweep::{Sweep, HOST_GROUP},
+    Facts,
+};
 
 const TEMPLATE: &str = include_str!("page/report.html");
 const STYLE: &str = include_str!("page/report.css");
@@ -167,11 +171,15 @@ fn headline(sweep: &Sweep) -> String {
         ));
     }
     if let Some(process) = sweep.processes.first() {
+        let place = if process.container == HOST_GROUP {
+            "on the host".to_owned()
+        } else {
+            format!("in container {}", escape(&process.container))
+        };
         items.push(format!(
-            "Busiest process: <b>{} [{}]</b> ({}), {}",
+            "Busiest process: <b>{} [{}]</b> {place}, {}",
             escape(&process.comm),
             process.pid,
-            escape(&process.container),
             percent(sweep.share(process.samples))
         ));
     }
