@@ -7,6 +7,7 @@ use std::{collections::HashMap, sync::Arc};
 use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
+    event::Event,
     jvm::{symbols::JavaSymbols, JavaStackFrame, MergedSample},
     module_table::ModuleTable,
     process::{identity::host_name, ImageId, ProcessImage, ProcessRegistry},
@@ -171,6 +172,7 @@ impl Aggregator {
         }
         summary.samples = self.samples;
         Profile {
+            event: Event::Cpu,
             stacks: folded
                 .into_iter()
                 .map(

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{aggregate::GroupBy, export::ExportArgs, write::Format};
+use crate::{aggregate::GroupBy, event::Event, export::ExportArgs, write::Format};
 
 /// Stoke: a system-wide CPU profiler. Samples every CPU with eBPF and shows
 /// kernel and native frames merged into one stack, for every process.
@@ -112,6 +112,21 @@ pub struct SamplingArgs {
     /// Samples per second on each CPU.
     #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = 99)]
     pub frequency: u64,
+
+    /// What to count (comma-separated or repeated): cpu (samples), offcpu
+    /// (nanoseconds off the CPU), alloc (Java bytes allocated), lock (Java
+    /// nanoseconds waited). One profile per event; with several, each
+    /// output file gets the event's name before its extension
+    /// (stoke.offcpu.svg).
+    #[arg(
+        short = 'e',
+        long = "event",
+        value_enum,
+        value_delimiter = ',',
+        value_name = "EVENT",
+        default_value = "cpu"
+    )]
+    pub events: Vec<Event>,
 
     /// Add a frame for the thread under each process frame.
     #[arg(short = 't', long = "threads")]

@@ -44,15 +44,19 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
         let (since, from) = (Instant::now(), SystemTime::now());
         let stopped = recording.sample_until(&stop, Some(since + args.interval), None)?;
         let cut_started = Instant::now();
-        let profile = recording.cut(since)?;
-        let batch = batch(&profile, from, args.service_from);
+        let profiles = recording.cut(since)?;
+        let batch = batch(&profiles, from, args.service_from);
         let services = batch.profiles.len();
         exporter.submit(batch);
+        let summary = profiles
+            .first()
+            .map(|profile| profile.summary.clone())
+            .unwrap_or_default();
         info!(
-            "interval: {} samples ({} lost), {} processes, {services} services, named and encoded in {:.0} ms; {}",
-            profile.summary.samples,
-            profile.summary.lost_ring_full,
-            profile.summary.processes,
+            "interval: {} samples ({} lost), {} processes, {services} profiles, named and encoded in {:.0} ms; {}",
+            summary.samples,
+            summary.lost_ring_full,
+            summary.processes,
             cut_started.elapsed().as_secs_f64() * 1000.0,
             exporter.stats()
         );
@@ -65,27 +69,35 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
     Ok(())
 }
 
-/// One pprof per service of `profile`'s stacks.
-fn batch(profile: &Profile, from: SystemTime, service_from: ServiceFrom) -> Batch {
-    let mut services: BTreeMap<String, Vec<&FoldedStack>> = BTreeMap::new();
-    for stack in &profile.stacks {
-        services
-            .entry(service_name(stack, service_from))
-            .or_default()
-            .push(stack);
+/// One pprof per event and service of `profiles`' stacks.
+fn batch(profiles: &[Profile], from: SystemTime, service_from: ServiceFrom) -> Batch {
+    let mut service_profiles = Vec::new();
+    for profile in profiles {
+        let mut services: BTreeMap<String, Vec<&FoldedStack>> = BTreeMap::new();
+        for stack in &profile.stacks {
+            services
+                .entry(service_name(stack, service_from))
+                .or_default()
+                .push(stack);
+        }
+        service_profiles.extend(
+            services
+                .into_iter()
+                .map(|(service, stacks)| ServiceProfile {
+                    labels: service_labels(&stacks),
+                    pprof: pprof::encode(profile, stacks.iter().copied()),
+                    service,
+                    event: profile.event,
+                }),
+        );
     }
     Batch {
         from,
         until: SystemTime::now(),
-        sample_rate_hz: profile.summary.frequency_hz,
-        profiles: services
-            .into_iter()
-            .map(|(service, stacks)| ServiceProfile {
-                labels: service_labels(&stacks),
-                pprof: pprof::encode(profile, stacks.iter().copied()),
-                service,
-            })
-            .collect(),
+        sample_rate_hz: profiles
+            .first()
+            .map_or(0, |profile| profile.summary.frequency_hz),
+        profiles: service_profiles,
     }
 }
 

@@ -11,6 +11,7 @@
 mod aggregate;
 mod cli;
 mod continuous;
+mod event;
 mod export;
 mod jvm;
 mod module_table;

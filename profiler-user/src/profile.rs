@@ -8,7 +8,7 @@ use std::{
 
 use serde::{Serialize, Serializer};
 
-use crate::unwind::loader::UnwindSummary;
+use crate::{event::Event, unwind::loader::UnwindSummary};
 
 /// One distinct symbolized stack and the samples that hit it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -21,7 +21,9 @@ pub struct FoldedStack {
     pub frames: Vec<Arc<str>>,
     /// How many leading frames name where the code ran rather than code.
     pub context_frames: usize,
-    /// Samples with exactly this stack.
+    /// The stack's value in its profile's event's unit ([`Event::unit`]):
+    /// samples for CPU, nanoseconds for off-CPU and locks, bytes for
+    /// allocations.
     pub samples: u64,
     /// Who the samples belong to, for writers that keep labels.
     #[serde(serialize_with = "label_map")]
@@ -68,6 +70,9 @@ pub fn clean_frame(name: Arc<str>) -> Arc<str> {
 /// A recording, symbolized and counted.
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
+    /// What its stacks count, and so the unit of their
+    /// [`FoldedStack::samples`].
+    pub event: Event,
     /// Every distinct stack once, in no particular order.
     pub stacks: Vec<FoldedStack>,
     /// The files native frames are code of, each once.

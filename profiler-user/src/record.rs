@@ -7,14 +7,17 @@ use anyhow::Result;
 
 use crate::{
     cli::RecordArgs,
+    event::{self, Event},
+    profile::Profile,
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
     write::OutputPlan,
 };
 
 /// Records as `args` says and writes the profile.
 pub fn run(args: &RecordArgs) -> Result<()> {
-    let outputs = OutputPlan::new(&args.outputs, args.format)?;
     check_sampling(&args.sampling)?;
+    let events = event::checked(&args.sampling.events)?;
+    let outputs = OutputPlan::new(&args.outputs, args.format, &events)?;
     // Opened now, so that a bad path fails before the recording, not after;
     // named only once written whole.
     let outputs = outputs.create()?;
@@ -25,17 +28,35 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     announce(&args.sampling, args.duration, recording.cpus());
     let until = args.duration.map(|duration| Instant::now() + duration);
     recording.sample_until(&stop, until, Some(args.duration))?;
-    let profile = recording.finish()?;
+    let profiles = recording.finish()?;
 
     let written = outputs.names();
-    outputs.write(&profile)?;
-    eprintln!(
-        "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",
-        profile.summary.samples,
-        profile.summary.processes,
-        profile.summary.duration.as_secs_f64(),
-        profile.summary.lost(),
-        written
-    );
+    outputs.write(&profiles)?;
+    match profiles.as_slice() {
+        [profile] => eprintln!("stoke: {}, written to {written}", headline(profile)),
+        profiles => {
+            for profile in profiles {
+                eprintln!("stoke: {}", headline(profile));
+            }
+            eprintln!("stoke: written to {written}");
+        }
+    }
     Ok(())
+}
+
+/// What a profile holds, in a line.
+fn headline(profile: &Profile) -> String {
+    let summary = &profile.summary;
+    let what = if profile.event == Event::Cpu {
+        format!("{} samples", summary.samples)
+    } else {
+        let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
+        format!("{}: {total} {}", profile.event.name(), profile.event.unit())
+    };
+    format!(
+        "{what} from {} processes in {:.1} s ({} lost)",
+        summary.processes,
+        summary.duration.as_secs_f64(),
+        summary.lost()
+    )
 }

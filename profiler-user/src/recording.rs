@@ -20,6 +20,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
+    event::{self, Event},
     jvm::{
         profiler::{JavaProfiler, JavaResults},
         MergedSample,
@@ -80,6 +81,8 @@ pub struct Recording {
     /// Names kept from one interval to the next.
     names: AddressNames,
     pids: Vec<u32>,
+    /// What to count, each once, in `-e` order: a profile each.
+    events: Vec<Event>,
     frequency_hz: u64,
     /// Ring records that did not parse (a bug of ours, never the ring
     /// being full).
@@ -92,6 +95,7 @@ pub struct Recording {
 impl Recording {
     /// Starts sampling as `args` says.
     pub fn start(args: &SamplingArgs) -> Result<Self> {
+        let events = event::checked(&args.events)?;
         let mut sampler = Sampler::start(&SamplerConfig {
             frequency_hz: args.frequency,
             pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
@@ -121,6 +125,7 @@ impl Recording {
             symbolizer: Symbolizer::new(args.lines),
             names: AddressNames::default(),
             pids: args.pids.clone(),
+            events,
             frequency_hz: args.frequency,
             malformed: 0,
             started: Instant::now(),
@@ -230,11 +235,11 @@ impl Recording {
     }
 
     /// For `stoke continuous`: folds what was counted since `since` (the
-    /// last cut) into a profile, and starts counting anew; then forgets
+    /// last cut) into a profile per event, and starts counting anew; then forgets
     /// the processes, files and JVMs that ended, so that what stoke holds
     /// stays bounded by what is alive. Samples still waiting for their
     /// Java stacks go into the next interval.
-    pub fn cut(&mut self, since: Instant) -> Result<Profile> {
+    pub fn cut(&mut self, since: Instant) -> Result<Vec<Profile>> {
         self.java.await_names(INTERVAL_NAMES_WAIT);
         let lost = self.sampler.counters()?[Counter::LostRingFull as usize];
         let aggregator = std::mem::replace(&mut self.aggregator, Aggregator::new(self.options));
@@ -254,12 +259,12 @@ impl Recording {
         self.images_loaded = self.processes.len();
         self.java.release_ended();
         self.names.forget_unused();
-        Ok(profile)
+        Ok(per_event(&self.events, profile))
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names
-    /// and folds the stacks.
-    pub fn finish(self) -> Result<Profile> {
+    /// and folds the stacks: a profile per event, in `-e` order.
+    pub fn finish(self) -> Result<Vec<Profile>> {
         let Self {
             sampler,
             mut processes,
@@ -271,6 +276,7 @@ impl Recording {
             frequency_hz,
             malformed,
             started,
+            events,
             ..
         } = self;
         let duration = started.elapsed();
@@ -308,7 +314,8 @@ impl Recording {
             symbolized_addresses: names.len(),
             ..RecordingSummary::default()
         };
-        Ok(aggregator.fold(&processes, &names, &|pid| java_symbols.get(&pid), summary))
+        let cpu = aggregator.fold(&processes, &names, &|pid| java_symbols.get(&pid), summary);
+        Ok(per_event(&events, cpu))
     }
 
     /// Names the addresses of `aggregator`'s stacks and folds them.
@@ -328,8 +335,22 @@ impl Recording {
     }
 }
 
+/// The profiles of `events`, in order, from the recording's CPU profile
+/// (the one event recorded so far: [`event::checked`] refuses the others).
+fn per_event(events: &[Event], cpu: Profile) -> Vec<Profile> {
+    if events.contains(&Event::Cpu) {
+        vec![Profile {
+            event: Event::Cpu,
+            ..cpu
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The checks every command that samples makes before it starts.
 pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
+    event::checked(&args.events)?;
     preflight::check_frequency(args.frequency)?;
     preflight::check_privileges()?;
     preflight::check_btf()?;

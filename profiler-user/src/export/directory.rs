@@ -1,5 +1,7 @@
-//! Profiles as files: `DIR/SERVICE/UNTIL.pb.gz`, each appearing whole (see
-//! [`OutputFile`]), and per service only the newest `keep` of them. A
+//! Profiles as files: `DIR/SERVICE/UNTIL.pb.gz` (CPU) and
+//! `DIR/SERVICE/UNTIL.EVENT.pb.gz` (the other events), each appearing whole
+//! (see [`OutputFile`]), and per service and event only the newest `keep`
+//! of them. A
 //! service that stopped (a container removed) would keep its last `keep`
 //! files forever; once its newest is older than `keep` intervals, when
 //! they would all have rotated out had it run on, they are removed with its
@@ -8,6 +10,7 @@
 //! leave empty, are ever removed.
 
 use std::{
+    collections::HashMap,
     io::{self, Write},
     path::{Path, PathBuf},
     time::Duration,
@@ -19,7 +22,7 @@ use super::{
     worker::{Delivery, Destination},
     Batch, ServiceProfile,
 };
-use crate::write::OutputFile;
+use crate::{event::Event, write::OutputFile};
 
 /// The file suffix: gzipped pprof, as `go tool pprof` and Pyroscope read it.
 const SUFFIX: &str = ".pb.gz";
@@ -62,7 +65,7 @@ impl Directory {
             }
             let dir = entry.path();
             let profiles = profiles_in(&dir)?;
-            if !profiles.is_empty() && profiles.iter().all(|(seconds, _)| *seconds < oldest_kept) {
+            if !profiles.is_empty() && profiles.iter().all(|profile| profile.0 < oldest_kept) {
                 remove_profiles(profiles)?;
                 // Kept when something else is in it.
                 let _ = std::fs::remove_dir(&dir);
@@ -75,7 +78,11 @@ impl Directory {
         self.sweep_stopped(batch)?;
         let dir = self.root.join(file_name(&profile.service));
         std::fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("{}{SUFFIX}", unix_seconds(batch.until)));
+        let event = match profile.event {
+            Event::Cpu => String::new(),
+            event => format!(".{}", event.name()),
+        };
+        let path = dir.join(format!("{}{event}{SUFFIX}", unix_seconds(batch.until)));
         let mut file = OutputFile::create(&path, 0o644)?;
         file.file().write_all(&profile.pprof)?;
         file.commit()?;
@@ -117,37 +124,57 @@ fn file_name(service: &str) -> String {
     }
 }
 
-/// Removes the oldest profiles in `dir` beyond the newest `keep`.
+/// Removes the oldest profiles of each event in `dir` beyond the newest
+/// `keep`.
 fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
-    let mut profiles = profiles_in(dir)?;
-    if profiles.len() <= keep {
-        return Ok(());
+    let mut by_event: HashMap<Option<Event>, Vec<Profile>> = HashMap::new();
+    for profile in profiles_in(dir)? {
+        by_event.entry(profile.1).or_default().push(profile);
     }
-    profiles.sort_unstable();
-    let excess = profiles.len() - keep;
-    remove_profiles(profiles.drain(..excess).collect())
+    for mut profiles in by_event.into_values() {
+        if profiles.len() > keep {
+            profiles.sort_unstable_by_key(|profile| profile.0);
+            let excess = profiles.len() - keep;
+            remove_profiles(profiles.drain(..excess).collect())?;
+        }
+    }
+    Ok(())
 }
 
-/// The profiles stoke wrote in `dir`, with the UNIX seconds they end at.
-fn profiles_in(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
-    let mut profiles: Vec<(u64, PathBuf)> = Vec::new();
+/// A profile stoke wrote: the UNIX seconds it ends at, its event (`None`:
+/// CPU), its path.
+type Profile = (u64, Option<Event>, PathBuf);
+
+/// The profiles stoke wrote in `dir`.
+fn profiles_in(dir: &Path) -> io::Result<Vec<Profile>> {
+    let mut profiles = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        let seconds = name
-            .to_str()
-            .and_then(|name| name.strip_suffix(SUFFIX))
-            .filter(|stem| !stem.is_empty() && stem.bytes().all(|byte| byte.is_ascii_digit()))
-            .and_then(|stem| stem.parse().ok());
-        if let Some(seconds) = seconds {
-            profiles.push((seconds, entry.path()));
+        let Some(stem) = name.to_str().and_then(|name| name.strip_suffix(SUFFIX)) else {
+            continue;
+        };
+        let (seconds, event) = match stem.split_once('.') {
+            Some((seconds, event)) => {
+                let Some(event) = Event::from_name(event).filter(|&e| e != Event::Cpu) else {
+                    continue;
+                };
+                (seconds, Some(event))
+            }
+            None => (stem, None),
+        };
+        if seconds.is_empty() || !seconds.bytes().all(|byte| byte.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(seconds) = seconds.parse() {
+            profiles.push((seconds, event, entry.path()));
         }
     }
     Ok(profiles)
 }
 
-fn remove_profiles(profiles: Vec<(u64, PathBuf)>) -> io::Result<()> {
-    for (_, path) in profiles {
+fn remove_profiles(profiles: Vec<Profile>) -> io::Result<()> {
+    for (_, _, path) in profiles {
         match std::fs::remove_file(&path) {
             // Another stoke, or a person, removed it first.
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
@@ -181,6 +208,7 @@ mod tests {
                 service: service.to_owned(),
                 labels: Vec::new(),
                 pprof: format!("profile {until}").into_bytes(),
+                event: Event::Cpu,
             }],
         }
     }
@@ -251,6 +279,26 @@ mod tests {
         deliver(&mut directory, 140, "web");
         assert_eq!(names(root.path()), ["empty", "other", "web"]);
         assert_eq!(names(&root.path().join("other")), ["notes.txt"]);
+    }
+
+    #[test]
+    fn each_event_has_its_files_and_its_rotation() {
+        let root = tempfile::tempdir().unwrap();
+        let mut directory = Directory::new(root.path().to_owned(), 1);
+        for until in [1_700_000_001, 1_700_000_002] {
+            for event in [Event::Cpu, Event::Offcpu] {
+                let mut batch = batch(until, "web");
+                batch.profiles[0].event = event;
+                assert!(matches!(
+                    directory.deliver(&batch, &batch.profiles[0], None),
+                    Delivery::Delivered
+                ));
+            }
+        }
+        assert_eq!(
+            names(&root.path().join("web")),
+            ["1700000002.offcpu.pb.gz", "1700000002.pb.gz"]
+        );
     }
 
     #[test]

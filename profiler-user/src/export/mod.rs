@@ -24,6 +24,8 @@ mod tests;
 
 use std::time::SystemTime;
 
+use crate::event::Event;
+
 pub use args::ExportArgs;
 pub use exporter::Exporter;
 
@@ -38,6 +40,9 @@ pub struct ServiceProfile {
     pub labels: Vec<(String, String)>,
     /// The gzipped pprof body, sent and written as is.
     pub pprof: Vec<u8>,
+    /// What it counts: Pyroscope tells events apart by the pprof's sample
+    /// types; files by their names.
+    pub event: Event,
 }
 
 /// The profiles of one interval, `from` to `until`.

@@ -10,11 +10,12 @@ mod sweep;
 
 use std::{io::Write, sync::Arc, time::Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use self::{baseline::Baseline, sweep::Sweep};
 use crate::{
     cli::ReportArgs,
+    event::Event,
     process::identity::host_name,
     profile::{Profile, RecordingSummary},
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
@@ -35,6 +36,9 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let mut output = OutputFile::create(&args.output, 0o644)
         .with_context(|| format!("cannot write {}", args.output.display()))?;
     check_sampling(&args.sampling)?;
+    if !args.sampling.events.contains(&Event::Cpu) {
+        bail!("stoke report's tables count CPU samples: give -e cpu among the events");
+    }
     raise_open_file_limit();
     let stop = stop_on_signals()?;
 
@@ -45,7 +49,11 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         Some(Instant::now() + args.duration),
         Some(Some(args.duration)),
     )?;
-    let profile = recording.finish()?;
+    let profiles = recording.finish()?;
+    let profile = profiles
+        .iter()
+        .find(|profile| profile.event == Event::Cpu)
+        .context("the recording gave no CPU profile")?;
 
     let facts = Facts {
         host: host_name(),
@@ -54,9 +62,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             .unwrap_or_else(|_| "unknown".into()),
         summary: profile.summary.clone(),
     };
-    let sweep = Sweep::of(&profile);
-    let changes = baseline.as_ref().map(|baseline| baseline.changes(&profile));
-    let html = page::render(&facts, &sweep, changes.as_deref(), &flame_graph(&profile)?);
+    let sweep = Sweep::of(profile);
+    let changes = baseline.as_ref().map(|baseline| baseline.changes(profile));
+    let flame_graphs = profiles
+        .iter()
+        .map(|profile| Ok((profile.event, flame_graph(profile)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let html = page::render(&facts, &sweep, changes.as_deref(), &flame_graphs);
     output.file().write_all(html.as_bytes())?;
     output
         .commit()
@@ -66,7 +78,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     Ok(())
 }
 
-/// The whole-host flame graph, as the report embeds it.
+/// A whole-host flame graph, as the report embeds it.
 fn flame_graph(profile: &Profile) -> Result<String> {
     let mut svg = Vec::new();
     write_profile(profile, Format::Svg, &mut svg)?;

@@ -7,7 +7,7 @@ use std::{fmt::Write as _, time::UNIX_EPOCH};
 use super::{
     baseline::Change,
     sweep::{Sweep, HOST_GROUP},
-    Facts,
+    Event, Facts,
 };
 
 const TEMPLATE: &str = include_str!("page/report.html");
@@ -93,12 +93,12 @@ fn count_cell(count: u64) -> Cell {
     Cell::Number(count.to_string(), count as f64)
 }
 
-/// The whole page.
+/// The whole page; `flame_graphs` are SVG documents, one per event.
 pub fn render(
     facts: &Facts,
     sweep: &Sweep,
     changes: Option<&[Change]>,
-    flame_graph: &str,
+    flame_graphs: &[(Event, String)],
 ) -> String {
     let title = format!("Stoke report: {}", facts.host);
     let mut body = format!("<h1>{}</h1>", escape(&title));
@@ -108,12 +108,18 @@ pub fn render(
     body += &containers(sweep);
     body += "<h2>CPU by process</h2>";
     body += &processes(sweep);
-    body += "<h2>Flame graph</h2>";
-    let _ = write!(
-        body,
-        "<iframe class=\"flamegraph\" title=\"flame graph\" srcdoc=\"{}\"></iframe>",
-        escape(flame_graph)
-    );
+    for (event, flame_graph) in flame_graphs {
+        let _ = write!(
+            body,
+            "<h2>Flame graph: {title} ({unit})</h2>\
+             <iframe class=\"flamegraph\" id=\"flamegraph-{name}\" title=\"{title} flame graph\" \
+             srcdoc=\"{svg}\"></iframe>",
+            title = event.title(),
+            unit = event.unit(),
+            name = event.name(),
+            svg = escape(flame_graph)
+        );
+    }
     body += "<h2>Top functions</h2>";
     body += &functions(sweep);
     body += "<h2>Recording quality</h2>";

@@ -5,23 +5,25 @@ use std::io::{self, Write};
 use inferno::flamegraph::{from_lines, Options};
 
 use super::folded;
-use crate::profile::{Profile, RecordingSummary};
-
-const TITLE: &str = "Stoke CPU profile";
+use crate::{
+    event::Event,
+    profile::{Profile, RecordingSummary},
+};
 
 /// Writes `profile` as a flame graph, or as a small SVG saying there is
 /// nothing to show when it holds no samples.
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
-    let subtitle = subtitle(&profile.summary);
+    let subtitle = subtitle(profile);
+    let title = format!("Stoke {} profile", profile.event.title());
     // inferno refuses to draw zero samples, but a quiet machine is a
     // legitimate recording, not a failure.
     if profile.stacks.iter().all(|stack| stack.samples == 0) {
-        return write_empty(&subtitle, out);
+        return write_empty(&title, &subtitle, out);
     }
     let mut options = Options::default();
-    options.title = TITLE.into();
+    options.title = title;
     options.subtitle = Some(subtitle);
-    options.count_name = "samples".into();
+    options.count_name = profile.event.unit().into();
     // Colors from name hashes rather than at random, so a function keeps
     // its color from one graph to the next and output is reproducible.
     options.hash = true;
@@ -30,7 +32,16 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// One line about how the recording went, shown under the title.
-fn subtitle(summary: &RecordingSummary) -> String {
+fn subtitle(profile: &Profile) -> String {
+    let summary: &RecordingSummary = &profile.summary;
+    if profile.event != Event::Cpu {
+        let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
+        return format!(
+            "{total} {} in {:.1} s",
+            profile.event.unit(),
+            summary.duration.as_secs_f64()
+        );
+    }
     format!(
         "{} samples in {:.1} s at {} Hz on {} CPUs, {} lost",
         summary.samples,
@@ -41,13 +52,13 @@ fn subtitle(summary: &RecordingSummary) -> String {
     )
 }
 
-fn write_empty(subtitle: &str, out: &mut dyn Write) -> io::Result<()> {
+fn write_empty(title: &str, subtitle: &str, out: &mut dyn Write) -> io::Result<()> {
     write!(
         out,
         r#"<?xml version="1.0" standalone="no"?>
 <svg version="1.1" width="1200" height="110" viewBox="0 0 1200 110" xmlns="http://www.w3.org/2000/svg">
 <g font-family="Verdana" text-anchor="middle">
-<text x="600" y="24" font-size="17">{TITLE}</text>
+<text x="600" y="24" font-size="17">{title}</text>
 <text x="600" y="50" font-size="12">{subtitle}</text>
 <text x="600" y="85" font-size="14">No samples were recorded.</text>
 </g>
@@ -78,7 +89,7 @@ mod tests {
         let svg = svg(&profile);
         assert!(svg.contains("<svg"));
         assert!(svg.contains("compute"));
-        assert!(svg.contains(TITLE));
+        assert!(svg.contains("Stoke CPU profile"));
         assert!(svg.contains("6 samples in 2.5 s at 99 Hz on 4 CPUs, 0 lost"));
     }
 

@@ -16,6 +16,10 @@ const VERSION: u32 = 2;
 struct Document<'a> {
     format: &'static str,
     version: u32,
+    /// What the stacks count (`cpu`, `offcpu`...), and the unit of their
+    /// `samples` field.
+    event: &'static str,
+    unit: &'static str,
     summary: &'a RecordingSummary,
     stacks: &'a [FoldedStack],
 }
@@ -24,6 +28,8 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let document = Document {
         format: FORMAT,
         version: VERSION,
+        event: profile.event.name(),
+        unit: profile.event.unit(),
         summary: &profile.summary,
         stacks: &profile.stacks,
     };
@@ -44,6 +50,10 @@ mod tests {
         write(&profile, &mut out).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(json["format"], "stoke-profile");
+        assert_eq!(
+            (&json["event"], &json["unit"]),
+            (&"cpu".into(), &"samples".into())
+        );
         assert_eq!(json["summary"]["samples"], 4);
         assert_eq!(json["summary"]["duration"], 1.5);
         assert_eq!(

@@ -101,6 +101,7 @@ mod tests {
     /// context frame.
     pub(super) fn profile(stacks: &[(&str, u64)]) -> Profile {
         Profile {
+            event: crate::event::Event::Cpu,
             stacks: stacks
                 .iter()
                 .map(|&(frames, samples)| FoldedStack {

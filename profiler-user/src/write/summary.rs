@@ -15,7 +15,7 @@ const MAX_ROWS: usize = 40;
 /// total samples.
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let summary = &profile.summary;
-    writeln!(out, "Stoke CPU profile")?;
+    writeln!(out, "Stoke {} profile", profile.event.title())?;
     writeln!(out)?;
     for (label, value) in [
         ("Total samples", summary.samples.to_string()),
@@ -76,8 +76,9 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     // the summary's total disagrees.
     let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
     let (self_samples, total_samples) = count_functions(profile);
-    write_table(out, "Top functions by self samples", self_samples, total)?;
-    write_table(out, "Top functions by total samples", total_samples, total)
+    let unit = profile.event.unit();
+    write_table(out, "self", self_samples, total, unit)?;
+    write_table(out, "total", total_samples, total, unit)
 }
 
 /// How far native stacks got, and what the unwind tables cost.
@@ -199,17 +200,19 @@ fn count_functions(profile: &Profile) -> (HashMap<&str, u64>, HashMap<&str, u64>
     (self_samples, total_samples)
 }
 
+/// The top functions by `kind` (self or total) value, in `unit`.
 fn write_table(
     out: &mut dyn Write,
-    title: &str,
+    kind: &str,
     counts: HashMap<&str, u64>,
     total: u64,
+    unit: &str,
 ) -> io::Result<()> {
     let mut rows: Vec<_> = counts.into_iter().collect();
     rows.sort_unstable_by_key(|&(name, samples)| (Reverse(samples), name));
     writeln!(out)?;
-    writeln!(out, "{title}")?;
-    writeln!(out, "{:>10}  {:>8}  function", "samples", "percent")?;
+    writeln!(out, "Top functions by {kind} {unit}")?;
+    writeln!(out, "{unit:>10}  {:>8}  function", "percent")?;
     for (name, samples) in rows.into_iter().take(MAX_ROWS) {
         let percent = percent(samples, total);
         writeln!(out, "{samples:>10}  {percent:>7.2}%  {name}")?;

@@ -53,6 +53,7 @@ fn a_retry_resends_only_the_profiles_not_taken() {
         service: "db".to_owned(),
         labels: Vec::new(),
         pprof: body(2),
+        event: crate::event::Event::Cpu,
     });
     exporter.submit(two);
     let stats = exporter.finish(soon()).pyroscope.unwrap();

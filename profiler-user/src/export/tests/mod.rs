@@ -62,6 +62,7 @@ fn batch(number: u64) -> Batch {
             service: "web".to_owned(),
             labels: Vec::new(),
             pprof: body(number),
+            event: crate::event::Event::Cpu,
         }],
     }
 }

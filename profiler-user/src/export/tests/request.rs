@@ -32,11 +32,13 @@ fn a_push_carries_the_ingest_query_and_the_body_as_given() {
                 service: "web api".to_owned(),
                 labels: pairs(&[("container_name", "web,1"), ("pod", "web-5d9f")]),
                 pprof: web.clone(),
+                event: crate::event::Event::Cpu,
             },
             ServiceProfile {
                 service: "db".to_owned(),
                 labels: Vec::new(),
                 pprof: b"db".to_vec(),
+                event: crate::event::Event::Cpu,
             },
         ],
     });

@@ -23,7 +23,10 @@ use std::{
 use flate2::{write::GzEncoder, Compression};
 use prost::Message;
 
-use crate::profile::{FoldedStack, Module, Profile};
+use crate::{
+    event::Event,
+    profile::{FoldedStack, Module, Profile},
+};
 
 /// Labels that go in as numbers, for `-tagfocus=pid=1000:2000` and the like.
 const NUMERIC_LABELS: &[&str] = &["pid", "tid"];
@@ -92,11 +95,19 @@ impl<'p> Builder<'p> {
         let period = 1_000_000_000u64
             .checked_div(summary.frequency_hz)
             .unwrap_or(0);
-        let sample_type = vec![
-            self.value_type("samples", "count"),
-            self.value_type("cpu", "nanoseconds"),
-        ];
-        let period_type = Some(self.value_type("cpu", "nanoseconds"));
+        let (kind, unit) = profile.event.pprof_type();
+        let mut sample_type = vec![self.value_type(kind, unit)];
+        // CPU samples also as CPU time: samples times the period.
+        let period = if profile.event == Event::Cpu {
+            sample_type.push(self.value_type("cpu", "nanoseconds"));
+            Some(period)
+        } else {
+            None
+        };
+        let period_type = Some(match period {
+            Some(_) => self.value_type("cpu", "nanoseconds"),
+            None => self.value_type(kind, unit),
+        });
         let sample = stacks
             .into_iter()
             .map(|stack| self.sample(stack, period))
@@ -115,12 +126,13 @@ impl<'p> Builder<'p> {
             time_nanos,
             duration_nanos: saturating_i64(summary.duration.as_nanos()),
             period_type,
-            period: saturating_i64(period.into()),
+            period: saturating_i64(period.unwrap_or(0).into()),
             ..proto::Profile::default()
         }
     }
 
-    fn sample(&mut self, stack: &'p FoldedStack, period: u64) -> proto::Sample {
+    /// One sample: its value, and for CPU (`period` given) its CPU time.
+    fn sample(&mut self, stack: &'p FoldedStack, period: Option<u64>) -> proto::Sample {
         let code = &stack.frames[stack.context_frames.min(stack.frames.len())..];
         // Listed outermost first, so that the first mapping is usually the
         // program's own, as pprof expects; a sample names them innermost
@@ -154,12 +166,15 @@ impl<'p> Builder<'p> {
                 }
             })
             .collect();
+        let mut value = vec![samples];
+        if let Some(period) = period {
+            value.push(saturating_i64(
+                u128::from(stack.samples) * u128::from(period),
+            ));
+        }
         proto::Sample {
             location_id,
-            value: vec![
-                samples,
-                saturating_i64(u128::from(stack.samples) * u128::from(period)),
-            ],
+            value,
             label,
         }
     }

@@ -35,6 +35,7 @@ fn stack(
 
 fn profile() -> Profile {
     Profile {
+        event: crate::event::Event::Cpu,
         stacks: vec![
             stack(
                 "web [container 0123];app [42];main;work;spin",

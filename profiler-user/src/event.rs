@@ -1,0 +1,151 @@
+//! What a recording counts: CPU samples (the default), and the events
+//! beyond CPU. Each event gives its own profile, whose stacks' values are
+//! in the event's unit, and whose output files are told apart by name.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+/// One kind of event a recording can count (`-e`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// CPU time, sampled at `-F` on every CPU; values are samples.
+    #[default]
+    Cpu,
+    /// Time off the CPU: threads blocked or asleep, with the stack they
+    /// waited in; values are nanoseconds.
+    Offcpu,
+    /// Java heap allocations, sampled by the JVM; values are bytes.
+    Alloc,
+    /// Contended Java locks; values are nanoseconds waited.
+    Lock,
+}
+
+/// The events a build can record so far; the others are refused with one
+/// line before anything starts.
+const SUPPORTED: &[Event] = &[Event::Cpu];
+
+impl Event {
+    /// Its name on the command line and in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Offcpu => "offcpu",
+            Self::Alloc => "alloc",
+            Self::Lock => "lock",
+        }
+    }
+
+    /// The event named `name` ([`Event::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Cpu, Self::Offcpu, Self::Alloc, Self::Lock]
+            .into_iter()
+            .find(|event| event.name() == name)
+    }
+
+    /// Its name in titles: "Stoke CPU profile", "Stoke off-CPU profile".
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Cpu => "CPU",
+            Self::Offcpu => "off-CPU",
+            Self::Alloc => "allocation",
+            Self::Lock => "lock",
+        }
+    }
+
+    /// The unit of its stacks' values in folded, SVG, text and JSON
+    /// outputs.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::Cpu => "samples",
+            Self::Offcpu | Self::Lock => "nanoseconds",
+            Self::Alloc => "bytes",
+        }
+    }
+
+    /// Its pprof sample type (type, unit), as pprof tools and Pyroscope
+    /// name them. CPU profiles carry a second value, CPU time (samples
+    /// times the sampling period).
+    pub fn pprof_type(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Cpu => ("samples", "count"),
+            Self::Offcpu => ("offcpu", "nanoseconds"),
+            Self::Alloc => ("alloc_space", "bytes"),
+            Self::Lock => ("delay", "nanoseconds"),
+        }
+    }
+}
+
+/// The events of `-e` as given, each once, in order; refused with one line
+/// if one is not supported yet.
+pub fn checked(events: &[Event]) -> Result<Vec<Event>> {
+    let mut unique: Vec<Event> = Vec::with_capacity(events.len());
+    for &event in events {
+        if !SUPPORTED.contains(&event) {
+            bail!(
+                "-e {}: this build of stoke does not record that event yet; use -e cpu",
+                event.name()
+            );
+        }
+        if !unique.contains(&event) {
+            unique.push(event);
+        }
+    }
+    if unique.is_empty() {
+        unique.push(Event::Cpu);
+    }
+    Ok(unique)
+}
+
+/// Where the profile of `event` goes when `-o path` is given: `path`
+/// itself when one event is recorded, else with the event's name before
+/// the format's extension (`stoke.svg` → `stoke.offcpu.svg`, `out.pb.gz`
+/// → `out.offcpu.pb.gz`; a name without extension gets it at its end).
+pub fn output_path(path: &Path, event: Event, several: bool) -> PathBuf {
+    if !several {
+        return path.to_owned();
+    }
+    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+        return path.with_extension(event.name());
+    };
+    let lower = name.to_ascii_lowercase();
+    let stem_end = if lower.ends_with(".pb.gz") {
+        name.len() - ".pb.gz".len()
+    } else {
+        name.rfind('.').filter(|&dot| dot > 0).unwrap_or(name.len())
+    };
+    let (stem, extension) = name.split_at(stem_end);
+    path.with_file_name(format!("{stem}.{}{extension}", event.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_events_name_their_files_before_the_extension() {
+        let named = |path: &str, event| output_path(Path::new(path), event, true);
+        assert_eq!(
+            named("stoke.svg", Event::Offcpu),
+            Path::new("stoke.offcpu.svg")
+        );
+        assert_eq!(
+            named("out/p.pb.gz", Event::Cpu),
+            Path::new("out/p.cpu.pb.gz")
+        );
+        assert_eq!(named("profile", Event::Lock), Path::new("profile.lock"));
+        assert_eq!(named(".hidden", Event::Alloc), Path::new(".hidden.alloc"));
+        assert_eq!(
+            output_path(Path::new("stoke.svg"), Event::Offcpu, false),
+            Path::new("stoke.svg")
+        );
+    }
+
+    #[test]
+    fn events_are_kept_once_in_order_and_unsupported_ones_refused() {
+        assert_eq!(checked(&[Event::Cpu, Event::Cpu]).unwrap(), [Event::Cpu]);
+        assert_eq!(checked(&[]).unwrap(), [Event::Cpu]);
+        let error = checked(&[Event::Cpu, Event::Lock]).unwrap_err().to_string();
+        assert!(error.contains("-e lock"), "{error}");
+    }
+}
