@@ -9,6 +9,7 @@
 
 pub mod copy;
 pub mod names;
+pub mod read_parts;
 
 use std::{cell::OnceCell, io, path::Path, sync::Arc};
 
