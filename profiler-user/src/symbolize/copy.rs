@@ -31,7 +31,7 @@ use object::{
     ReadCache,
 };
 
-use super::read_parts;
+use super::read_parts::{self, ReadParts};
 use crate::process::MappedFile;
 use crate::{
     rootfs,
@@ -66,6 +66,8 @@ pub const DEBUG_DIR: &str = "/proc/self/fd";
 pub struct Copy {
     file: File,
     _debug_file: Option<File>,
+    /// Whether blazesym is to read DWARF (else the copy has none).
+    pub dwarf: bool,
 }
 
 impl Copy {
@@ -75,15 +77,16 @@ impl Copy {
     }
 }
 
-/// Copies `mapped` (and its separate debug file, if stoke's lookup finds
-/// one) for blazesym. Errors with [`io::ErrorKind::FileTooLarge`] when
+/// Copies `mapped` (and its separate debug file, if it needs DWARF and
+/// stoke's lookup finds one) for blazesym, with what it reads to name code
+/// (and source `lines`). Errors with [`io::ErrorKind::FileTooLarge`] when
 /// there is more than [`MAX_COPY_BYTES`] to copy.
-pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
+pub fn for_blazesym(mapped: &MappedFile, lines: bool) -> io::Result<Copy> {
     let deadline = Instant::now() + table::COMPILE_TIME_BUDGET;
-    let file = copy_of(
+    let (file, dwarf) = copy_of(
         &mapped.path(),
         c"stoke-symbols",
-        Parts::ReadForNames,
+        Parts::ReadForNames { lines },
         deadline,
     )?;
     let links = links_of(&file, deadline)?;
@@ -91,7 +94,7 @@ pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
     let debug_file = mapped
         .origin
         .as_ref()
-        .filter(|_| links.debuglink.is_some())
+        .filter(|_| dwarf && links.debuglink.is_some())
         .and_then(|origin| {
             let found = debug_file::find_until(
                 &origin.root,
@@ -110,13 +113,14 @@ pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
     Ok(Copy {
         file,
         _debug_file: debug_file.map(|(debug, _)| debug),
+        dwarf,
     })
 }
 
 /// A copy of a separate debug file, without links, sealed; and its CRC32.
 fn debug_copy(found: File, deadline: Instant) -> io::Result<(File, u32)> {
     let path = PathBuf::from(format!("/proc/self/fd/{}", found.as_raw_fd()));
-    let file = copy_of(&path, c"stoke-debug-symbols", Parts::Whole, deadline)?;
+    let (file, _) = copy_of(&path, c"stoke-debug-symbols", Parts::Whole, deadline)?;
     let links = links_of(&file, deadline)?;
     rewrite_links(&file, &links, None)?;
     check_links(&file, None, deadline)?;
@@ -130,20 +134,26 @@ fn debug_copy(found: File, deadline: Instant) -> io::Result<(File, u32)> {
 enum Parts {
     /// All of it (a debug file: blazesym checks its CRC32, reading all).
     Whole,
-    /// What blazesym reads to name code ([`read_parts`]), the rest holes.
-    ReadForNames,
+    /// What blazesym reads to name code, and source `lines` if asked
+    /// ([`read_parts`]); the rest holes.
+    ReadForNames { lines: bool },
 }
 
 /// The regular file at `path`, copied into a new memfd of its size: the
 /// `parts` asked for, at most [`MAX_COPY_BYTES`] of them, in a file of at
-/// most [`MAX_FILE_BYTES`]. Parts truncated meanwhile are left as holes.
-fn copy_of(path: &Path, name: &CStr, parts: Parts, deadline: Instant) -> io::Result<File> {
+/// most [`MAX_FILE_BYTES`]; and whether blazesym is to read its DWARF.
+/// Parts truncated meanwhile are left as holes.
+fn copy_of(path: &Path, name: &CStr, parts: Parts, deadline: Instant) -> io::Result<(File, bool)> {
     let source = rootfs::open_regular(path)?;
     let size = source.metadata()?.len();
-    let ranges = if parts == Parts::ReadForNames && size <= MAX_FILE_BYTES {
-        read_parts::of(&source, size, deadline)?
-    } else {
-        std::iter::once(0..size).collect()
+    let ReadParts { ranges, dwarf } = match parts {
+        Parts::ReadForNames { lines } if size <= MAX_FILE_BYTES => {
+            read_parts::of(&source, size, lines, deadline)?
+        }
+        _ => ReadParts {
+            ranges: std::iter::once(0..size).collect(),
+            dwarf: true,
+        },
     };
     let copied: u64 = ranges.iter().map(|range| range.end - range.start).sum();
     if copied > MAX_COPY_BYTES {
@@ -180,7 +190,7 @@ fn copy_of(path: &Path, name: &CStr, parts: Parts, deadline: Instant) -> io::Res
             offset += read as u64;
         }
     }
-    Ok(copy)
+    Ok((copy, dwarf))
 }
 
 /// A copy's `.gnu_debuglink`.
@@ -368,6 +378,11 @@ mod tests {
     /// the file itself, following its links (regular files, for a
     /// reference).
     fn reference_name(program: &Path, offset: u64) -> Option<String> {
+        reference_name_from(program, offset, true)
+    }
+
+    /// [`reference_name`], reading DWARF or not.
+    fn reference_name_from(program: &Path, offset: u64, dwarf: bool) -> Option<String> {
         use blazesym::symbolize::{
             source::{Elf, Source},
             Input, Symbolizer as Blazesym,
@@ -375,7 +390,10 @@ mod tests {
         let blazesym = Blazesym::new();
         let results = blazesym
             .symbolize(
-                &Source::Elf(Elf::new(program)),
+                &Source::Elf(Elf {
+                    debug_syms: dwarf,
+                    ..Elf::new(program)
+                }),
                 Input::FileOffset(&[offset][..]),
             )
             .unwrap();
@@ -407,7 +425,7 @@ mod tests {
         let names = Symbolizer::new(false).file(&mapped, &[offset]);
         assert_eq!(&*names[0][0], reference);
         // Its link now names the copy of the debug file, by descriptor.
-        let copy = for_blazesym(&mapped).unwrap();
+        let copy = for_blazesym(&mapped, false).unwrap();
         let bytes = std::fs::read(copy.path()).unwrap();
         let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
         let (name, _) = elf.gnu_debuglink().unwrap().unwrap();
@@ -456,7 +474,7 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
         let names = within_10_s(move || {
             let mapped = MappedFile::on_host(&program);
-            let copy = for_blazesym(&mapped).unwrap();
+            let copy = for_blazesym(&mapped, false).unwrap();
             let bytes = std::fs::read(copy.path()).unwrap();
             let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
             assert!(elf.section_by_name(".gnu_debuglink").is_none());
@@ -497,8 +515,17 @@ mod tests {
                 .collect();
             let mapped = MappedFile::on_host(&program);
             let names = Symbolizer::new(false).file(&mapped, &offsets);
+            // Named as from the file itself, from its symbol table if it has
+            // one (this test is built with DWARF too: not read).
+            let copy = for_blazesym(&mapped, false).unwrap();
+            let has_symtab =
+                ElfFile64::<object::Endianness>::parse(&*std::fs::read(&program).unwrap())
+                    .unwrap()
+                    .section_by_name(".symtab")
+                    .is_some();
+            assert_eq!(copy.dwarf, !has_symtab);
             for (offset, name) in offsets.iter().zip(&names) {
-                let reference = reference_name(&program, *offset)
+                let reference = reference_name_from(&program, *offset, copy.dwarf)
                     .unwrap_or_else(|| format!("{}+{offset:#x}", mapped.name));
                 assert_eq!(*name[0], *reference, "{} at {offset:#x}", program.display());
             }
@@ -509,7 +536,6 @@ mod tests {
                 program.display()
             );
             // The copy has the file's size; its code is holes.
-            let copy = for_blazesym(&mapped).unwrap();
             let metadata = copy.file.metadata().unwrap();
             let size = std::fs::metadata(&program).unwrap().len();
             assert_eq!(metadata.len(), size);
@@ -526,7 +552,7 @@ mod tests {
     #[test]
     fn copies_are_sealed() {
         let mapped = MappedFile::on_host(Path::new("/usr/bin/xz"));
-        let copy = for_blazesym(&mapped).unwrap();
+        let copy = for_blazesym(&mapped, false).unwrap();
         // SAFETY: fcntl on a descriptor the copy holds.
         let seals = unsafe { libc::fcntl(copy.file.as_raw_fd(), libc::F_GET_SEALS) };
         let wanted =

@@ -4,6 +4,11 @@
 //! only `.dynsym`, its string table and the notes (the build ID). Code and
 //! data (`.text`, `.rodata`), most of a library, are never read: the copy
 //! for blazesym leaves them as holes, which cost neither memory nor time.
+//!
+//! A file with a symbol table names its functions without DWARF (blazesym
+//! gives a function the linkage name either way): unless source lines are
+//! asked for, its `.debug_*` sections, most of a program built with debug
+//! information, are not read either.
 
 use std::{collections::HashSet, fs::File, io, ops::Range, time::Instant};
 
@@ -15,19 +20,32 @@ use object::{
 
 use crate::unwind::{bounded::BoundedFile, elf_file};
 
-/// The byte ranges of `file` (of `size` bytes) that blazesym reads, sorted,
-/// disjoint and within `size`: the whole file when it is no 64-bit ELF
-/// file, a relocatable one (blazesym applies its relocations to DWARF) or
-/// a malformed one, as blazesym may read any of it.
-pub fn of(file: &File, size: u64, deadline: Instant) -> io::Result<Vec<Range<u64>>> {
-    let cache = ReadCache::new(BoundedFile::for_debug_file(file.try_clone()?, deadline));
-    let parts = elf_parts(&cache).unwrap_or_else(|| vec![(0, size)]);
-    Ok(merged(parts, size))
+/// What of a file blazesym reads.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ReadParts {
+    /// Byte ranges, sorted, disjoint and within the file.
+    pub ranges: Vec<Range<u64>>,
+    /// Whether blazesym needs DWARF (else the symbol table names all).
+    pub dwarf: bool,
 }
 
-/// The (offset, size) of each part blazesym reads, `None` where it may read
-/// anything.
-fn elf_parts(cache: &ReadCache<BoundedFile>) -> Option<Vec<(u64, u64)>> {
+/// The parts of `file` (of `size` bytes) that blazesym reads, with DWARF if
+/// `lines` (source locations) or the file has no symbol table: the whole
+/// file when it is no 64-bit ELF file, a relocatable one (blazesym applies
+/// its relocations to DWARF) or a malformed one, as blazesym may read any
+/// of it.
+pub fn of(file: &File, size: u64, lines: bool, deadline: Instant) -> io::Result<ReadParts> {
+    let cache = ReadCache::new(BoundedFile::for_debug_file(file.try_clone()?, deadline));
+    let (parts, dwarf) = elf_parts(&cache, lines).unwrap_or_else(|| (vec![(0, size)], true));
+    Ok(ReadParts {
+        ranges: merged(parts, size),
+        dwarf,
+    })
+}
+
+/// The (offset, size) of each part blazesym reads, and whether it needs
+/// DWARF; `None` where it may read anything.
+fn elf_parts(cache: &ReadCache<BoundedFile>, lines: bool) -> Option<(Vec<(u64, u64)>, bool)> {
     let header = elf::FileHeader64::<object::Endianness>::parse(cache).ok()?;
     let endian = header.endian().ok()?;
     if header.e_type(endian) == elf::ET_REL {
@@ -50,6 +68,10 @@ fn elf_parts(cache: &ReadCache<BoundedFile>) -> Option<Vec<(u64, u64)>> {
         ),
     ];
     let section_names = header.shstrndx(endian, cache).ok()?;
+    let dwarf = lines
+        || !sections.iter().any(|section| {
+            section.sh_type(endian) == elf::SHT_SYMTAB && section.sh_size(endian) > 0
+        });
     let dynamic_strings: HashSet<u32> = sections
         .iter()
         .filter(|section| section.sh_type(endian) == elf::SHT_DYNSYM)
@@ -57,7 +79,10 @@ fn elf_parts(cache: &ReadCache<BoundedFile>) -> Option<Vec<(u64, u64)>> {
         .collect();
     for (index, section) in sections.enumerate() {
         let loaded = section.sh_flags(endian).contains(elf::SHF_ALLOC);
-        let read = !loaded
+        let debug_info = sections
+            .section_name(endian, section)
+            .is_ok_and(|name| name.starts_with(b".debug_") || name.starts_with(b".zdebug_"));
+        let read = (!loaded && (dwarf || !debug_info))
             || matches!(section.sh_type(endian), elf::SHT_DYNSYM | elf::SHT_NOTE)
             || index.0 == section_names as usize
             || u32::try_from(index.0).is_ok_and(|index| dynamic_strings.contains(&index));
@@ -65,7 +90,7 @@ fn elf_parts(cache: &ReadCache<BoundedFile>) -> Option<Vec<(u64, u64)>> {
             parts.push(range);
         }
     }
-    Some(parts)
+    Some((parts, dwarf))
 }
 
 /// `parts` as sorted, disjoint ranges within `size`.
@@ -109,12 +134,11 @@ mod tests {
         let path = std::env::current_exe().unwrap();
         let file = File::open(&path).unwrap();
         let size = file.metadata().unwrap().len();
-        let parts = of(
-            &file,
-            size,
-            Instant::now() + std::time::Duration::from_secs(10),
-        )
-        .unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        let with_lines = of(&file, size, true, deadline).unwrap();
+        let parts = of(&file, size, false, deadline).unwrap();
+        assert!(with_lines.dwarf && !parts.dwarf);
+        let parts = parts.ranges;
         let bytes = std::fs::read(&path).unwrap();
         let elf = elf::FileHeader64::<object::Endianness>::parse(&*bytes).unwrap();
         let endian = elf.endian().unwrap();
