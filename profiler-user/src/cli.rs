@@ -24,6 +24,9 @@ pub enum Command {
     /// Sample CPUs until stopped, and every interval hand one profile per
     /// service to Pyroscope or to a directory.
     Continuous(ContinuousArgs),
+    /// Write a folded file (from Stoke or any tool that writes collapsed
+    /// stacks) as any output format, e.g. an HTML or SVG flame graph.
+    Convert(ConvertArgs),
     /// Write the embedded JVM agent to a file, for `-agentpath:` at JVM
     /// startup.
     Agent {
@@ -162,14 +165,32 @@ pub struct RecordArgs {
     pub duration: Option<Duration>,
 
     /// Where to write the profile; its extension picks the format (.svg,
-    /// .folded, .txt, .json, .pb.gz). Give it several times to write several
-    /// files from one recording.
+    /// .html, .folded, .txt, .json, .pb.gz). Give it several times to write
+    /// several files from one recording.
     #[arg(
         short = 'o',
         long = "output",
         value_name = "FILE",
         default_value = "stoke.svg"
     )]
+    pub outputs: Vec<PathBuf>,
+
+    /// Output format, overriding the extension of a single -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+}
+
+/// Arguments of `stoke convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The folded file: `root;...;leaf COUNT` lines.
+    #[arg(value_name = "FOLDED")]
+    pub input: PathBuf,
+
+    /// Where to write it; its extension picks the format (.svg, .html,
+    /// .folded, .txt, .json, .pb.gz). Give it several times for several
+    /// files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
     pub outputs: Vec<PathBuf>,
 
     /// Output format, overriding the extension of a single -o.

@@ -4,11 +4,13 @@
 //! [`aggregate`] (counting) → [`symbolize`] → [`aggregate`] (folding) →
 //! [`write`](mod@write) or [`export`], with [`jvm`] joining at the sample and
 //! symbolize stages. [`recording`] runs the stages; [`record`] (one
-//! profile) and [`continuous`] (a profile per interval) are its commands.
+//! profile) and [`continuous`] (a profile per interval) are its commands;
+//! [`convert`] writes a folded file in any output format.
 
 mod aggregate;
 mod cli;
 mod continuous;
+mod convert;
 mod export;
 mod jvm;
 mod module_table;
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Record(args) => record::run(args),
         Command::Continuous(args) => continuous::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Agent { output } => jvm::profiler::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
         // Reports its own errors, one line per file.
