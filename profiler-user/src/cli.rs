@@ -27,6 +27,10 @@ pub enum Command {
     /// Write a folded file (from Stoke or any tool that writes collapsed
     /// stacks) as any output format, e.g. an HTML or SVG flame graph.
     Convert(ConvertArgs),
+    /// Compare two profiles (folded or pprof files): a differential flame
+    /// graph (.html) or both counts per stack (.folded), BEFORE scaled to
+    /// AFTER's total samples.
+    Diff(DiffArgs),
     /// Write the embedded JVM agent to a file, for `-agentpath:` at JVM
     /// startup.
     Agent {
@@ -194,6 +198,29 @@ pub struct ConvertArgs {
     pub outputs: Vec<PathBuf>,
 
     /// Output format, overriding the extension of a single -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+}
+
+/// Arguments of `stoke diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The profile before: folded or pprof (.pb.gz).
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+
+    /// The profile after: folded or pprof (.pb.gz).
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+
+    /// Where to write the comparison: FILE.html (a differential flame
+    /// graph) or FILE.folded (`stack BEFORE AFTER` lines). Give it several
+    /// times for several files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
+    pub outputs: Vec<PathBuf>,
+
+    /// Output format (html or folded), overriding the extension of a
+    /// single -o.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
 }

@@ -5,12 +5,14 @@
 //! [`write`](mod@write) or [`export`], with [`jvm`] joining at the sample and
 //! symbolize stages. [`recording`] runs the stages; [`record`] (one
 //! profile) and [`continuous`] (a profile per interval) are its commands;
-//! [`convert`] writes a folded file in any output format.
+//! [`convert`] writes a folded or pprof file in any output format, and
+//! [`diff`] compares two.
 
 mod aggregate;
 mod cli;
 mod continuous;
 mod convert;
+mod diff;
 mod export;
 mod jvm;
 mod module_table;
@@ -18,6 +20,7 @@ mod preflight;
 mod process;
 mod profile;
 mod progress;
+mod read;
 mod record;
 mod recording;
 mod rootfs;
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Record(args) => record::run(args),
         Command::Continuous(args) => continuous::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Diff(args) => diff::run(args),
         Command::Agent { output } => jvm::profiler::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
         // Reports its own errors, one line per file.

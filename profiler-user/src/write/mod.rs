@@ -9,7 +9,8 @@ mod outputs;
 pub mod pprof;
 mod summary;
 
-pub use html::count_context_frames;
+pub use folded::write_diff as write_diff_folded;
+pub use html::{count_context_frames, write_diff as write_diff_html};
 pub use output_file::OutputFile;
 pub use outputs::OutputPlan;
 
@@ -98,7 +99,7 @@ pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
@@ -106,7 +107,7 @@ mod tests {
 
     /// A profile of `stacks` given as `"proc;a;b"` and a count, with one
     /// context frame.
-    pub(super) fn profile(stacks: &[(&str, u64)]) -> Profile {
+    pub(crate) fn profile(stacks: &[(&str, u64)]) -> Profile {
         Profile {
             stacks: stacks
                 .iter()

@@ -1,7 +1,7 @@
 //! The outputs of one recording: every `-o`, each in its format, checked
 //! and opened before the recording starts, written after it.
 
-use std::{collections::HashSet, path::PathBuf};
+use std::{collections::HashSet, io::Write, path::PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -33,6 +33,11 @@ impl OutputPlan {
         Ok(Self(plan))
     }
 
+    /// The format of each output, in the order given.
+    pub fn formats(&self) -> impl Iterator<Item = Format> + '_ {
+        self.0.iter().map(|(_, format)| *format)
+    }
+
     /// Opens every output, so that a bad path fails before the recording,
     /// not after.
     pub fn create(self) -> Result<Outputs> {
@@ -49,8 +54,14 @@ impl OutputPlan {
 impl Outputs {
     /// Writes `profile` to every output, each named only once whole.
     pub fn write(self, profile: &Profile) -> Result<()> {
+        self.write_with(|format, out| write_profile(profile, format, out))
+    }
+
+    /// Writes every output with `write`, given its format, each named only
+    /// once whole.
+    pub fn write_with(self, write: impl Fn(Format, &mut dyn Write) -> Result<()>) -> Result<()> {
         for (path, format, mut file) in self.0 {
-            write_profile(profile, format, file.file())
+            write(format, file.file())
                 .and_then(|()| Ok(file.commit()?))
                 .with_context(|| format!("writing the profile to {}", path.display()))?;
         }

@@ -46,9 +46,22 @@ function hash(text) {
   return (h >>> 0) / 4294967296;
 }
 
+/** In a diff, how much a node changed: -1 (gone) to 1 (new), 0 if the same. */
+function change(node) {
+  const after = tree.total[node];
+  const before = tree.before[node];
+  const most = Math.max(after, before);
+  return most > 0 ? (after - before) / most : 0;
+}
+
 function colour(node) {
   if (node === 0) return 'hsl(0, 0%, 82%)';
   if (search.matched[node]) return 'hsl(305, 85%, 62%)';
+  if (tree.before) {
+    // Red grew, blue shrank, the more the deeper; white stayed the same.
+    const c = change(node);
+    return `hsl(${c >= 0 ? 0 : 220}, 80%, ${Math.round(93 - 43 * Math.min(Math.abs(c), 1))}%)`;
+  }
   const name = tree.names[tree.name[node]];
   const [, from, to, saturation, lightness] = KINDS[tree.kinds[tree.name[node]]] || KINDS[0];
   const h = hash(name);
@@ -132,6 +145,28 @@ function boxAt(event) {
   return boxes.find((box) => x >= box.x && x < box.x + box.width && y >= box.y && y < box.y + ROW);
 }
 
+function diffLine(node) {
+  const before = Math.round(tree.before[node] * 100) / 100;
+  const delta = tree.total[node] - tree.before[node];
+  const sign = delta >= 0 ? '+' : '';
+  const relative = tree.before[node] > 0 ? ` (${sign}${percent(delta, tree.before[node])})` : ' (new)';
+  return `before: ${before} samples (scaled), after: ${tree.total[node]}, change ${sign}${Math.round(delta * 100) / 100}${relative}`;
+}
+
+/** A diff's table of the frames that changed most, as the page data lists them. */
+function changesTable() {
+  const table = element('changes');
+  if (!data.changes) return;
+  table.hidden = false;
+  for (const change of data.changes) {
+    const row = table.tBodies[0].insertRow();
+    const delta = change.after - change.before;
+    const cells = [change.name, change.before, change.after, `${delta >= 0 ? '+' : ''}${Math.round(delta * 100) / 100}`];
+    for (const text of cells) row.insertCell().textContent = text;
+    row.className = delta >= 0 ? 'grew' : 'shrank';
+  }
+}
+
 function showTooltip(event) {
   const box = boxAt(event);
   if (!box) {
@@ -147,6 +182,7 @@ function showTooltip(event) {
     `${tree.total[node]} samples, ${percent(tree.total[node], tree.total[0])} of all`,
     parent >= 0 ? `${percent(tree.total[node], tree.total[parent])} of ${frameName(parent)}` : '',
     `self: ${tree.self[node]} samples`,
+    tree.before ? diffLine(node) : '',
   ].filter(Boolean).join('\n');
   tooltip.hidden = false;
   tooltip.style.left = `${Math.min(event.clientX + 12, window.innerWidth - tooltip.offsetWidth - 4)}px`;
@@ -228,6 +264,16 @@ function onInput(event) {
 }
 
 function legend() {
+  if (data.before) {
+    for (const [label, colour] of [['grew', 'hsl(0, 80%, 60%)'], ['shrank', 'hsl(220, 80%, 60%)'], ['same', 'hsl(0, 80%, 93%)']]) {
+      const item = document.createElement('span');
+      const swatch = document.createElement('i');
+      swatch.style.background = colour;
+      item.append(swatch, label);
+      element('legend').append(item);
+    }
+    return;
+  }
   const used = new Set(Array.from(data.kinds, Number));
   const list = element('legend');
   KINDS.forEach(([label, from, to, saturation, lightness], digit) => {
@@ -244,6 +290,7 @@ element('title').textContent = data.title;
 element('subtitle').textContent = data.subtitle;
 document.title = data.title;
 legend();
+changesTable();
 for (const key of VIEW_KEYS) element(key)?.addEventListener(key === 'collapse' || key === 'reversed' ? 'change' : 'input', onInput);
 element('controls').addEventListener('submit', (event) => event.preventDefault());
 element('reset').addEventListener('click', () => setZoom(0));
@@ -290,6 +337,7 @@ window.stoke = {
         width: box.width,
         depth: tree.depth[box.node],
         samples: tree.total[box.node],
+        before: tree.before ? tree.before[box.node] : null,
         matched: search.matched[box.node] === 1,
         colour: colour(box.node),
       })),

@@ -68,9 +68,9 @@ pub fn count_context_frames<S: AsRef<str>>(frames: &[S]) -> usize {
 fn context_kind(frame: &str) -> Option<FrameKind> {
     if frame.ends_with(" [service]") || bracketed(frame, "[container ", |_| true) {
         Some(FrameKind::Container)
-    } else if bracketed(frame, " [tid ", is_number) {
+    } else if bracketed(frame, " [tid ", is_id) {
         Some(FrameKind::Thread)
-    } else if bracketed(frame, " [", is_number) {
+    } else if bracketed(frame, " [", is_id) {
         Some(FrameKind::Process)
     } else {
         None
@@ -85,8 +85,9 @@ fn bracketed(frame: &str, open: &str, inside: impl Fn(&str) -> bool) -> bool {
         .is_some_and(|text| !text.contains(']') && inside(text))
 }
 
-fn is_number(text: &str) -> bool {
-    !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit())
+/// A pid or tid, or `*` for one `stoke diff` took out.
+fn is_id(text: &str) -> bool {
+    text == "*" || (!text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()))
 }
 
 fn code_kind(frame: &str) -> FrameKind {
@@ -145,6 +146,7 @@ mod tests {
             2
         );
         assert_eq!(count_context_frames(&["app [1]", "t [tid 2]", "main"]), 2);
+        assert_eq!(count_context_frames(&["app [*]", "t [tid *]", "main"]), 2);
         assert_eq!(count_context_frames(&["java", "main"]), 0);
         assert_eq!(count_context_frames(&["f [x]", "g [1 2]"]), 0);
     }

@@ -16,7 +16,7 @@ use std::io::{self, Write};
 
 pub use kind::count_context_frames;
 
-use crate::profile::Profile;
+use crate::{diff::Diff, profile::Profile};
 
 const PAGE: &str = include_str!("page.html");
 const CSS: &str = include_str!("flamegraph.css");
@@ -25,7 +25,17 @@ const SCRIPTS: [&str; 2] = [include_str!("profile.js"), include_str!("flamegraph
 
 /// Writes `profile` as an HTML flame graph page.
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
-    let json = data::json(profile)?;
+    write_page(&data::json(profile)?, out)
+}
+
+/// Writes `diff` as a differential flame graph page: AFTER's stacks,
+/// coloured by how their samples changed from BEFORE's, and a table of
+/// the biggest changes.
+pub fn write_diff(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
+    write_page(&data::diff_json(diff)?, out)
+}
+
+fn write_page(json: &str, out: &mut dyn Write) -> io::Result<()> {
     let mut rest = PAGE;
     while let Some(start) = rest.find("{{") {
         let end = start

@@ -12,7 +12,7 @@ function decodeStacks(data) {
   let stackCount = 0;
   let frameCount = 0;
   for (let i = 0; i < nodes.length; i += 3) {
-    if (nodes[i + 2] > 0) {
+    if (nodes[i + 2] > 0 || (data.before && data.before[i / 3] > 0)) {
       stackCount++;
       frameCount += nodes[i] + 1;
     }
@@ -20,6 +20,8 @@ function decodeStacks(data) {
   const frames = new Int32Array(frameCount);
   const starts = new Int32Array(stackCount + 1);
   const counts = new Float64Array(stackCount);
+  // A diff's BEFORE samples, scaled, per stack.
+  const before = data.before ? new Float64Array(stackCount) : null;
   const path = [];
   let s = 0;
   let f = 0;
@@ -27,14 +29,15 @@ function decodeStacks(data) {
     const depth = nodes[i];
     path.length = depth;
     path.push(nodes[i + 1]);
-    if (nodes[i + 2] > 0) {
+    if (nodes[i + 2] > 0 || (before && data.before[i / 3] > 0)) {
       starts[s] = f;
       for (let d = 0; d <= depth; d++) frames[f++] = path[d];
+      if (before) before[s] = data.before[i / 3];
       counts[s++] = nodes[i + 2];
     }
   }
   starts[s] = f;
-  return { names: data.names, kinds: Array.from(data.kinds, Number), frames, starts, counts };
+  return { names: data.names, kinds: Array.from(data.kinds, Number), frames, starts, counts, before };
 }
 
 /** `source` as a regular expression, or null if empty; a bad one is reported in `errors`. */
@@ -88,6 +91,7 @@ function transformStacks(base, view) {
   const frames = new Int32Array(base.frames.length);
   const starts = [0];
   const counts = [];
+  const before = base.before ? [] : null;
   const stack = [];
   for (let s = 0; s + 1 < base.starts.length; s++) {
     stack.length = 0;
@@ -104,8 +108,9 @@ function transformStacks(base, view) {
     for (const name of stack) frames[f++] = name;
     starts.push(f);
     counts.push(base.counts[s]);
+    if (before) before.push(base.before[s]);
   }
-  return { names, kinds, frames, starts, counts, errors };
+  return { names, kinds, frames, starts, counts, before, errors };
 }
 
 /** Children a node may have before they get a map from name to child. */
@@ -117,8 +122,10 @@ const SCAN_CHILDREN = 8;
  * when drawn ([childrenOf]): a large profile has millions of nodes and a
  * draw looks at a few thousand.
  */
-function emptyTree(names, kinds, capacity) {
+function emptyTree(names, kinds, capacity, diff) {
   const tree = {
+    // A diff's BEFORE samples (scaled) under each node, as `total` has AFTER's.
+    before: diff ? new Float64Array(capacity) : null,
     names,
     kinds,
     size: 1,
@@ -152,16 +159,20 @@ function addChild(tree, node, name) {
 /** The call tree of the page data as it is: its prefix tree, read once. */
 function treeFromData(data) {
   const nodes = data.nodes;
-  const tree = emptyTree(data.names, Array.from(data.kinds, Number), nodes.length / 3 + 1);
+  const tree = emptyTree(data.names, Array.from(data.kinds, Number), nodes.length / 3 + 1, !!data.before);
   const path = [0];
   for (let i = 0; i < nodes.length; i += 3) {
     const depth = nodes[i];
     const child = addChild(tree, path[depth], nodes[i + 1]);
     tree.self[child] = tree.total[child] = nodes[i + 2];
+    if (tree.before) tree.before[child] = data.before[i / 3];
     path[depth + 1] = child;
   }
   // Children come after their parents: add totals up from the end.
-  for (let n = tree.size - 1; n > 0; n--) tree.total[tree.parent[n]] += tree.total[n];
+  for (let n = tree.size - 1; n > 0; n--) {
+    tree.total[tree.parent[n]] += tree.total[n];
+    if (tree.before) tree.before[tree.parent[n]] += tree.before[n];
+  }
   return tree;
 }
 
@@ -170,7 +181,7 @@ function treeFromData(data) {
  * callees above callers (leaf functions at the top).
  */
 function buildTree(stacks, reversed) {
-  const tree = emptyTree(stacks.names, stacks.kinds, stacks.frames.length + 1);
+  const tree = emptyTree(stacks.names, stacks.kinds, stacks.frames.length + 1, !!stacks.before);
   const childCount = new Int32Array(tree.name.length);
   // Children by name, for the nodes with many.
   const lookup = new Map();
@@ -219,6 +230,7 @@ function buildTree(stacks, reversed) {
       previous.push(name);
     }
     for (let i = 0; i < path.length; i++) tree.total[path[i]] += count;
+    if (tree.before) for (let i = 0; i < path.length; i++) tree.before[path[i]] += stacks.before[s];
     tree.self[node] += count;
   }
   return tree;
