@@ -29,6 +29,13 @@ pub enum Command {
     /// hottest functions, recording quality, and what changed against a
     /// baseline.
     Report(ReportArgs),
+    /// Write a folded file (from Stoke or any tool that writes collapsed
+    /// stacks) as any output format, e.g. an HTML or SVG flame graph.
+    Convert(ConvertArgs),
+    /// Compare two profiles (folded or pprof files): a differential flame
+    /// graph (.html) or both counts per stack (.folded), BEFORE scaled to
+    /// AFTER's total samples.
+    Diff(DiffArgs),
     /// Write the embedded JVM agent to a file, for `-agentpath:` at JVM
     /// startup.
     Agent {
@@ -182,8 +189,8 @@ pub struct RecordArgs {
     pub duration: Option<Duration>,
 
     /// Where to write the profile; its extension picks the format (.svg,
-    /// .folded, .txt, .json, .pb.gz). Give it several times to write several
-    /// files from one recording.
+    /// .html, .folded, .txt, .json, .pb.gz). Give it several times to write
+    /// several files from one recording.
     #[arg(
         short = 'o',
         long = "output",
@@ -222,6 +229,47 @@ pub struct ReportArgs {
         default_value = "stoke-report.html"
     )]
     pub output: PathBuf,
+}
+
+/// Arguments of `stoke convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The folded file: `root;...;leaf COUNT` lines.
+    #[arg(value_name = "FOLDED")]
+    pub input: PathBuf,
+
+    /// Where to write it; its extension picks the format (.svg, .html,
+    /// .folded, .txt, .json, .pb.gz). Give it several times for several
+    /// files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
+    pub outputs: Vec<PathBuf>,
+
+    /// Output format, overriding the extension of a single -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+}
+
+/// Arguments of `stoke diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The profile before: folded or pprof (.pb.gz).
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+
+    /// The profile after: folded or pprof (.pb.gz).
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+
+    /// Where to write the comparison: FILE.html (a differential flame
+    /// graph) or FILE.folded (`stack BEFORE AFTER` lines). Give it several
+    /// times for several files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
+    pub outputs: Vec<PathBuf>,
+
+    /// Output format (html or folded), overriding the extension of a
+    /// single -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
 }
 
 /// Arguments of `stoke continuous`.
