@@ -215,9 +215,9 @@ pub struct ReportArgs {
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration, default_value = "10")]
     pub duration: Duration,
 
-    /// A folded profile (Stoke's `.folded` or any tool's collapsed stacks)
-    /// of the host when healthy: the report adds the functions whose share
-    /// of the CPU changed most.
+    /// A profile of the host when healthy (folded stacks from Stoke or any
+    /// tool, or pprof): the report adds the functions whose share of the
+    /// CPU changed most.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
 
