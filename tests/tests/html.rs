@@ -3,7 +3,9 @@
 //! recording of the 70:30 workload, the page must draw, hold the folded
 //! output's samples, find a function's share by search, zoom, apply each
 //! transform and keep its state in the URL; a 100k-stack profile must draw
-//! within seconds; hostile frame names must stay text.
+//! within seconds; frames must be coloured by kind; hostile frame names
+//! must stay text; and `stoke diff` must colour a grown function red and a
+//! shrunk one blue. Screenshots go to target/html-test/.
 
 mod browser;
 
@@ -462,4 +464,54 @@ fn diff_colours_growth_red_and_shrinkage_blue() {
         (60.0, 120.0)
     );
     assert_eq!(number(&browser.js("return stoke.state().total;")), 120.0);
+}
+
+#[test]
+fn frames_are_coloured_by_kind() {
+    let dir = TempDir::new("html-kinds");
+    let folded = dir.join("kinds.folded");
+    let page = dir.join("kinds.html");
+    std::fs::write(
+        &folded,
+        "web [container 0123abcd];java [42];worker [tid 43];Thread.run_[j];A.get_[i];A.slow_[0];JVM_Sleep;do_syscall_64_[k] 1\n",
+    )
+    .unwrap();
+    convert(&folded, &page);
+    let browser = Browser::start();
+    browser.open(&page, "");
+    // The hue ranges of flamegraph.js's KINDS.
+    for (name, hues) in [
+        ("web [container 0123abcd]", 268.0..=285.0),
+        ("java [42]", 208.0..=222.0),
+        ("worker [tid 43]", 192.0..=204.0),
+        ("Thread.run_[j]", 95.0..=125.0),
+        ("A.get_[i]", 172.0..=190.0),
+        ("A.slow_[0]", 48.0..=58.0),
+        ("JVM_Sleep", 0.0..=20.0),
+        ("do_syscall_64_[k]", 26.0..=40.0),
+    ] {
+        let colour = browser.js(&format!("return stoke.frames({name:?})[0].colour;"));
+        let hue: f64 = colour.as_str().unwrap()["hsl(".len()..]
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            hues.contains(&hue),
+            "{name} is {colour}, hue not in {hues:?}"
+        );
+    }
+    let legend = browser.js("return document.getElementById('legend').textContent;");
+    println!("legend: {legend}");
+    for kind in [
+        "Java JIT",
+        "Java inlined",
+        "Java interpreted",
+        "kernel",
+        "thread",
+    ] {
+        assert!(legend.as_str().unwrap().contains(kind), "{legend}");
+    }
+    browser.screenshot(&screenshot_path("kinds.png"));
 }
