@@ -25,7 +25,8 @@ pub enum Command {
     /// service to Pyroscope or to a directory.
     Continuous(ContinuousArgs),
     /// Write a folded file (from Stoke or any tool that writes collapsed
-    /// stacks) as any output format, e.g. an HTML or SVG flame graph.
+    /// stacks) or a pprof profile as any output format, e.g. an HTML or SVG
+    /// flame graph.
     Convert(ConvertArgs),
     /// Compare two profiles (folded or pprof files): a differential flame
     /// graph (.html) or both counts per stack (.folded), BEFORE scaled to
@@ -187,8 +188,9 @@ pub struct RecordArgs {
 /// Arguments of `stoke convert`.
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// The folded file: `root;...;leaf COUNT` lines.
-    #[arg(value_name = "FOLDED")]
+    /// The profile: a folded file (`root;...;leaf COUNT` lines) or a
+    /// gzipped pprof profile.
+    #[arg(value_name = "IN")]
     pub input: PathBuf,
 
     /// Where to write it; its extension picks the format (.svg, .html,
@@ -303,6 +305,21 @@ mod tests {
             panic!("not a recording")
         };
         assert_eq!(args.outputs, [PathBuf::from("a.svg"), "b.pb.gz".into()]);
+    }
+
+    #[test]
+    fn convert_and_diff_need_their_inputs_and_an_output() {
+        let parse = |line: &[&str]| Cli::try_parse_from(line).map(|cli| cli.command);
+        assert!(matches!(
+            parse(&["stoke", "convert", "a.folded", "-o", "a.html"]),
+            Ok(Command::Convert(_))
+        ));
+        assert!(parse(&["stoke", "convert", "a.folded"]).is_err());
+        let Ok(Command::Diff(args)) = parse(&["stoke", "diff", "a", "b", "-o", "d.html"]) else {
+            panic!("not a diff")
+        };
+        assert_eq!((args.before, args.after), ("a".into(), "b".into()));
+        assert!(parse(&["stoke", "diff", "a", "-o", "d.html"]).is_err());
     }
 
     #[test]

@@ -344,8 +344,8 @@ fn recursion_collapses_and_hostile_names_stay_text() {
     assert_eq!(number(&browser.js("return stoke.state().total;")), 10.0);
 }
 
-/// Runs stoke with `args`, which must succeed.
-fn stoke(args: &[&std::ffi::OsStr]) {
+/// Runs stoke with `args` to the end.
+fn run_stoke(args: &[&std::ffi::OsStr]) -> StokeOutput {
     let result = std::process::Command::new(stoke_bin())
         .args(args)
         .output()
@@ -356,7 +356,48 @@ fn stoke(args: &[&std::ffi::OsStr]) {
         stderr: String::from_utf8_lossy(&result.stderr).into(),
         elapsed: Duration::ZERO,
     }
-    .assert_success();
+}
+
+/// Runs stoke with `args`, which must succeed.
+fn stoke(args: &[&std::ffi::OsStr]) {
+    run_stoke(args).assert_success();
+}
+
+#[test]
+fn convert_and_diff_refuse_bad_input_in_one_line() {
+    let dir = TempDir::new("html-errors");
+    let bad = dir.join("bad.folded");
+    let good = dir.join("good.folded");
+    let page = dir.join("out.html");
+    std::fs::write(&bad, "app;main 3\nnot a folded line\n").unwrap();
+    std::fs::write(&good, "app;main 3\n").unwrap();
+    let output = run_stoke(&[
+        "convert".as_ref(),
+        bad.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+    ]);
+    output.assert_user_error(&["line", "2", "folded"]);
+    assert!(!page.exists(), "a failed convert left {}", page.display());
+    let svg = dir.join("diff.svg");
+    let output = run_stoke(&[
+        "diff".as_ref(),
+        good.as_os_str(),
+        good.as_os_str(),
+        "-o".as_ref(),
+        svg.as_os_str(),
+    ]);
+    output.assert_user_error(&["html", "folded"]);
+    assert!(!svg.exists());
+    let output = run_stoke(&[
+        "diff".as_ref(),
+        good.as_os_str(),
+        dir.join("missing.pb.gz").as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+    ]);
+    output.assert_user_error(&["missing.pb.gz"]);
+    assert!(!page.exists());
 }
 
 #[test]
