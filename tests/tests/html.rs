@@ -4,50 +4,18 @@
 //! output's samples, find a function's share by search, zoom, apply each
 //! transform and keep its state in the URL; a 100k-stack profile must draw
 //! within seconds; frames must be coloured by kind; hostile frame names
-//! must stay text; and `stoke diff` must colour a grown function red and a
-//! shrunk one blue. Screenshots go to target/html-test/.
+//! must stay text. Screenshots go to target/html-test/. (`stoke diff`'s
+//! page: html_diff.rs.)
 
 mod browser;
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
-use browser::{Browser, WIDTH};
+use browser::{convert, number, Browser, WIDTH};
 use serde_json::Value;
 use stoke_tests::{
-    args, prepare, read_folded, record_to, samples_where, stoke_bin, total_samples, workspace_root,
-    Stack, StokeOutput, TempDir,
+    args, prepare, read_folded, record_to, samples_where, total_samples, Stack, TempDir,
 };
-
-/// Where the screenshots go, for a person to look at.
-fn screenshot_path(name: &str) -> std::path::PathBuf {
-    workspace_root().join("target/html-test").join(name)
-}
-
-fn number(value: &Value) -> f64 {
-    value
-        .as_f64()
-        .unwrap_or_else(|| panic!("{value} is not a number"))
-}
-
-/// `stoke convert IN -o OUT`, which must succeed.
-fn convert(input: &Path, output: &Path) {
-    let result = std::process::Command::new(stoke_bin())
-        .args([
-            "convert".as_ref(),
-            input.as_os_str(),
-            "-o".as_ref(),
-            output.as_os_str(),
-        ])
-        .output()
-        .expect("running stoke convert");
-    let output = StokeOutput {
-        status: result.status,
-        stdout: String::from_utf8_lossy(&result.stdout).into(),
-        stderr: String::from_utf8_lossy(&result.stderr).into(),
-        elapsed: Duration::ZERO,
-    };
-    output.assert_success();
-}
 
 /// Samples under the frames named `name` that the page draws.
 fn drawn_samples(browser: &Browser, name: &str) -> f64 {
@@ -93,7 +61,7 @@ fn recorded_workload_in_the_browser() {
          return [r.left, r.top, r.width, Math.min(r.height, innerHeight - r.top)];",
     );
     let bounds: Vec<u32> = (0..4).map(|i| number(&canvas[i]) as u32).collect();
-    let shot = browser.screenshot(&screenshot_path("split.png"));
+    let shot = browser.screenshot("split.png");
     let coloured = shot.coloured_share(bounds[0], bounds[1], bounds[2], bounds[3]);
     println!("canvas {bounds:?}: {:.1}% coloured", 100.0 * coloured);
     assert!(
@@ -166,7 +134,7 @@ fn recorded_workload_in_the_browser() {
         zoomed[0]["zoom"].as_array().unwrap().last().unwrap(),
         "hot_thirty"
     );
-    browser.screenshot(&screenshot_path("split-zoomed.png"));
+    browser.screenshot("split-zoomed.png");
     browser.click("reset");
     assert_eq!(browser.js("return stoke.state().zoom.length;"), 0);
 
@@ -206,7 +174,7 @@ fn recorded_workload_in_the_browser() {
     assert_eq!(spin.as_array().unwrap().len(), 1, "{spin}");
     assert_eq!(number(&spin[0]["samples"]), spin_leaf, "{spin}");
     assert_eq!(number(&spin[0]["y"]), 16.0, "the top row under all: {spin}");
-    browser.screenshot(&screenshot_path("split-reversed.png"));
+    browser.screenshot("split-reversed.png");
 
     // The view lives in the URL fragment: loading it again restores it.
     browser.type_into("search", "spin");
@@ -291,7 +259,7 @@ fn hundred_thousand_stacks_draw_in_seconds() {
     println!("first draw after {first_draw:.0} ms; {state}");
     assert_eq!(number(&state["total"]), total);
     assert!(first_draw < 5000.0, "first draw took {first_draw:.0} ms");
-    browser.screenshot(&screenshot_path("large.png"));
+    browser.screenshot("large.png");
 
     // A search and a transform over every stack stay interactive too.
     let started = std::time::Instant::now();
@@ -346,169 +314,6 @@ fn recursion_collapses_and_hostile_names_stay_text() {
     assert_eq!(number(&browser.js("return stoke.state().total;")), 10.0);
 }
 
-/// Runs stoke with `args` to the end.
-fn run_stoke(args: &[&std::ffi::OsStr]) -> StokeOutput {
-    let result = std::process::Command::new(stoke_bin())
-        .args(args)
-        .output()
-        .expect("running stoke");
-    StokeOutput {
-        status: result.status,
-        stdout: String::from_utf8_lossy(&result.stdout).into(),
-        stderr: String::from_utf8_lossy(&result.stderr).into(),
-        elapsed: Duration::ZERO,
-    }
-}
-
-/// Runs stoke with `args`, which must succeed.
-fn stoke(args: &[&std::ffi::OsStr]) {
-    run_stoke(args).assert_success();
-}
-
-#[test]
-fn convert_and_diff_refuse_bad_input_in_one_line() {
-    let dir = TempDir::new("html-errors");
-    let bad = dir.join("bad.folded");
-    let good = dir.join("good.folded");
-    let page = dir.join("out.html");
-    std::fs::write(&bad, "app;main 3\nnot a folded line\n").unwrap();
-    std::fs::write(&good, "app;main 3\n").unwrap();
-    let output = run_stoke(&[
-        "convert".as_ref(),
-        bad.as_os_str(),
-        "-o".as_ref(),
-        page.as_os_str(),
-    ]);
-    output.assert_user_error(&["line", "2", "folded"]);
-    assert!(!page.exists(), "a failed convert left {}", page.display());
-    let svg = dir.join("diff.svg");
-    let output = run_stoke(&[
-        "diff".as_ref(),
-        good.as_os_str(),
-        good.as_os_str(),
-        "-o".as_ref(),
-        svg.as_os_str(),
-    ]);
-    output.assert_user_error(&["html", "folded"]);
-    assert!(!svg.exists());
-    let output = run_stoke(&[
-        "diff".as_ref(),
-        good.as_os_str(),
-        dir.join("missing.pb.gz").as_os_str(),
-        "-o".as_ref(),
-        page.as_os_str(),
-    ]);
-    output.assert_user_error(&["missing.pb.gz"]);
-    assert!(!page.exists());
-}
-
-#[test]
-fn diff_colours_growth_red_and_shrinkage_blue() {
-    let dir = TempDir::new("html-diff");
-    let before = dir.join("before.folded");
-    let after = dir.join("after.folded");
-    // AFTER has twice the samples: scaled, grows goes 60 -> 120, shrinks
-    // 100 -> 60, same stays at 20 and gone 20 -> 0.
-    std::fs::write(
-        &before,
-        "app [1];main;grows 30\napp [1];main;shrinks 50\napp [1];main;same 10\napp [1];main;gone 10\n",
-    )
-    .unwrap();
-    std::fs::write(
-        &after,
-        "app [2];main;grows 120\napp [2];main;shrinks 60\napp [2];main;same 20\n",
-    )
-    .unwrap();
-    // pprof input too: BEFORE as pprof, from `stoke convert`.
-    let before_pprof = dir.join("before.pb.gz");
-    let after_pprof = dir.join("after.pb.gz");
-    convert(&before, &before_pprof);
-    convert(&after, &after_pprof);
-    let page = dir.join("diff.html");
-    let folded = dir.join("diff.folded");
-    let pprof_folded = dir.join("pprof-diff.folded");
-    stoke(&[
-        "diff".as_ref(),
-        before.as_os_str(),
-        after.as_os_str(),
-        "-o".as_ref(),
-        page.as_os_str(),
-        "-o".as_ref(),
-        folded.as_os_str(),
-    ]);
-    assert_eq!(
-        std::fs::read_to_string(&folded).unwrap(),
-        "app [*];main;gone 20 0\napp [*];main;grows 60 120\napp [*];main;same 20 20\napp [*];main;shrinks 100 60\n"
-    );
-    stoke(&[
-        "diff".as_ref(),
-        before_pprof.as_os_str(),
-        after_pprof.as_os_str(),
-        "-o".as_ref(),
-        pprof_folded.as_os_str(),
-    ]);
-    assert_eq!(
-        std::fs::read_to_string(&pprof_folded).unwrap(),
-        "main;gone 20 0\nmain;grows 60 120\nmain;same 20 20\nmain;shrinks 100 60\n",
-        "pprof inputs (no comm label: no process frame)"
-    );
-
-    let browser = Browser::start();
-    browser.open(&page, "");
-    browser.screenshot(&screenshot_path("diff.png"));
-    let frame = |name: &str| browser.js(&format!("return stoke.frames({name:?})[0];"));
-    let hsl = |frame: &Value| -> (f64, f64) {
-        let colour = frame["colour"].as_str().unwrap();
-        let parts: Vec<f64> = colour
-            .trim_start_matches("hsl(")
-            .trim_end_matches(')')
-            .split(',')
-            .map(|part| part.trim().trim_end_matches('%').parse().unwrap())
-            .collect();
-        (parts[0], parts[2])
-    };
-    let grows = frame("grows");
-    let shrinks = frame("shrinks");
-    let same = frame("same");
-    println!("grows {grows}\nshrinks {shrinks}\nsame {same}");
-    assert_eq!(
-        (number(&grows["before"]), number(&grows["samples"])),
-        (60.0, 120.0)
-    );
-    let (hue, lightness) = hsl(&grows);
-    assert!(hue == 0.0 && lightness < 80.0, "grows is not red: {grows}");
-    let (hue, lightness) = hsl(&shrinks);
-    assert!(
-        hue == 220.0 && lightness < 85.0,
-        "shrinks is not blue: {shrinks}"
-    );
-    assert!(hsl(&same).1 >= 90.0, "same is not pale: {same}");
-    assert_eq!(
-        browser.js("return stoke.frames('gone').length;"),
-        0,
-        "gone has no width after"
-    );
-
-    let table = browser.js(
-        "return [...document.querySelectorAll('#changes tbody tr')].map((row) => [...row.cells].map((cell) => cell.textContent));",
-    );
-    println!("changes: {table}");
-    let rows = table.as_array().unwrap();
-    assert_eq!(rows[0], serde_json::json!(["grows", "60", "120", "+60"]));
-    assert_eq!(rows[1], serde_json::json!(["shrinks", "100", "60", "-40"]));
-    assert_eq!(rows[2], serde_json::json!(["gone", "20", "0", "-20"]));
-    assert_eq!(rows.len(), 3, "unchanged frames are not listed: {table}");
-
-    // Transforms apply to both sides: keeping `grows` keeps its change.
-    browser.type_into("keep", "grows");
-    let grows = frame("grows");
-    assert_eq!(
-        (number(&grows["before"]), number(&grows["samples"])),
-        (60.0, 120.0)
-    );
-    assert_eq!(number(&browser.js("return stoke.state().total;")), 120.0);
-}
-
 #[test]
 fn frames_are_coloured_by_kind() {
     let dir = TempDir::new("html-kinds");
@@ -556,5 +361,5 @@ fn frames_are_coloured_by_kind() {
     ] {
         assert!(legend.as_str().unwrap().contains(kind), "{legend}");
     }
-    browser.screenshot(&screenshot_path("kinds.png"));
+    browser.screenshot("kinds.png");
 }
