@@ -30,7 +30,8 @@ pub enum Command {
     /// baseline.
     Report(ReportArgs),
     /// Write a folded file (from Stoke or any tool that writes collapsed
-    /// stacks) as any output format, e.g. an HTML or SVG flame graph.
+    /// stacks) or a pprof profile as any output format, e.g. an HTML or SVG
+    /// flame graph.
     Convert(ConvertArgs),
     /// Compare two profiles (folded or pprof files): a differential flame
     /// graph (.html) or both counts per stack (.folded), BEFORE scaled to
@@ -234,8 +235,9 @@ pub struct ReportArgs {
 /// Arguments of `stoke convert`.
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// The folded file: `root;...;leaf COUNT` lines.
-    #[arg(value_name = "FOLDED")]
+    /// The profile: a folded file (`root;...;leaf COUNT` lines) or a
+    /// gzipped pprof profile.
+    #[arg(value_name = "IN")]
     pub input: PathBuf,
 
     /// Where to write it; its extension picks the format (.svg, .html,
@@ -350,6 +352,21 @@ mod tests {
             panic!("not a recording")
         };
         assert_eq!(args.outputs, [PathBuf::from("a.svg"), "b.pb.gz".into()]);
+    }
+
+    #[test]
+    fn convert_and_diff_need_their_inputs_and_an_output() {
+        let parse = |line: &[&str]| Cli::try_parse_from(line).map(|cli| cli.command);
+        assert!(matches!(
+            parse(&["stoke", "convert", "a.folded", "-o", "a.html"]),
+            Ok(Command::Convert(_))
+        ));
+        assert!(parse(&["stoke", "convert", "a.folded"]).is_err());
+        let Ok(Command::Diff(args)) = parse(&["stoke", "diff", "a", "b", "-o", "d.html"]) else {
+            panic!("not a diff")
+        };
+        assert_eq!((args.before, args.after), ("a".into(), "b".into()));
+        assert!(parse(&["stoke", "diff", "a", "-o", "d.html"]).is_err());
     }
 
     #[test]

@@ -3,49 +3,19 @@
 //! recording of the 70:30 workload, the page must draw, hold the folded
 //! output's samples, find a function's share by search, zoom, apply each
 //! transform and keep its state in the URL; a 100k-stack profile must draw
-//! within seconds; hostile frame names must stay text.
+//! within seconds; frames must be coloured by kind; hostile frame names
+//! must stay text. Screenshots go to target/html-test/. (`stoke diff`'s
+//! page: html_diff.rs.)
 
 mod browser;
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
-use browser::{Browser, WIDTH};
+use browser::{convert, number, Browser, WIDTH};
 use serde_json::Value;
 use stoke_tests::{
-    args, prepare, read_folded, record_to, samples_where, stoke_bin, total_samples, workspace_root,
-    Stack, StokeOutput, TempDir,
+    args, prepare, read_folded, record_to, samples_where, total_samples, Stack, TempDir,
 };
-
-/// Where the screenshots go, for a person to look at.
-fn screenshot_path(name: &str) -> std::path::PathBuf {
-    workspace_root().join("target/html-test").join(name)
-}
-
-fn number(value: &Value) -> f64 {
-    value
-        .as_f64()
-        .unwrap_or_else(|| panic!("{value} is not a number"))
-}
-
-/// `stoke convert IN -o OUT`, which must succeed.
-fn convert(input: &Path, output: &Path) {
-    let result = std::process::Command::new(stoke_bin())
-        .args([
-            "convert".as_ref(),
-            input.as_os_str(),
-            "-o".as_ref(),
-            output.as_os_str(),
-        ])
-        .output()
-        .expect("running stoke convert");
-    let output = StokeOutput {
-        status: result.status,
-        stdout: String::from_utf8_lossy(&result.stdout).into(),
-        stderr: String::from_utf8_lossy(&result.stderr).into(),
-        elapsed: Duration::ZERO,
-    };
-    output.assert_success();
-}
 
 /// Samples under the frames named `name` that the page draws.
 fn drawn_samples(browser: &Browser, name: &str) -> f64 {
@@ -78,7 +48,9 @@ fn recorded_workload_in_the_browser() {
     println!(
         "folded: total {total}, hot_seventy {seventy}, hot_thirty {thirty}, spin leaf {spin_leaf}"
     );
-    assert!(total > 1000.0 && seventy > 0.0 && thirty > 0.0);
+    // The page is compared with the folded output, not with the 70:30
+    // split: a busy host may give the workload less CPU.
+    assert!(total > 200.0 && seventy > 0.0 && thirty > 0.0);
 
     let browser = Browser::start();
     browser.open(&page, "");
@@ -89,7 +61,7 @@ fn recorded_workload_in_the_browser() {
          return [r.left, r.top, r.width, Math.min(r.height, innerHeight - r.top)];",
     );
     let bounds: Vec<u32> = (0..4).map(|i| number(&canvas[i]) as u32).collect();
-    let shot = browser.screenshot(&screenshot_path("split.png"));
+    let shot = browser.screenshot("split.png");
     let coloured = shot.coloured_share(bounds[0], bounds[1], bounds[2], bounds[3]);
     println!("canvas {bounds:?}: {:.1}% coloured", 100.0 * coloured);
     assert!(
@@ -162,7 +134,7 @@ fn recorded_workload_in_the_browser() {
         zoomed[0]["zoom"].as_array().unwrap().last().unwrap(),
         "hot_thirty"
     );
-    browser.screenshot(&screenshot_path("split-zoomed.png"));
+    browser.screenshot("split-zoomed.png");
     browser.click("reset");
     assert_eq!(browser.js("return stoke.state().zoom.length;"), 0);
 
@@ -202,7 +174,7 @@ fn recorded_workload_in_the_browser() {
     assert_eq!(spin.as_array().unwrap().len(), 1, "{spin}");
     assert_eq!(number(&spin[0]["samples"]), spin_leaf, "{spin}");
     assert_eq!(number(&spin[0]["y"]), 16.0, "the top row under all: {spin}");
-    browser.screenshot(&screenshot_path("split-reversed.png"));
+    browser.screenshot("split-reversed.png");
 
     // The view lives in the URL fragment: loading it again restores it.
     browser.type_into("search", "spin");
@@ -287,7 +259,7 @@ fn hundred_thousand_stacks_draw_in_seconds() {
     println!("first draw after {first_draw:.0} ms; {state}");
     assert_eq!(number(&state["total"]), total);
     assert!(first_draw < 5000.0, "first draw took {first_draw:.0} ms");
-    browser.screenshot(&screenshot_path("large.png"));
+    browser.screenshot("large.png");
 
     // A search and a transform over every stack stay interactive too.
     let started = std::time::Instant::now();
@@ -342,124 +314,52 @@ fn recursion_collapses_and_hostile_names_stay_text() {
     assert_eq!(number(&browser.js("return stoke.state().total;")), 10.0);
 }
 
-/// Runs stoke with `args`, which must succeed.
-fn stoke(args: &[&std::ffi::OsStr]) {
-    let result = std::process::Command::new(stoke_bin())
-        .args(args)
-        .output()
-        .expect("running stoke");
-    StokeOutput {
-        status: result.status,
-        stdout: String::from_utf8_lossy(&result.stdout).into(),
-        stderr: String::from_utf8_lossy(&result.stderr).into(),
-        elapsed: Duration::ZERO,
-    }
-    .assert_success();
-}
-
 #[test]
-fn diff_colours_growth_red_and_shrinkage_blue() {
-    let dir = TempDir::new("html-diff");
-    let before = dir.join("before.folded");
-    let after = dir.join("after.folded");
-    // AFTER has twice the samples: scaled, grows goes 60 -> 120, shrinks
-    // 100 -> 60, same stays at 20 and gone 20 -> 0.
+fn frames_are_coloured_by_kind() {
+    let dir = TempDir::new("html-kinds");
+    let folded = dir.join("kinds.folded");
+    let page = dir.join("kinds.html");
     std::fs::write(
-        &before,
-        "app [1];main;grows 30\napp [1];main;shrinks 50\napp [1];main;same 10\napp [1];main;gone 10\n",
+        &folded,
+        "web [container 0123abcd];java [42];worker [tid 43];Thread.run_[j];A.get_[i];A.slow_[0];JVM_Sleep;do_syscall_64_[k] 1\n",
     )
     .unwrap();
-    std::fs::write(
-        &after,
-        "app [2];main;grows 120\napp [2];main;shrinks 60\napp [2];main;same 20\n",
-    )
-    .unwrap();
-    // pprof input too: BEFORE as pprof, from `stoke convert`.
-    let before_pprof = dir.join("before.pb.gz");
-    let after_pprof = dir.join("after.pb.gz");
-    convert(&before, &before_pprof);
-    convert(&after, &after_pprof);
-    let page = dir.join("diff.html");
-    let folded = dir.join("diff.folded");
-    let pprof_folded = dir.join("pprof-diff.folded");
-    stoke(&[
-        "diff".as_ref(),
-        before.as_os_str(),
-        after.as_os_str(),
-        "-o".as_ref(),
-        page.as_os_str(),
-        "-o".as_ref(),
-        folded.as_os_str(),
-    ]);
-    assert_eq!(
-        std::fs::read_to_string(&folded).unwrap(),
-        "app [*];main;gone 20 0\napp [*];main;grows 60 120\napp [*];main;same 20 20\napp [*];main;shrinks 100 60\n"
-    );
-    stoke(&[
-        "diff".as_ref(),
-        before_pprof.as_os_str(),
-        after_pprof.as_os_str(),
-        "-o".as_ref(),
-        pprof_folded.as_os_str(),
-    ]);
-    assert_eq!(
-        std::fs::read_to_string(&pprof_folded).unwrap(),
-        "main;gone 20 0\nmain;grows 60 120\nmain;same 20 20\nmain;shrinks 100 60\n",
-        "pprof inputs (no comm label: no process frame)"
-    );
-
+    convert(&folded, &page);
     let browser = Browser::start();
     browser.open(&page, "");
-    browser.screenshot(&screenshot_path("diff.png"));
-    let frame = |name: &str| browser.js(&format!("return stoke.frames({name:?})[0];"));
-    let hsl = |frame: &Value| -> (f64, f64) {
-        let colour = frame["colour"].as_str().unwrap();
-        let parts: Vec<f64> = colour
-            .trim_start_matches("hsl(")
-            .trim_end_matches(')')
+    // The hue ranges of flamegraph.js's KINDS.
+    for (name, hues) in [
+        ("web [container 0123abcd]", 268.0..=285.0),
+        ("java [42]", 208.0..=222.0),
+        ("worker [tid 43]", 192.0..=204.0),
+        ("Thread.run_[j]", 95.0..=125.0),
+        ("A.get_[i]", 172.0..=190.0),
+        ("A.slow_[0]", 48.0..=58.0),
+        ("JVM_Sleep", 0.0..=20.0),
+        ("do_syscall_64_[k]", 26.0..=40.0),
+    ] {
+        let colour = browser.js(&format!("return stoke.frames({name:?})[0].colour;"));
+        let hue: f64 = colour.as_str().unwrap()["hsl(".len()..]
             .split(',')
-            .map(|part| part.trim().trim_end_matches('%').parse().unwrap())
-            .collect();
-        (parts[0], parts[2])
-    };
-    let grows = frame("grows");
-    let shrinks = frame("shrinks");
-    let same = frame("same");
-    println!("grows {grows}\nshrinks {shrinks}\nsame {same}");
-    assert_eq!(
-        (number(&grows["before"]), number(&grows["samples"])),
-        (60.0, 120.0)
-    );
-    let (hue, lightness) = hsl(&grows);
-    assert!(hue == 0.0 && lightness < 80.0, "grows is not red: {grows}");
-    let (hue, lightness) = hsl(&shrinks);
-    assert!(
-        hue == 220.0 && lightness < 85.0,
-        "shrinks is not blue: {shrinks}"
-    );
-    assert!(hsl(&same).1 >= 90.0, "same is not pale: {same}");
-    assert_eq!(
-        browser.js("return stoke.frames('gone').length;"),
-        0,
-        "gone has no width after"
-    );
-
-    let table = browser.js(
-        "return [...document.querySelectorAll('#changes tbody tr')].map((row) => [...row.cells].map((cell) => cell.textContent));",
-    );
-    println!("changes: {table}");
-    let rows = table.as_array().unwrap();
-    assert_eq!(rows[0], serde_json::json!(["grows", "60", "120", "+60"]));
-    assert_eq!(rows[1], serde_json::json!(["shrinks", "100", "60", "-40"]));
-    assert_eq!(rows[2], serde_json::json!(["gone", "20", "0", "-20"]));
-    assert_eq!(rows.len(), 3, "unchanged frames are not listed: {table}");
-
-    // Transforms apply to both sides: keeping `grows` keeps its change.
-    browser.type_into("keep", "grows");
-    let grows = frame("grows");
-    assert_eq!(
-        (number(&grows["before"]), number(&grows["samples"])),
-        (60.0, 120.0)
-    );
-    assert_eq!(number(&browser.js("return stoke.state().total;")), 120.0);
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            hues.contains(&hue),
+            "{name} is {colour}, hue not in {hues:?}"
+        );
+    }
+    let legend = browser.js("return document.getElementById('legend').textContent;");
+    println!("legend: {legend}");
+    for kind in [
+        "Java JIT",
+        "Java inlined",
+        "Java interpreted",
+        "kernel",
+        "thread",
+    ] {
+        assert!(legend.as_str().unwrap().contains(kind), "{legend}");
+    }
+    browser.screenshot("kinds.png");
 }

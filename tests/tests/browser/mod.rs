@@ -2,9 +2,13 @@
 //! `chromium-driver`, which `cargo xtask setup` installs), with the network
 //! off: pages are loaded from `file://` and must need nothing else.
 
+// Each test file that includes this module uses only part of it.
+#![allow(dead_code)]
+
 use std::{
+    ffi::OsStr,
     net::{TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     thread,
     time::{Duration, Instant},
@@ -13,6 +17,7 @@ use std::{
 use fantoccini::{key::Key, Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{json, Value};
+use stoke_tests::{workspace_root, Stoke};
 use tokio::runtime::Runtime;
 
 /// The window size pages are drawn at.
@@ -192,16 +197,17 @@ impl Browser {
             .to_string()
     }
 
-    /// Takes a screenshot, saves it as `path` for a person to look at, and
-    /// returns it decoded.
-    pub fn screenshot(&self, path: &PathBuf) -> Screenshot {
+    /// Takes a screenshot, saves it as target/html-test/`name` for a person
+    /// to look at, and returns it decoded.
+    pub fn screenshot(&self, name: &str) -> Screenshot {
+        let path = workspace_root().join("target/html-test").join(name);
         let client = self.client();
         let png = self
             .runtime
             .block_on(client.screenshot())
             .expect("a screenshot");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, &png).unwrap();
+        std::fs::write(&path, &png).unwrap();
         let mut reader = png::Decoder::new(std::io::Cursor::new(png))
             .read_info()
             .expect("a PNG screenshot");
@@ -249,4 +255,24 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// `value` (from the page) as a number.
+pub fn number(value: &Value) -> f64 {
+    value
+        .as_f64()
+        .unwrap_or_else(|| panic!("{value} is not a number"))
+}
+
+/// `stoke convert IN -o OUT`, which must succeed.
+pub fn convert(input: &Path, output: &Path) {
+    let args: [&OsStr; 4] = [
+        "convert".as_ref(),
+        input.as_ref(),
+        "-o".as_ref(),
+        output.as_ref(),
+    ];
+    Stoke::spawn(&args)
+        .wait(Duration::from_secs(120))
+        .assert_success();
 }

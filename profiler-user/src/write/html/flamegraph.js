@@ -79,6 +79,8 @@ function percent(part, whole) {
 /** Draws the tree with `zoom` spanning the full width. */
 function draw() {
   const drawStarted = performance.now();
+  // What the tooltip showed may not be drawn any more.
+  tooltip.hidden = true;
   const width = Math.max(canvas.parentElement.clientWidth - 24, 100);
   const height = (tree.maxDepth + 1) * ROW;
   const ratio = window.devicePixelRatio || 1;
