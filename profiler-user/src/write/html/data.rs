@@ -7,7 +7,7 @@ use std::{collections::HashMap, io, sync::Arc};
 use serde::Serialize;
 
 use super::kind::{kinds, FrameKind};
-use crate::{diff::Diff, process::identity::host_name, profile::Profile};
+use crate::{diff::Diff, event::Event, process::identity::host_name, profile::Profile};
 
 /// Rows of the table of biggest changes in a diff.
 const CHANGES: usize = 30;
@@ -17,6 +17,8 @@ const CHANGES: usize = 30;
 struct PageData<'a> {
     title: String,
     subtitle: String,
+    /// What the values count: `samples`, `nanoseconds`, `bytes`.
+    unit: &'static str,
     /// Every distinct frame name once.
     names: Vec<&'a str>,
     /// Per name, its [`FrameKind`] as one digit.
@@ -59,6 +61,16 @@ pub(super) fn json(profile: &Profile) -> io::Result<String> {
             "Stoke profile".to_owned(),
             format!("{} samples", summary.samples),
         )
+    } else if profile.event != Event::Cpu {
+        let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
+        (
+            format!("Stoke {} profile of {}", profile.event.title(), host_name()),
+            format!(
+                "{total} {} in {:.1} s",
+                profile.event.unit(),
+                summary.duration.as_secs_f64()
+            ),
+        )
     } else {
         (
             format!("Stoke CPU profile of {}", host_name()),
@@ -78,7 +90,9 @@ pub(super) fn json(profile: &Profile) -> io::Result<String> {
         samples: stack.samples,
         before: 0.0,
     });
-    safe_json(&page_data(title, subtitle, entries.collect(), false))
+    let mut data = page_data(title, subtitle, entries.collect(), false);
+    data.unit = profile.event.unit();
+    safe_json(&data)
 }
 
 /// The page data of a diff, as JSON safe inside a `<script>` element.
@@ -162,6 +176,7 @@ fn page_data<'a>(
     PageData {
         title,
         subtitle,
+        unit: "samples",
         names,
         kinds: kind_of.iter().map(|kind| FrameKind::digit(*kind)).collect(),
         nodes,

@@ -132,11 +132,11 @@ function draw() {
 
 function showStatus() {
   const all = tree.total[0];
-  let totals = dataTotal === 0 ? 'No samples were recorded.' : `${all} samples`;
+  let totals = dataTotal === 0 ? 'No samples were recorded.' : `${all} ${data.unit}`;
   if (all !== dataTotal) totals += ' after transforms';
   if (zoom !== 0) totals += `; zoomed on ${frameName(zoom)}: ${tree.total[zoom]} (${percent(tree.total[zoom], all)})`;
   element('totals').textContent = totals;
-  element('matched').textContent = view.search ? `Matched: ${search.samples} samples (${percent(search.samples, all)})` : '';
+  element('matched').textContent = view.search ? `Matched: ${search.samples} ${data.unit} (${percent(search.samples, all)})` : '';
   element('error').textContent = errors.join('; ');
 }
 
@@ -181,9 +181,9 @@ function showTooltip(event) {
   tooltip.textContent = [
     frameName(node),
     `${kind}`,
-    `${tree.total[node]} samples, ${percent(tree.total[node], tree.total[0])} of all`,
+    `${tree.total[node]} ${data.unit}, ${percent(tree.total[node], tree.total[0])} of all`,
     parent >= 0 ? `${percent(tree.total[node], tree.total[parent])} of ${frameName(parent)}` : '',
-    `self: ${tree.self[node]} samples`,
+    `self: ${tree.self[node]} ${data.unit}`,
     tree.before ? diffLine(node) : '',
   ].filter(Boolean).join('\n');
   tooltip.hidden = false;
