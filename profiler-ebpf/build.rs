@@ -12,6 +12,7 @@ fn main() {
     let abi_include = manifest.join("../profiler-common/include");
     for watched in [
         SOURCE,
+        "src/bpf/offcpu.bpf.h",
         "src/bpf/vmlinux.h",
         "../profiler-common/include/stoke_abi.h",
     ] {

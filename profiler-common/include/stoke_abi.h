@@ -31,7 +31,7 @@
 /**
  * Number of [`Counter`]s, the size of the `counters` array.
  */
-#define STOKE_COUNTER_COUNT 7
+#define STOKE_COUNTER_COUNT 10
 
 /**
  * Most executable mappings of one process the unwinder knows.
@@ -91,6 +91,11 @@ enum stoke_record
    * [`RecordHeader`]; a later sample with the same tgid is a new process.
    */
   STOKE_RECORD_EXIT = 3,
+  /**
+   * A thread's time off the CPU: a [`RecordHeader`] whose `off_cpu_ns`
+   * is the time, followed by the stacks it waited in.
+   */
+  STOKE_RECORD_OFF_CPU = 4,
 };
 #if __STDC_VERSION__ >= 202311L
 typedef enum stoke_record stoke_record;
@@ -134,6 +139,19 @@ enum stoke_counter
    * Signals to a JVM thread that the kernel refused to send.
    */
   STOKE_COUNTER_SIGNAL_FAILED = 6,
+  /**
+   * Off-CPU records sent to userspace.
+   */
+  STOKE_COUNTER_OFF_CPU_SENT = 7,
+  /**
+   * Off-CPU waits long enough to count but over the per-CPU budget of
+   * records per second, left out.
+   */
+  STOKE_COUNTER_OFF_CPU_OVER_BUDGET = 8,
+  /**
+   * Off-CPU records dropped because the ring buffer was full.
+   */
+  STOKE_COUNTER_OFF_CPU_LOST_RING_FULL = 9,
 };
 #if __STDC_VERSION__ >= 202311L
 typedef enum stoke_counter stoke_counter;
@@ -271,7 +289,7 @@ typedef uint32_t stoke_stop;
 /**
  * The fixed start of every ring-buffer record.
  *
- * A sample is followed by `kernel_frames` then `user_frames` return
+ * A sample or off-CPU record is followed by `kernel_frames` then `user_frames` return
  * addresses (`u64`), innermost frame first.
  */
 struct stoke_record_header {
@@ -311,6 +329,11 @@ struct stoke_record_header {
    * `SAMPLE_*` bits.
    */
   uint32_t flags;
+  /**
+   * For an off-CPU record, the nanoseconds the thread was off the CPU
+   * (its stack's weight); 0 in other records.
+   */
+  uint64_t off_cpu_ns;
 };
 
 /**

@@ -22,6 +22,9 @@ pub enum RecordKind {
     /// A process ended (its thread group leader exited). A bare
     /// [`RecordHeader`]; a later sample with the same tgid is a new process.
     Exit = 3,
+    /// A thread's time off the CPU: a [`RecordHeader`] whose `off_cpu_ns`
+    /// is the time, followed by the stacks it waited in.
+    OffCpu = 4,
 }
 
 /// [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
@@ -32,7 +35,7 @@ pub const SAMPLE_SIGNALLED: u32 = 1 << 1;
 
 /// The fixed start of every ring-buffer record.
 ///
-/// A sample is followed by `kernel_frames` then `user_frames` return
+/// A sample or off-CPU record is followed by `kernel_frames` then `user_frames` return
 /// addresses (`u64`), innermost frame first.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +58,9 @@ pub struct RecordHeader {
     pub user_frames: u16,
     /// `SAMPLE_*` bits.
     pub flags: u32,
+    /// For an off-CPU record, the nanoseconds the thread was off the CPU
+    /// (its stack's weight); 0 in other records.
+    pub off_cpu_ns: u64,
 }
 
 /// Size of [`RecordHeader`] in bytes.
@@ -78,7 +84,14 @@ pub enum Counter {
     LostLifecycle = 5,
     /// Signals to a JVM thread that the kernel refused to send.
     SignalFailed = 6,
+    /// Off-CPU records sent to userspace.
+    OffCpuSent = 7,
+    /// Off-CPU waits long enough to count but over the per-CPU budget of
+    /// records per second, left out.
+    OffCpuOverBudget = 8,
+    /// Off-CPU records dropped because the ring buffer was full.
+    OffCpuLostRingFull = 9,
 }
 
 /// Number of [`Counter`]s, the size of the `counters` array.
-pub const COUNTER_COUNT: u32 = 7;
+pub const COUNTER_COUNT: u32 = 10;

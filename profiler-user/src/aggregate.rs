@@ -56,26 +56,36 @@ struct RawStack {
     stop: StopReason,
 }
 
-/// Counts samples during a recording.
+/// Counts one event's stacks during a recording: CPU samples, or the
+/// nanoseconds of off-CPU waits.
 #[derive(Debug, Default)]
 pub struct Aggregator {
     options: AggregateOptions,
-    stacks: HashMap<RawStack, u64>,
+    event: Event,
+    /// Each stack's value in the event's unit, and its sample count.
+    stacks: HashMap<RawStack, (u64, u64)>,
     thread_names: HashMap<(ImageId, u32), String>,
     samples: u64,
 }
 
 impl Aggregator {
-    /// An empty aggregation.
-    pub fn new(options: AggregateOptions) -> Self {
+    /// An empty aggregation of `event`.
+    pub fn new(options: AggregateOptions, event: Event) -> Self {
         Self {
             options,
+            event,
             ..Self::default()
         }
     }
 
     /// Counts one sample.
     pub fn add(&mut self, merged: MergedSample) {
+        self.add_weighted(merged, 1);
+    }
+
+    /// Counts one sample worth `value` in the event's unit (an off-CPU
+    /// wait's nanoseconds).
+    pub fn add_weighted(&mut self, merged: MergedSample, value: u64) {
         let MergedSample {
             image,
             sample,
@@ -96,7 +106,9 @@ impl Aggregator {
             java: java.into(),
             stop: sample.stop,
         };
-        *self.stacks.entry(stack).or_default() += 1;
+        let (total, count) = self.stacks.entry(stack).or_default();
+        *total += value;
+        *count += 1;
         self.samples += 1;
     }
 
@@ -131,7 +143,7 @@ impl Aggregator {
         let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels, FrameModules)> = HashMap::new();
         let mut module_table = ModuleTable::default();
         let mut process_labels: HashMap<ImageId, Vec<(&'static str, Arc<str>)>> = HashMap::new();
-        for (stack, samples) in &self.stacks {
+        for (stack, &(value, samples)) in &self.stacks {
             let image = processes.image(stack.image);
             let mut frames = self.context_frames(stack, image);
             let context_frames = frames.len();
@@ -150,7 +162,7 @@ impl Aggregator {
             }
             if stack.java.is_empty() && !stack.user.is_empty() {
                 let reached = reached_root(stack.stop, &frames[outermost_user]);
-                summary.stack_quality.count(reached, stack.stop, *samples);
+                summary.stack_quality.count(reached, stack.stop, samples);
             }
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
                 frames.extend(names.kernel(call_site(index, address)).iter().cloned());
@@ -168,11 +180,11 @@ impl Aggregator {
                 let modules = modules.split_off(context_frames).into();
                 (0, context_frames, labels.into(), modules)
             });
-            entry.0 += samples;
+            entry.0 += value;
         }
         summary.samples = self.samples;
         Profile {
-            event: Event::Cpu,
+            event: self.event,
             stacks: folded
                 .into_iter()
                 .map(
@@ -320,10 +332,13 @@ mod tests {
         ] {
             let mut processes = ProcessRegistry::default();
             let image = processes.image_for(gone, "t1");
-            let mut aggregator = Aggregator::new(AggregateOptions {
-                threads,
-                ..AggregateOptions::default()
-            });
+            let mut aggregator = Aggregator::new(
+                AggregateOptions {
+                    threads,
+                    ..AggregateOptions::default()
+                },
+                Event::Cpu,
+            );
             for (tid, address) in [(1, 0x10), (1, 0x10), (2, 0x20)] {
                 aggregator.add(MergedSample::native(
                     image,

@@ -136,6 +136,13 @@ pub struct SamplingArgs {
     )]
     pub events: Vec<Event>,
 
+    /// With -e offcpu, the shortest wait counted, in nanoseconds. The
+    /// default, 100 µs, keeps the waits on disks, networks and timers,
+    /// and leaves out the microsecond hand-offs of context-switch storms
+    /// before any stack is taken.
+    #[arg(long, value_name = "NS", default_value_t = 100_000)]
+    pub offcpu_min: u64,
+
     /// Add a frame for the thread under each process frame.
     #[arg(short = 't', long = "threads")]
     pub threads: bool,

@@ -23,7 +23,7 @@ pub enum Event {
 
 /// The events a build can record so far; the others are refused with one
 /// line before anything starts.
-const SUPPORTED: &[Event] = &[Event::Cpu];
+const SUPPORTED: &[Event] = &[Event::Cpu, Event::Offcpu];
 
 impl Event {
     /// Its name on the command line and in file names.
@@ -145,6 +145,10 @@ mod tests {
     fn events_are_kept_once_in_order_and_unsupported_ones_refused() {
         assert_eq!(checked(&[Event::Cpu, Event::Cpu]).unwrap(), [Event::Cpu]);
         assert_eq!(checked(&[]).unwrap(), [Event::Cpu]);
+        assert_eq!(
+            checked(&[Event::Offcpu, Event::Cpu]).unwrap(),
+            [Event::Offcpu, Event::Cpu]
+        );
         let error = checked(&[Event::Cpu, Event::Lock]).unwrap_err().to_string();
         assert!(error.contains("-e lock"), "{error}");
     }

@@ -119,6 +119,9 @@ pub struct RecordingSummary {
     pub lost_lifecycle_records: u64,
     /// Samples of idle CPUs, left out unless `--idle` was given.
     pub idle_skipped: u64,
+    /// Off-CPU waits long enough to count but left out because their CPU
+    /// had sent its budget of off-CPU records that second.
+    pub over_budget: u64,
     /// Process images sampled (an exec starts a new one).
     pub processes: usize,
     /// Mean run time of the BPF sampler per sample, when the kernel's BPF
@@ -189,7 +192,7 @@ fn optional_seconds<S: Serializer>(
 impl RecordingSummary {
     /// Samples taken but missing from the profile.
     pub fn lost(&self) -> u64 {
-        self.lost_ring_full + self.malformed_records
+        self.lost_ring_full + self.malformed_records + self.over_budget
     }
 }
 

@@ -15,6 +15,8 @@ use std::{
 
 use anyhow::Result;
 use profiler_common::Counter;
+
+use crate::sample::sampler::{CounterTotals, OffCpuConfig};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::{
@@ -44,6 +46,12 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
 /// Rows of compiled unwind tables the BPF map holds (16 bytes each): room
 /// for libc, libjvm and a few hundred other libraries.
 const UNWIND_ROWS: u32 = 1 << 20;
+
+/// Most off-CPU records each CPU sends per second. Taking a blocked
+/// thread's stacks costs a few microseconds, so this bounds their cost to
+/// about 1% of a CPU in a storm of long waits; waits past it are counted
+/// in the summary as over budget.
+const OFFCPU_RECORDS_PER_CPU_SECOND: u32 = 2000;
 
 /// The wait while a JVM is being attached, so that its agent is put to use
 /// as soon as it is ready.
@@ -75,7 +83,10 @@ pub struct Recording {
     /// Process images handed to the unwinder so far.
     images_loaded: usize,
     options: AggregateOptions,
+    /// CPU samples.
     aggregator: Aggregator,
+    /// Off-CPU waits, weighed by their nanoseconds.
+    offcpu: Aggregator,
     java: JavaProfiler,
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
@@ -88,8 +99,8 @@ pub struct Recording {
     /// being full).
     malformed: u64,
     started: Instant,
-    /// Ring-full losses counted before the current interval.
-    lost_before: u64,
+    /// The sampler's counters when the current interval began.
+    counters_before: CounterTotals,
 }
 
 impl Recording {
@@ -102,6 +113,11 @@ impl Recording {
             include_idle: args.idle,
             bpf_stats: args.bpf_stats,
             unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
+            cpu: events.contains(&Event::Cpu),
+            offcpu: events.contains(&Event::Offcpu).then_some(OffCpuConfig {
+                min_ns: args.offcpu_min,
+                records_per_cpu_second: OFFCPU_RECORDS_PER_CPU_SECOND,
+            }),
         })?;
         let unwinder = if args.frame_pointers {
             None
@@ -120,7 +136,8 @@ impl Recording {
             unwinder,
             images_loaded: 0,
             options,
-            aggregator: Aggregator::new(options),
+            aggregator: Aggregator::new(options, Event::Cpu),
+            offcpu: Aggregator::new(options, Event::Offcpu),
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform),
             symbolizer: Symbolizer::new(args.lines),
             names: AddressNames::default(),
@@ -129,7 +146,7 @@ impl Recording {
             frequency_hz: args.frequency,
             malformed: 0,
             started: Instant::now(),
-            lost_before: 0,
+            counters_before: CounterTotals::default(),
         })
     }
 
@@ -193,6 +210,7 @@ impl Recording {
             processes,
             unwinder,
             aggregator,
+            offcpu,
             java,
             malformed,
             ..
@@ -207,6 +225,10 @@ impl Recording {
                 } else {
                     aggregator.add(MergedSample::native(image, sample));
                 }
+            }
+            Ok(Record::OffCpu { sample, off_cpu_ns }) => {
+                let image = processes.image_for(sample.tgid, &sample.comm);
+                offcpu.add_weighted(MergedSample::native(image, sample), off_cpu_ns);
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
                 processes.forget(tgid);
@@ -241,25 +263,38 @@ impl Recording {
     /// Java stacks go into the next interval.
     pub fn cut(&mut self, since: Instant) -> Result<Vec<Profile>> {
         self.java.await_names(INTERVAL_NAMES_WAIT);
-        let lost = self.sampler.counters()?[Counter::LostRingFull as usize];
-        let aggregator = std::mem::replace(&mut self.aggregator, Aggregator::new(self.options));
+        let counters = self.sampler.counters()?;
+        let mut since_cut = counters;
+        for (count, before) in since_cut.iter_mut().zip(self.counters_before) {
+            *count = count.saturating_sub(before);
+        }
+        self.counters_before = counters;
+        let cpu = std::mem::replace(
+            &mut self.aggregator,
+            Aggregator::new(self.options, Event::Cpu),
+        );
+        let offcpu = std::mem::replace(
+            &mut self.offcpu,
+            Aggregator::new(self.options, Event::Offcpu),
+        );
         let summary = RecordingSummary {
             duration: since.elapsed(),
             started: SystemTime::now().checked_sub(since.elapsed()),
             frequency_hz: self.frequency_hz,
             cpus: self.cpus(),
-            lost_ring_full: lost.saturating_sub(self.lost_before),
+            lost_ring_full: since_cut[Counter::LostRingFull as usize],
             processes: self.processes.len(),
             ..RecordingSummary::default()
         };
-        self.lost_before = lost;
-        let profile = self.name_and_fold(aggregator, summary);
+        let offcpu_summary = offcpu_summary(&summary, &since_cut);
+        let cpu = self.name_and_fold(cpu, summary);
+        let offcpu = self.name_and_fold(offcpu, offcpu_summary);
         self.load_new_images();
         self.processes.evict_ended();
         self.images_loaded = self.processes.len();
         self.java.release_ended();
         self.names.forget_unused();
-        Ok(per_event(&self.events, profile))
+        Ok(per_event(&self.events, cpu, offcpu))
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names
@@ -270,6 +305,7 @@ impl Recording {
             mut processes,
             unwinder,
             mut aggregator,
+            offcpu,
             java,
             symbolizer,
             mut names,
@@ -294,7 +330,12 @@ impl Recording {
             aggregator.add(merged);
         }
         let naming = Instant::now();
-        names.resolve(aggregator.addresses(&processes), &symbolizer);
+        names.resolve(
+            aggregator
+                .addresses(&processes)
+                .chain(offcpu.addresses(&processes)),
+            &symbolizer,
+        );
         let summary = RecordingSummary {
             duration,
             started: SystemTime::now().checked_sub(duration),
@@ -314,8 +355,15 @@ impl Recording {
             symbolized_addresses: names.len(),
             ..RecordingSummary::default()
         };
-        let cpu = aggregator.fold(&processes, &names, &|pid| java_symbols.get(&pid), summary);
-        Ok(per_event(&events, cpu))
+        let java = |pid| java_symbols.get(&pid);
+        let offcpu = offcpu.fold(
+            &processes,
+            &names,
+            &java,
+            offcpu_summary(&summary, &counters),
+        );
+        let cpu = aggregator.fold(&processes, &names, &java, summary);
+        Ok(per_event(&events, cpu, offcpu))
     }
 
     /// Names the addresses of `aggregator`'s stacks and folds them.
@@ -335,16 +383,29 @@ impl Recording {
     }
 }
 
-/// The profiles of `events`, in order, from the recording's CPU profile
-/// (the one event recorded so far: [`event::checked`] refuses the others).
-fn per_event(events: &[Event], cpu: Profile) -> Vec<Profile> {
-    if events.contains(&Event::Cpu) {
-        vec![Profile {
-            event: Event::Cpu,
-            ..cpu
-        }]
-    } else {
-        Vec::new()
+/// The profiles of `events`, in order (the events recorded so far:
+/// [`event::checked`] refuses the others).
+fn per_event(events: &[Event], cpu: Profile, offcpu: Profile) -> Vec<Profile> {
+    let mut profiles = [Some(cpu), Some(offcpu)];
+    events
+        .iter()
+        .filter_map(|&event| match event {
+            Event::Cpu => profiles[0].take(),
+            Event::Offcpu => profiles[1].take(),
+            Event::Alloc | Event::Lock => None,
+        })
+        .collect()
+}
+
+/// The off-CPU profile's summary: the CPU profile's, with the off-CPU
+/// records' own losses (`counters`, over the time `summary` covers).
+fn offcpu_summary(summary: &RecordingSummary, counters: &CounterTotals) -> RecordingSummary {
+    RecordingSummary {
+        lost_ring_full: counters[Counter::OffCpuLostRingFull as usize],
+        over_budget: counters[Counter::OffCpuOverBudget as usize],
+        idle_skipped: 0,
+        stack_quality: Default::default(),
+        ..summary.clone()
     }
 }
 

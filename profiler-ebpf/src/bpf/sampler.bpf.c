@@ -3,6 +3,8 @@
  * Stoke's CPU sampler: a perf_event program on the software cpu-clock event of
  * every online CPU, plus exec/exit tracepoints that tell userspace when a
  * process's address space stops being the one it has snapshotted. The
+ * off-CPU programs (offcpu.bpf.h, included at the end) share its maps and
+ * its unwinder: all are one object. The
  * tracepoints are BTF ones (tp_btf): they attach through the kernel's BTF,
  * with no tracefs or debugfs mounted (a fresh host has neither).
  *
@@ -397,28 +399,20 @@ static long unwind_step(__u32 index, void *unused)
 	return 0;
 }
 
-/* Unwinds the user stack with the process's tables into the record, after
- * the kernel frames; returns the bytes written, and the stop reason. */
-static __always_inline long unwind_user(struct bpf_perf_event_data *ctx, struct task_struct *task,
-					__u32 tgid, bool in_kernel, long kernel_bytes, __u32 *stop)
+/* Unwinds the user stack, from registers pc, sp and bp, with the process's
+ * tables into the record, after the kernel frames; returns the bytes
+ * written, and the stop reason. */
+static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp, __u32 tgid,
+					long kernel_bytes, __u32 *stop)
 {
 	__u32 zero = 0;
 	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &zero);
-	struct pt_regs *user;
 
 	if (!state)
 		return 0;
-	if (in_kernel) {
-		/* The user registers saved when the thread entered the kernel. */
-		user = (struct pt_regs *)bpf_task_pt_regs(task);
-		state->pc = BPF_CORE_READ(user, ip);
-		state->sp = BPF_CORE_READ(user, sp);
-		state->bp = BPF_CORE_READ(user, bp);
-	} else {
-		state->pc = *(volatile __u64 *)&ctx->regs.ip;
-		state->sp = *(volatile __u64 *)&ctx->regs.sp;
-		state->bp = *(volatile __u64 *)&ctx->regs.bp;
-	}
+	state->pc = pc;
+	state->sp = sp;
+	state->bp = bp;
 	state->tgid = tgid;
 	state->count = 0;
 	state->first = kernel_bytes / sizeof(__u64);
@@ -437,6 +431,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	__u32 zero = 0;
 	struct sample_record *record;
 	struct task_struct *task;
+	struct pt_regs *user;
 	__u32 *signal, stop = STOKE_STOP_FRAME_POINTERS;
 	bool in_kernel;
 	long kernel_bytes = 0, user_bytes = 0;
@@ -460,6 +455,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	record->header.tid = (__u32)pid_tgid;
 	record->header.time_ns = bpf_ktime_get_ns();
 	record->header.flags = in_kernel ? STOKE_SAMPLE_IN_KERNEL : 0;
+	record->header.off_cpu_ns = 0;
 	bpf_get_current_comm(record->header.comm, sizeof(record->header.comm));
 
 	/* A user-mode sample has no kernel stack: asking would only fail. */
@@ -481,7 +477,17 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	if (task->flags & PF_KTHREAD) {
 		/* Kernel threads have no user stack. */
 	} else if (bpf_map_lookup_elem(&unwind_processes, &tgid)) {
-		user_bytes = unwind_user(ctx, task, tgid, in_kernel, kernel_bytes, &stop);
+		if (in_kernel) {
+			/* The user registers saved when the thread entered the kernel. */
+			user = (struct pt_regs *)bpf_task_pt_regs(task);
+			user_bytes = unwind_user(BPF_CORE_READ(user, ip), BPF_CORE_READ(user, sp),
+						 BPF_CORE_READ(user, bp), tgid, kernel_bytes, &stop);
+		} else {
+			user_bytes = unwind_user(*(volatile __u64 *)&ctx->regs.ip,
+						 *(volatile __u64 *)&ctx->regs.sp,
+						 *(volatile __u64 *)&ctx->regs.bp, tgid, kernel_bytes,
+						 &stop);
+		}
 		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {
 		user_bytes = bpf_get_stack(ctx, (void *)record->frames + kernel_bytes,
@@ -564,5 +570,7 @@ int BPF_PROG(process_exit, struct task_struct *task)
 		end_address_space(STOKE_RECORD_EXIT);
 	return 0;
 }
+
+#include "offcpu.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

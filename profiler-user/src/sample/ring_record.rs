@@ -21,6 +21,14 @@ pub enum Record {
         /// The process.
         tgid: u32,
     },
+    /// A thread's wait off the CPU, with the stacks it waited in (`time_ns`
+    /// is when the wait ended).
+    OffCpu {
+        /// The thread and its stacks.
+        sample: Sample,
+        /// How long it was off the CPU.
+        off_cpu_ns: u64,
+    },
 }
 
 /// A CPU sample with its stacks, innermost frame first.
@@ -89,7 +97,7 @@ impl Record {
         match RecordKind::try_from(header.kind).ok() {
             Some(RecordKind::Exec) => Ok(Self::Exec { tgid: header.tgid }),
             Some(RecordKind::Exit) => Ok(Self::Exit { tgid: header.tgid }),
-            Some(RecordKind::Sample) => {
+            Some(kind @ (RecordKind::Sample | RecordKind::OffCpu)) => {
                 let kernel_frames = usize::from(header.kernel_frames).min(MAX_FRAMES);
                 let user_frames = usize::from(header.user_frames).min(MAX_FRAMES);
                 let frame_bytes = &bytes[RECORD_HEADER_SIZE..];
@@ -101,7 +109,7 @@ impl Record {
                     .map(|chunk| u64::from_ne_bytes(chunk.try_into().expect("8-byte chunk")));
                 let kernel = frames.by_ref().take(kernel_frames).collect();
                 let user = frames.take(user_frames).collect();
-                Ok(Self::Sample(Sample {
+                let sample = Sample {
                     tgid: header.tgid,
                     tid: header.tid,
                     cpu: header.cpu,
@@ -111,7 +119,15 @@ impl Record {
                     user,
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
                     stop: StopReason::from_flags(header.flags),
-                }))
+                };
+                Ok(if kind == RecordKind::OffCpu {
+                    Self::OffCpu {
+                        sample,
+                        off_cpu_ns: header.off_cpu_ns,
+                    }
+                } else {
+                    Self::Sample(sample)
+                })
             }
             None => Err(RecordError::UnknownKind(header.kind)),
         }
@@ -141,6 +157,7 @@ mod tests {
             kernel_frames: kernel.len() as u16,
             user_frames: user.len() as u16,
             flags: SAMPLE_SIGNALLED,
+            off_cpu_ns: 5_000_000,
         };
         // SAFETY: reading a repr(C) value's bytes.
         let mut bytes = unsafe {
@@ -170,6 +187,16 @@ mod tests {
         assert_eq!(sample.kernel, [1, 2]);
         assert_eq!(sample.user, [3, 4, 5]);
         assert!(sample.signalled);
+    }
+
+    #[test]
+    fn off_cpu_records_carry_their_time_and_stacks() {
+        let record = Record::parse(&raw(RecordKind::OffCpu, &[1], &[2, 3])).unwrap();
+        let Record::OffCpu { sample, off_cpu_ns } = record else {
+            panic!("not an off-CPU record")
+        };
+        assert_eq!(off_cpu_ns, 5_000_000);
+        assert_eq!((sample.kernel, sample.user), (vec![1], vec![2, 3]));
     }
 
     #[test]

@@ -31,6 +31,20 @@ pub struct SamplerConfig {
     pub bpf_stats: bool,
     /// Capacity of the unwind-table rows map; 0 walks frame pointers only.
     pub unwind_rows: u32,
+    /// Sample CPUs (`-e cpu`).
+    pub cpu: bool,
+    /// Record off-CPU time (`-e offcpu`).
+    pub offcpu: Option<OffCpuConfig>,
+}
+
+/// How off-CPU time is recorded.
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuConfig {
+    /// Shorter waits are not counted.
+    pub min_ns: u64,
+    /// Most off-CPU records each CPU sends per second; longer waits past it
+    /// are counted as over budget.
+    pub records_per_cpu_second: u32,
 }
 
 /// The running BPF sampler. Sampling stops when it is dropped.
@@ -66,11 +80,20 @@ impl Sampler {
         let filter_tgids = u8::from(config.pids.is_some());
         let include_idle = u8::from(config.include_idle);
         let target_count = config.pids.as_ref().map_or(1, |pids| pids.len().max(1));
+        let offcpu_min_ns = config.offcpu.map_or(0, |offcpu| offcpu.min_ns);
+        let offcpu_budget = config
+            .offcpu
+            .map_or(0, |offcpu| offcpu.records_per_cpu_second);
 
+        // The off-CPU task storage is used only by the BPF side: aya has no
+        // type for it, which is no matter.
         let mut ebpf = EbpfLoader::new()
+            .allow_unsupported_maps()
             .override_global("filter_tgids", &filter_tgids, true)
             .override_global("include_idle", &include_idle, true)
             .override_global("wakeup_bytes", &wakeup_bytes, true)
+            .override_global("offcpu_min_ns", &offcpu_min_ns, true)
+            .override_global("offcpu_budget", &offcpu_budget, true)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
@@ -96,10 +119,17 @@ impl Sampler {
         let btf = Btf::from_sys_fs().map_err(|error| {
             anyhow!("reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y")
         })?;
-        for (program, event) in [
+        let mut tracepoints = vec![
             ("process_exec", "sched_process_exec"),
             ("process_exit", "sched_process_exit"),
-        ] {
+        ];
+        if config.offcpu.is_some() {
+            // Syscall exits first: no wait's record is left without its
+            // user stack.
+            tracepoints.push(("offcpu_syscall_exit", "sys_exit"));
+            tracepoints.push(("offcpu_switch", "sched_switch"));
+        }
+        for (program, event) in tracepoints {
             let tracepoint: &mut BtfTracePoint = ebpf
                 .program_mut(program)
                 .with_context(|| format!("no {program} program in the BPF object"))?
@@ -119,7 +149,7 @@ impl Sampler {
             .context("no sample_cpu program in the BPF object")?
             .try_into()?;
         sampler.load().map_err(explain_program_error)?;
-        for &cpu in &cpus {
+        for &cpu in cpus.iter().filter(|_| config.cpu) {
             sampler
                 .attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),

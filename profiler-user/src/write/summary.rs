@@ -37,6 +37,10 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
         ),
         ("Idle samples left out", summary.idle_skipped.to_string()),
         (
+            "Off-CPU waits left out (over budget)",
+            summary.over_budget.to_string(),
+        ),
+        (
             "Duration",
             format!("{:.1} s", summary.duration.as_secs_f64()),
         ),

@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Off-CPU time: how long threads wait blocked or asleep, and in what stack.
+ * Included at the end of sampler.bpf.c, whose maps, counters and user-stack
+ * unwinder it uses.
+ *
+ * How. On sched_switch (a BTF tracepoint, no tracefs), a profiled thread
+ * leaving the CPU while not runnable gets the time in its task storage
+ * (BPF_MAP_TYPE_TASK_STORAGE: one slot per live thread that ever blocked,
+ * freed by the kernel with the thread, so nothing to evict and no bound to
+ * guess). A preempted thread is runnable, not waiting: it is not counted.
+ * When the thread is switched back in, the same tracepoint knows how long
+ * it was off; only then, and only if that is at least offcpu_min_ns and the
+ * CPU's budget of records this second is not spent, is any stack taken: a
+ * context-switch storm of short waits costs two task-storage lookups per
+ * switch and no unwinding.
+ *
+ * Where the stacks come from. The kernel stack is the switched-in thread's
+ * own, still where it blocked: bpf_get_task_stack reads it at switch-in,
+ * before the thread runs (the kernel leaves the scheduler's own __sched
+ * functions out of it; __schedule is put back here). The user stack needs
+ * the thread's address space, which at sched_switch is still the previous
+ * thread's; finish_task_switch, which runs in the new thread's context,
+ * could only be hooked by a kprobe (kernels may be built without them) or
+ * fentry (which kernels may refuse, as our test host's does). So the
+ * kernel stack and the time wait in the task storage, and the user stack
+ * is unwound at the thread's next syscall exit (the sys_exit BTF
+ * tracepoint, in its own context), with the same unwinder as CPU samples:
+ * its user registers then are still those it entered the kernel with, the
+ * stack it waited in. A thread that blocked outside a syscall (a page
+ * fault) reaches no syscall exit with those registers: when it next blocks
+ * from elsewhere, its waiting record goes out with the kernel stack and the
+ * one user address it entered the kernel at. Several waits within one
+ * syscall (a read woken before its data came) add up into one record.
+ *
+ * Nothing here signals a thread: a JVM's threads get native and kernel
+ * frames only, and no blocked syscall is ever interrupted.
+ */
+
+/* Kernel frames kept per waiting thread: blocking kernel stacks are 10-30
+ * frames deep, and this bounds the task storage to ~0.6 KiB a thread. */
+#define OFFCPU_KERNEL_FRAMES 64
+
+const volatile __u64 offcpu_min_ns = 0;  /* shorter waits are not counted */
+const volatile __u32 offcpu_budget = 0;  /* records per CPU per second */
+
+/* A thread's off-CPU state. */
+struct offcpu_task {
+	__u64 off_since;   /* when it blocked; 0 while it runs */
+	__u64 pending_ns;  /* time off the CPU waiting for its user stack */
+	__u64 pending_at;  /* when that wait ended */
+	__u64 user_ip;     /* the user registers it waited with */
+	__u64 user_sp;
+	__u32 kernel_frames;
+	__u32 _pad;
+	__u64 kernel[OFFCPU_KERNEL_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_task);
+} offcpu_tasks SEC(".maps");
+
+/* Records sent in the current second, per CPU. */
+struct offcpu_window {
+	__u64 start;
+	__u64 used;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_window);
+} offcpu_windows SEC(".maps");
+
+/* Takes one of this CPU's records for this second, if one is left. */
+static __always_inline bool offcpu_token(__u64 now)
+{
+	__u32 zero = 0;
+	struct offcpu_window *window = bpf_map_lookup_elem(&offcpu_windows, &zero);
+
+	if (!window)
+		return false;
+	if (now - window->start >= 1000000000ULL) {
+		window->start = now;
+		window->used = 0;
+	}
+	if (window->used >= offcpu_budget) {
+		count(STOKE_COUNTER_OFF_CPU_OVER_BUDGET);
+		return false;
+	}
+	window->used++;
+	return true;
+}
+
+/* Threads of the profiled processes; never the idle task. */
+static __always_inline bool offcpu_profiled(struct task_struct *task)
+{
+	__u32 tgid = task->tgid;
+
+	if (tgid == 0)
+		return false;
+	return !filter_tgids || bpf_map_lookup_elem(&target_tgids, &tgid);
+}
+
+/* Sends the wait of `task` with its kernel stack and `user_bytes` of user
+ * frames already in the scratch record after them. */
+static __always_inline void offcpu_send(struct sample_record *record, struct offcpu_task *state,
+					struct task_struct *task, long user_bytes)
+{
+	__u32 tgid = task->tgid;
+
+	record->header.kind = STOKE_RECORD_OFF_CPU;
+	record->header.cpu = bpf_get_smp_processor_id();
+	record->header.tgid = tgid;
+	record->header.tid = task->pid;
+	record->header.time_ns = state->pending_at;
+	record->header.off_cpu_ns = state->pending_ns;
+	record->header.kernel_frames = state->kernel_frames;
+	record->header.user_frames = user_bytes / sizeof(__u64);
+	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
+	state->pending_ns = 0;
+	if (bpf_ringbuf_output(&samples, record,
+			       sizeof(record->header) +
+				       (state->kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) *
+					       sizeof(__u64) +
+				       user_bytes,
+			       ring_flags(announce(tgid))) == 0)
+		count(STOKE_COUNTER_OFF_CPU_SENT);
+	else
+		count(STOKE_COUNTER_OFF_CPU_LOST_RING_FULL);
+}
+
+/* The scratch record with the waiting kernel stack copied in; NULL if
+ * there is none. */
+static __always_inline struct sample_record *offcpu_record(struct offcpu_task *state)
+{
+	__u32 zero = 0;
+	struct sample_record *record = bpf_map_lookup_elem(&scratch, &zero);
+
+	if (!record)
+		return NULL;
+	if (state->kernel_frames > OFFCPU_KERNEL_FRAMES)
+		state->kernel_frames = OFFCPU_KERNEL_FRAMES;
+	__builtin_memcpy(record->frames, state->kernel, sizeof(state->kernel));
+	record->header.flags = STOKE_SAMPLE_IN_KERNEL;
+	return record;
+}
+
+/* A waiting record that will get no user stack: out with the address the
+ * thread entered the kernel at as its only user frame (none for a kernel
+ * thread). */
+static __always_inline void offcpu_send_without_unwinding(struct offcpu_task *state,
+							  struct task_struct *task)
+{
+	struct sample_record *record = offcpu_record(state);
+	long user_bytes = 0;
+	__u32 slot = state->kernel_frames;
+
+	if (!record)
+		return;
+	if (!(task->flags & PF_KTHREAD) && state->user_ip && slot < OFFCPU_KERNEL_FRAMES) {
+		record->frames[slot] = state->user_ip;
+		user_bytes = sizeof(__u64);
+	}
+	offcpu_send(record, state, task, user_bytes);
+}
+
+/* `task` is about to run again on this CPU at `now`. */
+static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 now)
+{
+	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
+	struct inactive_task_frame *frame;
+	struct pt_regs *user;
+	__u64 off, user_ip, user_sp;
+	__u32 first;
+	long bytes;
+
+	if (!state || !state->off_since)
+		return;
+	off = now - state->off_since;
+	state->off_since = 0;
+	user = (struct pt_regs *)bpf_task_pt_regs(task);
+	user_ip = BPF_CORE_READ(user, ip);
+	user_sp = BPF_CORE_READ(user, sp);
+	if (state->pending_ns) {
+		/* Still in the kernel entry it waited in: the same wait. */
+		if (state->user_ip == user_ip && state->user_sp == user_sp) {
+			state->pending_ns += off;
+			state->pending_at = now;
+			return;
+		}
+		offcpu_send_without_unwinding(state, task);
+	}
+	if (off < offcpu_min_ns || !offcpu_token(now))
+		return;
+	/* The kernel leaves the scheduler's own functions (__sched: schedule,
+	 * do_nanosleep...) out of a sleeping task's stack; the innermost,
+	 * __schedule, is put back from where it saved its return address. */
+	frame = (struct inactive_task_frame *)BPF_CORE_READ(task, thread.sp);
+	if (bpf_probe_read_kernel(&state->kernel[0], sizeof(__u64), &frame->ret_addr) != 0)
+		state->kernel[0] = 0;
+	first = state->kernel[0] ? 1 : 0;
+	bytes = bpf_get_task_stack(task, &state->kernel[first],
+				   sizeof(state->kernel) - sizeof(__u64), 0);
+	if (bytes < 0) {
+		count(STOKE_COUNTER_KERNEL_STACK_FAILED);
+		bytes = 0;
+	}
+	state->kernel_frames = first + bytes / sizeof(__u64);
+	state->pending_ns = off;
+	state->pending_at = now;
+	state->user_ip = user_ip;
+	state->user_sp = user_sp;
+	/* A kernel thread has no user stack to wait for. */
+	if (task->flags & PF_KTHREAD)
+		offcpu_send_without_unwinding(state, task);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct offcpu_task *state;
+
+	/* prev_state 0 is TASK_RUNNING: preempted, or woken before it slept. */
+	if (!preempt && prev_state != 0 && offcpu_profiled(prev)) {
+		state = bpf_task_storage_get(&offcpu_tasks, prev, 0,
+					     BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (state)
+			state->off_since = now;
+	}
+	offcpu_switched_in(next, now);
+	return 0;
+}
+
+/* In the thread's own context, its user registers those of the syscall
+ * it waited in: the user stack of a waiting record. */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
+	struct sample_record *record;
+	__u32 tgid, stop = STOKE_STOP_FRAME_POINTERS;
+	long kernel_bytes, user_bytes;
+
+	if (!state || !state->pending_ns)
+		return 0;
+	record = offcpu_record(state);
+	if (!record)
+		return 0;
+	tgid = task->tgid;
+	kernel_bytes = (state->kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64);
+	if (kernel_bytes > OFFCPU_KERNEL_FRAMES * sizeof(__u64))
+		return 0;
+	if (bpf_map_lookup_elem(&unwind_processes, &tgid)) {
+		user_bytes = unwind_user(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
+					 BPF_CORE_READ(regs, bp), tgid, kernel_bytes, &stop);
+		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
+	} else {
+		user_bytes = bpf_get_stack(ctx, (void *)record->frames + kernel_bytes, FRAME_BYTES,
+					   BPF_F_USER_STACK);
+		if (user_bytes < 0) {
+			count(STOKE_COUNTER_USER_STACK_FAILED);
+			user_bytes = 0;
+		}
+	}
+	if (user_bytes > FRAME_BYTES)
+		user_bytes = FRAME_BYTES;
+	user_bytes &= 0x3ff8;
+	if (user_bytes > FRAME_BYTES)
+		return 0;
+	offcpu_send(record, state, task, user_bytes);
+	return 0;
+}

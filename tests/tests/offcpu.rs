@@ -1,0 +1,215 @@
+//! `-e offcpu`: where threads wait, weighed by the nanoseconds they wait.
+//! A program that sleeps 7 ms then waits ~3 ms on a pipe per round comes
+//! out 70:30 with the scheduler's frame on top, unharmed (no call
+//! interrupted, its pace kept); a context-switch storm recorded with no
+//! minimum keeps its pace within a bound, and stoke's output stays within
+//! the per-CPU budget, the waits past it counted.
+
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
+
+use stoke_tests::{args, describe, prepare, read_folded, Running, Stack, Stoke};
+
+/// Stoke's budget of off-CPU records per CPU per second.
+const BUDGET_PER_CPU_SECOND: u64 = 2000;
+
+/// How many `prefix` lines each of `running` prints in `window` from now.
+fn lines_in(running: &[&Running], prefix: &str, window: Duration) -> Vec<f64> {
+    let since = Instant::now();
+    thread::sleep(window);
+    running
+        .iter()
+        .map(|running| running.lines_since(prefix, since) as f64)
+        .collect()
+}
+
+/// Nanoseconds of the stacks with `frame`.
+fn weight_with(stacks: &[Stack], frame: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|stack| stack.contains(frame))
+        .map(|stack| stack.count)
+        .sum()
+}
+
+/// `key=value` from the last `prefix` line of `running`.
+fn last_value(running: &Running, prefix: &str, key: &str) -> f64 {
+    let lines = running.stdout_lines();
+    let line = lines
+        .iter()
+        .rev()
+        .find(|line| line.text.starts_with(prefix))
+        .map_or("", |line| line.text.as_str());
+    value_of(line, key)
+}
+
+/// `key=value` from a line of the workload's.
+fn value_of(line: &str, key: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix(&format!("{key}=")))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+/// Records `running[0]` with `-e offcpu` and `extra` options for
+/// `seconds`, counting the `prefix` lines of each of `running` in a window
+/// before, during (once stoke's start-up work, loading unwind tables, is
+/// over) and after the recording; returns the counts, [before, during,
+/// after] for each.
+fn record_paced(
+    running: &[&Running],
+    prefix: &str,
+    extra: &[String],
+    seconds: f64,
+    outputs: &[String],
+) -> Vec<[f64; 3]> {
+    let window = Duration::from_secs_f64(seconds - 2.0);
+    let before = lines_in(running, prefix, window);
+    let mut command = args![
+        "record",
+        "-p",
+        running[0].pid(),
+        "-e",
+        "offcpu",
+        "-d",
+        seconds
+    ]
+    .to_vec();
+    command.extend_from_slice(extra);
+    for output in outputs {
+        command.extend(args!["-o", output]);
+    }
+    let mut stoke = Stoke::spawn(&command);
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
+    thread::sleep(Duration::from_secs(1));
+    let during = lines_in(running, prefix, window);
+    stoke.wait_recording(seconds);
+    let after = lines_in(running, prefix, window);
+    let counts = (0..running.len())
+        .map(|index| [before[index], during[index], after[index]])
+        .collect();
+    println!("{prefix} lines before, during, after the recording: {counts:?}");
+    counts
+}
+
+#[test]
+fn blocked_time_splits_70_30_under_the_scheduler_and_nothing_is_interrupted() {
+    let (dir, workload) = prepare("offcpu-split", "offcpu_split");
+    let mut running = workload.spawn(&args![120]);
+    // A second copy, not recorded, paced by the same load on the host: the
+    // recorded one's pace is measured against it.
+    let mut control = workload.spawn(&args![120]);
+    let out = dir.join("offcpu.folded");
+    let counts = record_paced(
+        &[&running, &control],
+        "round",
+        &[],
+        5.0,
+        &[out.display().to_string()],
+    );
+    assert!(
+        running.is_alive() && control.is_alive(),
+        "a workload ended early"
+    );
+    assert_eq!(
+        last_value(&running, "round", "eintr"),
+        0.0,
+        "a blocked call was interrupted"
+    );
+    let [recorded, unrecorded] = [counts[0], counts[1]];
+    let pace = (recorded[1] / unrecorded[1])
+        / ((recorded[0] + recorded[2]) / (unrecorded[0] + unrecorded[2]));
+    assert!(
+        pace > 0.95,
+        "while recorded, the workload kept only {:.1}% of its pace beside an unrecorded copy",
+        pace * 100.0
+    );
+
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 12));
+    let main: Vec<Stack> = stacks
+        .into_iter()
+        .filter(|stack| stack.contains("main"))
+        .collect();
+    let seventy = weight_with(&main, "sleep_seventy");
+    let thirty = weight_with(&main, "wait_thirty");
+    let share = 100.0 * seventy as f64 / (seventy + thirty) as f64;
+    let measured = last_value(&running, "round", "seventy_share");
+    println!("sleep_seventy {share:.1}% by stoke, {measured:.1}% as the workload measured");
+    assert!(
+        (share - 70.0).abs() <= 3.0 && (share - measured).abs() <= 2.0,
+        "sleep_seventy has {share:.1}% of the main thread's off-CPU time \
+         (70 ± 3 wanted; the workload measured {measured:.1}%)"
+    );
+    // The main thread waited about 4.5 s while recorded.
+    let total = seventy + thirty;
+    assert!(
+        (3_500_000_000..5_500_000_000).contains(&total),
+        "{total} ns off the CPU in main's two functions (about 4.5 s expected)"
+    );
+    let on_top = main
+        .iter()
+        .filter(|stack| stack.leaf() == "__schedule_[k]")
+        .map(|stack| stack.count)
+        .sum::<u64>();
+    assert!(
+        on_top as f64 >= 0.95 * total as f64,
+        "only {on_top} of {total} ns have __schedule_[k] on top"
+    );
+}
+
+#[test]
+fn a_context_switch_storm_keeps_its_pace_and_stokes_output_stays_in_budget() {
+    let (dir, workload) = prepare("offcpu-storm", "pingpong");
+    let mut running = workload.spawn(&args![120]);
+    let folded = dir.join("storm.folded");
+    let text = dir.join("storm.txt");
+    let seconds = 5.0;
+    // No minimum: every one of its waits would be recorded but for the
+    // budget.
+    let counts = record_paced(
+        &[&running],
+        "tick",
+        &args!["--offcpu-min", 0],
+        seconds,
+        &args![folded.display(), text.display()],
+    );
+    assert!(running.is_alive(), "the ping-pong ended early");
+    assert_eq!(
+        last_value(&running, "tick", "eintr"),
+        0.0,
+        "a blocked call was interrupted"
+    );
+    let [before, during, after] = counts[0];
+    let pace = 2.0 * during / (before + after);
+    assert!(
+        pace > 0.75,
+        "the ping-pong kept only {:.1}% of its pace while recorded",
+        pace * 100.0
+    );
+    let summary = std::fs::read_to_string(&text).unwrap();
+    let count = |label: &str| -> u64 {
+        summary
+            .lines()
+            .find_map(|line| line.strip_prefix(label))
+            .and_then(|rest| rest.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {label:?} in\n{summary}"))
+    };
+    let records = count("Total samples:");
+    let over = count("Off-CPU waits left out (over budget):");
+    let cpus = thread::available_parallelism().unwrap().get() as u64;
+    let most = BUDGET_PER_CPU_SECOND * cpus * (seconds as u64 + 1);
+    println!("{records} records sent, {over} waits over budget");
+    assert!(
+        records <= most && records > most / 4,
+        "{records} off-CPU records in {seconds} s on {cpus} CPUs (budget {most})"
+    );
+    assert!(
+        over > records,
+        "only {over} waits over budget beside {records} records, in a storm"
+    );
+    let size = std::fs::metadata(&folded).unwrap().len();
+    assert!(size < 64 * 1024, "the folded profile takes {size} bytes");
+}
