@@ -21,8 +21,10 @@ pub const WANT_ALLOC: u32 = 1;
 /// (JVMTI MonitorContendedEnter/Entered).
 pub const WANT_LOCK: u32 = 2;
 
-/// Slots of the Java event ring.
-pub const JAVA_EVENT_SLOTS: usize = 512;
+/// Slots of the Java event ring: a second of events of a thread allocating
+/// 1 GB/s at the default interval, between two of stoke's reads (every
+/// 0.25 s at most).
+pub const JAVA_EVENT_SLOTS: usize = 2048;
 /// Most Java frames one event keeps (the outermost are cut).
 pub const MAX_EVENT_FRAMES: usize = 128;
 /// Most bytes of a class signature one event keeps.

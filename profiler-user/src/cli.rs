@@ -148,10 +148,34 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub java_retransform: bool,
 
+    /// With `-e alloc`: the mean bytes a JVM allocates between two sampled
+    /// allocations (HotSpot's heap sampling interval; at least 1024).
+    #[arg(long, value_name = "BYTES", default_value_t = 512 << 10, value_parser = parse_alloc_interval)]
+    pub alloc_interval: u64,
+
+    /// With `-e lock`: the shortest wait for a contended Java monitor that
+    /// is recorded, in nanoseconds.
+    #[arg(long, value_name = "NS", default_value_t = 10_000)]
+    pub lock_threshold: u64,
+
+    /// Until `-e` exists: record this Java event and write its profile
+    /// instead of the CPU profile (for tests).
+    #[arg(long, hide = true, value_enum)]
+    pub java_event: Option<JavaEventChoice>,
+
     /// Measure the BPF sampler's own run time per sample and report it (turns
     /// on the kernel's BPF statistics, for every BPF program, while recording).
     #[arg(long)]
     pub bpf_stats: bool,
+}
+
+/// A Java event to record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum JavaEventChoice {
+    /// Sampled allocations, in bytes.
+    Alloc,
+    /// Contended Java monitors, in nanoseconds waited.
+    Lock,
 }
 
 /// Arguments of `stoke record`.
@@ -253,6 +277,20 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// An allocation sampling interval: bytes, at least 1024 (a smaller one
+/// would make the JVM report nearly every object).
+fn parse_alloc_interval(text: &str) -> Result<u64, String> {
+    let bytes: u64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of bytes"))?;
+    if bytes < 1024 {
+        return Err(format!(
+            "{bytes} bytes is too small: sampling that often would slow the JVM; give at least 1024"
+        ));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -25,7 +25,11 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     announce(&args.sampling, args.duration, recording.cpus());
     let until = args.duration.map(|duration| Instant::now() + duration);
     recording.sample_until(&stop, until, Some(args.duration))?;
-    let profile = recording.finish()?;
+    let (mut profile, java_events) = recording.finish_with_java_events()?;
+    // Until `-e`: the hidden `--java-event` writes that event's profile.
+    if let Some((_, events)) = java_events.into_iter().next() {
+        profile = events;
+    }
 
     let written = outputs.names();
     outputs.write(&profile)?;

@@ -14,13 +14,17 @@ use std::{
 };
 
 use anyhow::Result;
-use profiler_common::Counter;
+use profiler_common::{
+    java_events::{JavaEventKind, WANT_ALLOC, WANT_LOCK},
+    Counter,
+};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
     jvm::{
+        java_events::JavaEventSettings,
         profiler::{JavaProfiler, JavaResults},
         MergedSample,
     },
@@ -75,6 +79,8 @@ pub struct Recording {
     images_loaded: usize,
     options: AggregateOptions,
     aggregator: Aggregator,
+    /// One aggregation per Java event recorded (allocations, locks).
+    java_events: Vec<(JavaEventKind, Aggregator)>,
     java: JavaProfiler,
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
@@ -110,6 +116,24 @@ impl Recording {
             lines: args.lines,
             group_by: args.group_by,
         };
+        let java_kinds: Vec<JavaEventKind> = args
+            .java_event
+            .iter()
+            .map(|event| match event {
+                crate::cli::JavaEventChoice::Alloc => JavaEventKind::Alloc,
+                crate::cli::JavaEventChoice::Lock => JavaEventKind::Monitor,
+            })
+            .collect();
+        let java_settings = JavaEventSettings {
+            wanted: java_kinds.iter().fold(0, |bits, kind| {
+                bits | match kind {
+                    JavaEventKind::Alloc => WANT_ALLOC,
+                    JavaEventKind::Monitor => WANT_LOCK,
+                }
+            }),
+            alloc_interval: args.alloc_interval,
+            lock_threshold_ns: args.lock_threshold,
+        };
         Ok(Self {
             sampler,
             processes: ProcessRegistry::default(),
@@ -117,7 +141,12 @@ impl Recording {
             images_loaded: 0,
             options,
             aggregator: Aggregator::new(options),
-            java: JavaProfiler::new(!args.no_jvm, args.java_retransform),
+            java_events: java_kinds
+                .into_iter()
+                .map(|kind| (kind, Aggregator::new(options)))
+                .collect(),
+            java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
+                .with_java_events(java_settings),
             symbolizer: Symbolizer::new(args.lines),
             names: AddressNames::default(),
             pids: args.pids.clone(),
@@ -215,6 +244,7 @@ impl Recording {
         for merged in java.collect(sampler, processes)? {
             aggregator.add(merged);
         }
+        count_java_events(&mut self.java_events, java.take_java_events());
         self.load_new_images();
         Ok(())
     }
@@ -260,6 +290,11 @@ impl Recording {
     /// Stops sampling, waits for the Java side's last answers, and names
     /// and folds the stacks.
     pub fn finish(self) -> Result<Profile> {
+        self.finish_with_java_events().map(|(profile, _)| profile)
+    }
+
+    /// As [`Self::finish`], with the profile of each Java event recorded.
+    pub fn finish_with_java_events(self) -> Result<(Profile, Vec<(JavaEventKind, Profile)>)> {
         let Self {
             sampler,
             mut processes,
@@ -271,6 +306,7 @@ impl Recording {
             frequency_hz,
             malformed,
             started,
+            mut java_events,
             ..
         } = self;
         let duration = started.elapsed();
@@ -280,10 +316,12 @@ impl Recording {
         // Detached first: no signal goes out while the last answers come.
         drop(sampler);
         let JavaResults {
+            events,
             merged,
             symbols: java_symbols,
             summary: java_summary,
         } = java.finish(&mut processes);
+        count_java_events(&mut java_events, events);
         for merged in merged {
             aggregator.add(merged);
         }
@@ -308,7 +346,18 @@ impl Recording {
             symbolized_addresses: names.len(),
             ..RecordingSummary::default()
         };
-        Ok(aggregator.fold(&processes, &names, &|pid| java_symbols.get(&pid), summary))
+        let java_names = |pid| java_symbols.get(&pid);
+        let event_profiles = java_events
+            .into_iter()
+            .map(|(kind, events)| {
+                (
+                    kind,
+                    events.fold(&processes, &names, &java_names, summary.clone()),
+                )
+            })
+            .collect();
+        let profile = aggregator.fold(&processes, &names, &java_names, summary);
+        Ok((profile, event_profiles))
     }
 
     /// Names the addresses of `aggregator`'s stacks and folds them.
@@ -334,6 +383,19 @@ pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
     preflight::check_privileges()?;
     preflight::check_btf()?;
     preflight::check_pids(&args.pids)
+}
+
+/// Counts each Java event in its event's aggregation.
+fn count_java_events(
+    aggregators: &mut [(JavaEventKind, Aggregator)],
+    events: Vec<crate::jvm::java_events::JavaEventSample>,
+) {
+    for event in events {
+        if let Some((_, aggregator)) = aggregators.iter_mut().find(|(kind, _)| *kind == event.kind)
+        {
+            aggregator.add_java_event(event);
+        }
+    }
 }
 
 /// The flag SIGINT and SIGTERM raise; a second one ends stoke at once,

@@ -20,6 +20,7 @@ use profiler_common::jvm::{
 use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
+    java_events::{self, JavaEventSample, JavaEventSettings},
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     thread_ids::ThreadIds,
@@ -142,6 +143,10 @@ pub struct JavaProfiler {
     retransform: bool,
     /// JVMs said to keep native stacks only.
     warnings: usize,
+    /// The Java events (allocations, locks) asked of every agent.
+    event_settings: JavaEventSettings,
+    /// Java events taken and not yet handed over.
+    events: Vec<JavaEventSample>,
 }
 
 impl JavaProfiler {
@@ -186,7 +191,21 @@ impl JavaProfiler {
             summary: JavaSummary::default(),
             retransform,
             warnings: 0,
+            event_settings: JavaEventSettings::default(),
+            events: Vec::new(),
         }
+    }
+
+    /// Asks every agent for Java allocation or lock events as `settings`
+    /// says, for the whole recording.
+    pub fn with_java_events(mut self, settings: JavaEventSettings) -> Self {
+        self.event_settings = settings;
+        self
+    }
+
+    /// The Java events taken since the last call.
+    pub fn take_java_events(&mut self) -> Vec<JavaEventSample> {
+        std::mem::take(&mut self.events)
     }
 
     /// A process was sampled: if it is a JVM not attached yet, load the
@@ -261,6 +280,7 @@ impl JavaProfiler {
             }
             drain_agent(pid, jvm, &mut self.merger);
         }
+        self.take_events(processes);
         Ok(self.merge_ready(monotonic_ns(), false, processes))
     }
 
@@ -276,7 +296,11 @@ impl JavaProfiler {
                 self.warnings - MAX_WARNINGS
             );
         }
+        for jvm in self.jvms.values() {
+            jvm.memory.want_java_events(0, 0, 0);
+        }
         std::thread::sleep(FINAL_ANSWER_WAIT);
+        self.take_events(processes);
         for (&pid, jvm) in &mut self.jvms {
             drain_agent(pid, jvm, &mut self.merger);
             let events = jvm.symbols.dropped();
@@ -290,6 +314,7 @@ impl JavaProfiler {
             .attach_ms
             .sort_unstable_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
         JavaResults {
+            events: std::mem::take(&mut self.events),
             merged,
             symbols: self
                 .jvms
@@ -345,6 +370,28 @@ impl JavaProfiler {
         }
     }
 
+    /// Takes the Java events every agent recorded, and asks for the names
+    /// of their frames.
+    fn take_events(&mut self, processes: &mut ProcessRegistry) {
+        if self.event_settings.wanted == 0 {
+            return;
+        }
+        let mut wanted = HashMap::new();
+        for (&pid, jvm) in &mut self.jvms {
+            let image = processes.image_for(pid, "");
+            let ids = wanted.entry(pid).or_insert_with(Vec::new);
+            self.events.extend(java_events::take(
+                &jvm.memory,
+                &jvm.symbols,
+                &mut jvm.threads,
+                (pid, image),
+                &self.event_settings,
+                ids,
+            ));
+        }
+        self.request_names(wanted);
+    }
+
     /// Says why a JVM keeps native stacks only; after [`MAX_WARNINGS`],
     /// only counts it.
     fn warn_native_only(&mut self, why: &str) {
@@ -376,6 +423,14 @@ impl JavaProfiler {
                 }
                 // A JVM of a pid whose earlier process ended: not to release.
                 self.ended.retain(|&ended| ended != pid);
+                let settings = self.event_settings;
+                if settings.wanted != 0 {
+                    memory.want_java_events(
+                        settings.wanted,
+                        settings.alloc_interval,
+                        settings.lock_threshold_ns,
+                    );
+                }
                 self.summary.jvms += 1;
                 self.summary
                     .attach_ms
@@ -523,6 +578,8 @@ impl JavaProfiler {
 
 /// What the Java side hands over at the end of a recording.
 pub struct JavaResults {
+    /// The Java events taken last.
+    pub events: Vec<JavaEventSample>,
     /// The samples still waiting for their Java stacks at the end.
     pub merged: Vec<MergedSample>,
     /// What each JVM's agent told, by pid.
