@@ -5,31 +5,37 @@
  * sizes never line up with the sampling interval). The arrays are kept in a
  * small ring the JIT cannot see through, so that none is optimized away.
  *
+ * It works at a fixed pace: at most ROUNDS rounds (about 30 MB) per
+ * 100 ms, then it sleeps until the next 100 ms begin, so that a profiler
+ * that slows it shows as fewer rounds, and a busy host does not.
+ *
  * Runs args[0] seconds after a second of warm-up, then prints "ready".
- * Every 100 ms it prints "rate N": the rounds done since the last line
- * (its work rate, for a test to compare before, while and after a
- * recording). At exit it prints the bytes each method allocated on stderr.
+ * Every 100 ms it prints "rate N B": the rounds done in those 100 ms (its
+ * work rate, for a test to compare before, while and after a recording)
+ * and the bytes they allocated. At exit it prints the bytes each method
+ * allocated on stderr.
  */
 public final class JavaAlloc {
     /** Bytes of one unit of work. */
     private static final int UNIT = 64 << 10;
 
+    /** Rounds per 100 ms at most. */
+    private static final int ROUNDS = 100;
+
     /** The last arrays allocated: they escape, so they are allocated. */
     static final Object[] KEPT = new Object[64];
     static int next;
 
-    public static void main(String[] args) {
+    public static void main(String[] args) throws InterruptedException {
         double seconds = Support.seconds(args, 10);
         long end = Support.deadline(1);
         boolean warm = false;
         long seventy = 0;
         long thirty = 0;
-        long rounds = 0;
-        long nextRate = System.nanoTime() + 100_000_000L;
         long rng = 88172645463325252L;
+        long tick = System.nanoTime();
         while (true) {
-            long now = System.nanoTime();
-            if (now - end >= 0) {
+            if (System.nanoTime() - end >= 0) {
                 if (warm) {
                     break;
                 }
@@ -37,18 +43,30 @@ public final class JavaAlloc {
                 end = Support.deadline(seconds);
                 Support.ready();
             }
-            if (warm && now - nextRate >= 0) {
-                System.out.println("rate " + rounds);
-                rounds = 0;
-                nextRate += 100_000_000L;
+            tick += 100_000_000L;
+            int rounds = 0;
+            long bytes = 0;
+            while (rounds < ROUNDS && System.nanoTime() - tick < 0) {
+                rng ^= rng << 13;
+                rng ^= rng >>> 7;
+                rng ^= rng << 17;
+                int size = 1024 + (int) Long.remainderUnsigned(rng, UNIT - 1024);
+                long inSeventy = seventy(size);
+                long inThirty = thirty(size);
+                seventy += inSeventy;
+                thirty += inThirty;
+                bytes += inSeventy + inThirty;
+                rounds++;
             }
-            rng ^= rng << 13;
-            rng ^= rng >>> 7;
-            rng ^= rng << 17;
-            int size = 1024 + (int) Long.remainderUnsigned(rng, UNIT - 1024);
-            seventy += seventy(size);
-            thirty += thirty(size);
-            rounds++;
+            if (warm) {
+                System.out.println("rate " + rounds + " " + bytes);
+            }
+            long left = tick - System.nanoTime();
+            if (left > 0) {
+                Thread.sleep(left / 1_000_000L, (int) (left % 1_000_000L));
+            } else {
+                tick = System.nanoTime();
+            }
         }
         System.err.printf("JavaAlloc: seventy %d bytes, thirty %d bytes, share %.2f%%%n",
                 seventy, thirty, 100.0 * seventy / (seventy + thirty));

@@ -1,16 +1,18 @@
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
  * Contention on a Java monitor and on a ReentrantLock, for lock
  * profiling: two threads take turns holding a monitor (synchronized on a
- * MonitorLock) for 2 ms at a time, so that the other waits; two more do
+ * MonitorLock) for 2 ms at a time, asleep, so that the other waits; two more do
  * the same with a ReentrantLock (which parks the waiting thread). Each
  * thread measures how long it waited to get its lock.
  *
  * Runs args[0] seconds after a second of warm-up, then prints "ready".
- * Every 100 ms it prints "rate N": the lock rounds done since the last
- * line. At exit it prints on stderr the total wait each kind of lock
- * caused, in nanoseconds, as "JavaLocks: monitor N ns, reentrant N ns".
+ * Every 100 ms it prints "rate N M R": the lock rounds done since the last
+ * line, and the nanoseconds threads waited meanwhile for the monitor (M)
+ * and for the ReentrantLock (R). At exit it prints on stderr the total
+ * waits, as "JavaLocks: monitor N ns, reentrant N ns".
  */
 public final class JavaLocks {
     /** A class of its own, to come out on top of the monitor's stacks. */
@@ -18,13 +20,13 @@ public final class JavaLocks {
 
     static final MonitorLock MONITOR = new MonitorLock();
     static final ReentrantLock REENTRANT = new ReentrantLock();
-    static final long HOLD_NANOS = 2_000_000L;
+    static final long HOLD_MILLIS = 2;
 
     static volatile boolean stop;
     static volatile boolean measuring;
-    static final java.util.concurrent.atomic.AtomicLong MONITOR_WAIT = new java.util.concurrent.atomic.AtomicLong();
-    static final java.util.concurrent.atomic.AtomicLong REENTRANT_WAIT = new java.util.concurrent.atomic.AtomicLong();
-    static final java.util.concurrent.atomic.AtomicLong ROUNDS = new java.util.concurrent.atomic.AtomicLong();
+    static final AtomicLong MONITOR_WAIT = new AtomicLong();
+    static final AtomicLong REENTRANT_WAIT = new AtomicLong();
+    static final AtomicLong ROUNDS = new AtomicLong();
 
     public static void main(String[] args) throws Exception {
         double seconds = Support.seconds(args, 10);
@@ -41,11 +43,18 @@ public final class JavaLocks {
         Support.ready();
         long end = Support.deadline(seconds);
         long last = ROUNDS.get();
+        long lastMonitor = MONITOR_WAIT.get();
+        long lastReentrant = REENTRANT_WAIT.get();
         while (System.nanoTime() - end < 0) {
             Thread.sleep(100);
             long now = ROUNDS.get();
-            System.out.println("rate " + (now - last));
+            long monitor = MONITOR_WAIT.get();
+            long reentrant = REENTRANT_WAIT.get();
+            System.out.println("rate " + (now - last) + " " + (monitor - lastMonitor)
+                    + " " + (reentrant - lastReentrant));
             last = now;
+            lastMonitor = monitor;
+            lastReentrant = reentrant;
         }
         measuring = false;
         stop = true;
@@ -87,15 +96,13 @@ public final class JavaLocks {
         }
     }
 
-    /** Holds the lock, working, for HOLD_NANOS. */
+    /** Holds the lock for HOLD_MILLIS, asleep: the pace of the rounds
+     * does not depend on how busy the host's CPUs are. */
     static void hold() {
-        long until = System.nanoTime() + HOLD_NANOS;
-        long acc = 0;
-        while (System.nanoTime() - until < 0) {
-            acc += acc * 31 + 7;
-        }
-        if (acc == 42) {
-            System.out.print("");
+        try {
+            Thread.sleep(HOLD_MILLIS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 }
