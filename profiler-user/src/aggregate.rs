@@ -55,13 +55,20 @@ struct RawStack {
     stop: StopReason,
 }
 
-/// Counts samples during a recording.
+/// A folded stack being summed: (events, value), its context frames, its
+/// labels and its frames' files.
+type Folding = ((u64, u64), usize, Labels, FrameModules);
+
+/// Counts one event's stacks during a recording: how many times each was
+/// seen, and their value in the event's unit.
 #[derive(Debug, Default)]
 pub struct Aggregator {
     options: AggregateOptions,
-    stacks: HashMap<RawStack, u64>,
+    /// (events, value) by stack.
+    stacks: HashMap<RawStack, (u64, u64)>,
     thread_names: HashMap<(ImageId, u32), String>,
     samples: u64,
+    total: u64,
 }
 
 impl Aggregator {
@@ -73,8 +80,13 @@ impl Aggregator {
         }
     }
 
-    /// Counts one sample.
+    /// Counts one CPU sample (a value of 1).
     pub fn add(&mut self, merged: MergedSample) {
+        self.add_weighted(merged, 1);
+    }
+
+    /// Counts one event of `value` (in the event's unit) on its stack.
+    pub fn add_weighted(&mut self, merged: MergedSample, value: u64) {
         let MergedSample {
             image,
             sample,
@@ -95,11 +107,14 @@ impl Aggregator {
             java: java.into(),
             stop: sample.stop,
         };
-        *self.stacks.entry(stack).or_default() += 1;
+        let entry = self.stacks.entry(stack).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.saturating_add(value);
         self.samples += 1;
+        self.total = self.total.saturating_add(value);
     }
 
-    /// Samples counted so far.
+    /// Events counted so far.
     pub fn samples(&self) -> u64 {
         self.samples
     }
@@ -127,10 +142,10 @@ impl Aggregator {
         java: &dyn Fn(u32) -> Option<&'j JavaSymbols>,
         mut summary: RecordingSummary,
     ) -> Profile {
-        let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels, FrameModules)> = HashMap::new();
+        let mut folded: HashMap<Vec<Arc<str>>, Folding> = HashMap::new();
         let mut module_table = ModuleTable::default();
         let mut process_labels: HashMap<ImageId, Vec<(&'static str, Arc<str>)>> = HashMap::new();
-        for (stack, samples) in &self.stacks {
+        for (stack, &(events, value)) in &self.stacks {
             let image = processes.image(stack.image);
             let mut frames = self.context_frames(stack, image);
             let context_frames = frames.len();
@@ -149,7 +164,7 @@ impl Aggregator {
             }
             if stack.java.is_empty() && !stack.user.is_empty() {
                 let reached = reached_root(stack.stop, &frames[outermost_user]);
-                summary.stack_quality.count(reached, stack.stop, *samples);
+                summary.stack_quality.count(reached, stack.stop, events);
             }
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
                 frames.extend(names.kernel(call_site(index, address)).iter().cloned());
@@ -165,19 +180,22 @@ impl Aggregator {
                     labels.push(("thread", self.thread_name(stack).into()));
                 }
                 let modules = modules.split_off(context_frames).into();
-                (0, context_frames, labels.into(), modules)
+                ((0, 0), context_frames, labels.into(), modules)
             });
-            entry.0 += samples;
+            entry.0 .0 += events;
+            entry.0 .1 = entry.0 .1.saturating_add(value);
         }
         summary.samples = self.samples;
+        summary.total = self.total;
         Profile {
             stacks: folded
                 .into_iter()
                 .map(
-                    |(frames, (samples, context_frames, labels, modules))| FoldedStack {
+                    |(frames, ((events, value), context_frames, labels, modules))| FoldedStack {
                         frames,
                         context_frames,
-                        samples,
+                        samples: value,
+                        events,
                         labels,
                         modules,
                     },
@@ -354,6 +372,29 @@ mod tests {
                 assert_eq!(stack.labels[0], ("pid", Arc::from(gone.to_string())));
             }
         }
+    }
+
+    #[test]
+    fn weighted_events_sum_their_values_and_count_themselves() {
+        let mut processes = ProcessRegistry::default();
+        let gone = u32::MAX - 3;
+        let image = processes.image_for(gone, "t1");
+        let mut aggregator = Aggregator::new(AggregateOptions::default());
+        for value in [7_000_000, 3_000_000] {
+            let sample = MergedSample::native(image, sample(gone, 1, vec![0x10]));
+            aggregator.add_weighted(sample, value);
+        }
+        let names = AddressNames::default();
+        let profile = aggregator.fold(&processes, &names, &|_| None, RecordingSummary::default());
+        assert_eq!(
+            (profile.summary.samples, profile.summary.total),
+            (2, 10_000_000)
+        );
+        assert_eq!(profile.stacks.len(), 1);
+        assert_eq!(
+            (profile.stacks[0].events, profile.stacks[0].samples),
+            (2, 10_000_000)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod aggregate;
 mod cli;
 mod continuous;
+mod event;
 mod export;
 mod jvm;
 mod module_table;
@@ -20,6 +21,7 @@ mod record;
 mod recording;
 mod rootfs;
 mod sample;
+mod startup;
 mod symbolize;
 mod unwind;
 mod write;

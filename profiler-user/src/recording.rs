@@ -1,30 +1,27 @@
 //! A recording in progress, for `stoke record` and `stoke continuous`: the
 //! stages in order. While samples come in, their processes are registered
 //! (and their files' unwind tables loaded), JVM samples get their Java
-//! frames, and the raw stacks are counted; then every distinct address is
-//! named once, and the named stacks are folded into a [`Profile`].
+//! frames, and the raw stacks are counted, apart for each event (`-e`);
+//! then every distinct address is named once, and the named stacks are
+//! folded into one [`Profile`] per event.
 
 use std::{
     path::Path,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Result;
 use profiler_common::Counter;
-use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
+    event::{self, Event},
     jvm::{
         profiler::{JavaProfiler, JavaResults},
         MergedSample,
     },
-    preflight,
     process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
     progress::Progress,
@@ -35,6 +32,8 @@ use crate::{
     symbolize::{names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
 };
+
+pub use crate::startup::{announce, check_sampling, raise_open_file_limit, stop_on_signals};
 
 /// Longest wait between two drains of the ring buffer when nothing wakes
 /// the reader: it bounds the memory the ring needs and the progress lag.
@@ -74,7 +73,8 @@ pub struct Recording {
     /// Process images handed to the unwinder so far.
     images_loaded: usize,
     options: AggregateOptions,
-    aggregator: Aggregator,
+    /// One per event recorded, in the order `-e` named them.
+    aggregators: Vec<(Event, Aggregator)>,
     java: JavaProfiler,
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
@@ -110,13 +110,17 @@ impl Recording {
             lines: args.lines,
             group_by: args.group_by,
         };
+        let aggregators = event::distinct(&args.events)
+            .into_iter()
+            .map(|event| (event, Aggregator::new(options)))
+            .collect();
         Ok(Self {
             sampler,
             processes: ProcessRegistry::default(),
             unwinder,
             images_loaded: 0,
             options,
-            aggregator: Aggregator::new(options),
+            aggregators,
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform),
             symbolizer: Symbolizer::new(args.lines),
             names: AddressNames::default(),
@@ -159,7 +163,10 @@ impl Recording {
                 let counters = self.sampler.counters()?;
                 progress.update(
                     self.started.elapsed(),
-                    self.aggregator.samples(),
+                    self.aggregators
+                        .iter()
+                        .map(|(_, aggregator)| aggregator.samples())
+                        .sum(),
                     self.processes.len(),
                     counters[Counter::LostRingFull as usize],
                 );
@@ -187,11 +194,15 @@ impl Recording {
             sampler,
             processes,
             unwinder,
-            aggregator,
+            aggregators,
             java,
             malformed,
             ..
         } = self;
+        let mut cpu = aggregators
+            .iter_mut()
+            .find(|(event, _)| *event == Event::Cpu)
+            .map(|(_, aggregator)| aggregator);
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
@@ -199,8 +210,8 @@ impl Recording {
                 java.look_for_jvm(pid, processes.image(image));
                 if sample.signalled {
                     java.await_java_stack(sample);
-                } else {
-                    aggregator.add(MergedSample::native(image, sample));
+                } else if let Some(cpu) = cpu.as_deref_mut() {
+                    cpu.add(MergedSample::native(image, sample));
                 }
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
@@ -213,7 +224,9 @@ impl Recording {
             Err(_) => *malformed += 1,
         });
         for merged in java.collect(sampler, processes)? {
-            aggregator.add(merged);
+            if let Some(cpu) = cpu.as_deref_mut() {
+                cpu.add(merged);
+            }
         }
         self.load_new_images();
         Ok(())
@@ -230,14 +243,21 @@ impl Recording {
     }
 
     /// For `stoke continuous`: folds what was counted since `since` (the
-    /// last cut) into a profile, and starts counting anew; then forgets
+    /// last cut) into a profile per event, and starts counting anew; then forgets
     /// the processes, files and JVMs that ended, so that what stoke holds
     /// stays bounded by what is alive. Samples still waiting for their
     /// Java stacks go into the next interval.
-    pub fn cut(&mut self, since: Instant) -> Result<Profile> {
+    pub fn cut(&mut self, since: Instant) -> Result<Vec<Profile>> {
         self.java.await_names(INTERVAL_NAMES_WAIT);
         let lost = self.sampler.counters()?[Counter::LostRingFull as usize];
-        let aggregator = std::mem::replace(&mut self.aggregator, Aggregator::new(self.options));
+        let aggregators = self
+            .aggregators
+            .iter_mut()
+            .map(|(event, aggregator)| {
+                let fresh = Aggregator::new(self.options);
+                (*event, std::mem::replace(aggregator, fresh))
+            })
+            .collect();
         let summary = RecordingSummary {
             duration: since.elapsed(),
             started: SystemTime::now().checked_sub(since.elapsed()),
@@ -248,23 +268,23 @@ impl Recording {
             ..RecordingSummary::default()
         };
         self.lost_before = lost;
-        let profile = self.name_and_fold(aggregator, summary);
+        let profiles = self.name_and_fold(aggregators, summary);
         self.load_new_images();
         self.processes.evict_ended();
         self.images_loaded = self.processes.len();
         self.java.release_ended();
         self.names.forget_unused();
-        Ok(profile)
+        Ok(profiles)
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names
-    /// and folds the stacks.
-    pub fn finish(self) -> Result<Profile> {
+    /// and folds the stacks: one profile per event, in `-e`'s order.
+    pub fn finish(self) -> Result<Vec<Profile>> {
         let Self {
             sampler,
             mut processes,
             unwinder,
-            mut aggregator,
+            mut aggregators,
             java,
             symbolizer,
             mut names,
@@ -284,11 +304,17 @@ impl Recording {
             symbols: java_symbols,
             summary: java_summary,
         } = java.finish(&mut processes);
-        for merged in merged {
-            aggregator.add(merged);
+        if let Some((_, cpu)) = aggregators
+            .iter_mut()
+            .find(|(event, _)| *event == Event::Cpu)
+        {
+            merged.into_iter().for_each(|merged| cpu.add(merged));
         }
         let naming = Instant::now();
-        names.resolve(aggregator.addresses(&processes), &symbolizer);
+        let addresses = aggregators
+            .iter()
+            .flat_map(|(_, aggregator)| aggregator.addresses(&processes));
+        names.resolve(addresses, &symbolizer);
         let summary = RecordingSummary {
             duration,
             started: SystemTime::now().checked_sub(duration),
@@ -308,78 +334,49 @@ impl Recording {
             symbolized_addresses: names.len(),
             ..RecordingSummary::default()
         };
-        Ok(aggregator.fold(&processes, &names, &|pid| java_symbols.get(&pid), summary))
+        let java = |pid| java_symbols.get(&pid);
+        Ok(aggregators
+            .into_iter()
+            .map(|(event, aggregator)| {
+                let summary = RecordingSummary {
+                    event,
+                    ..summary.clone()
+                };
+                aggregator.fold(&processes, &names, &java, summary)
+            })
+            .collect())
     }
 
-    /// Names the addresses of `aggregator`'s stacks and folds them.
-    fn name_and_fold(&mut self, aggregator: Aggregator, mut summary: RecordingSummary) -> Profile {
+    /// Names the addresses of every aggregator's stacks and folds each into
+    /// its event's profile.
+    fn name_and_fold(
+        &mut self,
+        aggregators: Vec<(Event, Aggregator)>,
+        mut summary: RecordingSummary,
+    ) -> Vec<Profile> {
         let started = Instant::now();
-        self.names
-            .resolve(aggregator.addresses(&self.processes), &self.symbolizer);
+        let addresses = aggregators
+            .iter()
+            .flat_map(|(_, aggregator)| aggregator.addresses(&self.processes));
+        self.names.resolve(addresses, &self.symbolizer);
         summary.symbolize_time = started.elapsed();
         summary.symbolized_addresses = self.names.len();
         let java = &self.java;
-        aggregator.fold(
-            &self.processes,
-            &self.names,
-            &|pid| java.symbols_of(pid),
-            summary,
-        )
-    }
-}
-
-/// The checks every command that samples makes before it starts.
-pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
-    preflight::check_frequency(args.frequency)?;
-    preflight::check_privileges()?;
-    preflight::check_btf()?;
-    preflight::check_pids(&args.pids)
-}
-
-/// The flag SIGINT and SIGTERM raise; a second one ends stoke at once,
-/// without output.
-pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
-    Ok(stop)
-}
-
-/// Says on stderr that sampling has begun, and what it covers.
-pub fn announce(args: &SamplingArgs, duration: Option<Duration>, cpus: usize) {
-    let scope = match args.pids.as_slice() {
-        [] => "every process".to_owned(),
-        pids => {
-            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-            format!("pids {}", pids.join(","))
-        }
-    };
-    let until = match duration {
-        Some(duration) => format!("for {:.1} s", duration.as_secs_f64()),
-        None => "until Ctrl-C".to_owned(),
-    };
-    eprintln!(
-        "stoke: sampling {scope} on {cpus} CPUs at {} Hz {until}",
-        args.frequency
-    );
-}
-
-/// Every mapped file of every sampled process is held open until the end:
-/// a busy host needs more descriptors than the usual soft limit.
-pub fn raise_open_file_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
+        aggregators
+            .into_iter()
+            .map(|(event, aggregator)| {
+                let summary = RecordingSummary {
+                    event,
+                    ..summary.clone()
+                };
+                aggregator.fold(
+                    &self.processes,
+                    &self.names,
+                    &|pid| java.symbols_of(pid),
+                    summary,
+                )
+            })
+            .collect()
     }
 }
 
