@@ -58,13 +58,20 @@ struct RawStack {
     stop: StopReason,
 }
 
-/// Counts samples during a recording.
+/// A folded stack being summed: (events, value), its context frames, its
+/// labels and its frames' files.
+type Folding = ((u64, u64), usize, Labels, FrameModules);
+
+/// Counts one event's stacks during a recording: how many times each was
+/// seen, and their value in the event's unit.
 #[derive(Debug, Default)]
 pub struct Aggregator {
     options: AggregateOptions,
-    stacks: HashMap<RawStack, u64>,
+    /// (events, value) by stack.
+    stacks: HashMap<RawStack, (u64, u64)>,
     thread_names: HashMap<(ImageId, u32), String>,
     samples: u64,
+    total: u64,
 }
 
 impl Aggregator {
@@ -76,8 +83,13 @@ impl Aggregator {
         }
     }
 
-    /// Counts one sample.
+    /// Counts one CPU sample (a value of 1).
     pub fn add(&mut self, merged: MergedSample) {
+        self.add_weighted(merged, 1);
+    }
+
+    /// Counts one event of `value` (in the event's unit) on its stack.
+    pub fn add_weighted(&mut self, merged: MergedSample, value: u64) {
         let MergedSample {
             image,
             sample,
@@ -99,12 +111,11 @@ impl Aggregator {
             top: None,
             stop: sample.stop,
         };
-        *self.stacks.entry(stack).or_default() += 1;
-        self.samples += 1;
+        self.count(stack, value);
     }
 
-    /// Counts one Java event (allocation, lock) by its weight, its class
-    /// on top of its Java frames.
+    /// Counts one Java event (allocation, lock) of its weight (bytes,
+    /// nanoseconds), its class on top of its Java frames.
     pub fn add_java_event(&mut self, event: JavaEventSample) {
         let JavaEventSample {
             image,
@@ -133,12 +144,18 @@ impl Aggregator {
             top: Some(class),
             stop: StopReason::End,
         };
-        let total = self.stacks.entry(stack).or_default();
-        *total = total.saturating_add(weight);
-        self.samples += 1;
+        self.count(stack, weight);
     }
 
-    /// Samples counted so far.
+    fn count(&mut self, stack: RawStack, value: u64) {
+        let entry = self.stacks.entry(stack).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.saturating_add(value);
+        self.samples += 1;
+        self.total = self.total.saturating_add(value);
+    }
+
+    /// Events counted so far.
     pub fn samples(&self) -> u64 {
         self.samples
     }
@@ -166,10 +183,10 @@ impl Aggregator {
         java: &dyn Fn(u32) -> Option<&'j JavaSymbols>,
         mut summary: RecordingSummary,
     ) -> Profile {
-        let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels, FrameModules)> = HashMap::new();
+        let mut folded: HashMap<Vec<Arc<str>>, Folding> = HashMap::new();
         let mut module_table = ModuleTable::default();
         let mut process_labels: HashMap<ImageId, Vec<(&'static str, Arc<str>)>> = HashMap::new();
-        for (stack, samples) in &self.stacks {
+        for (stack, &(events, value)) in &self.stacks {
             let image = processes.image(stack.image);
             let mut frames = self.context_frames(stack, image);
             let context_frames = frames.len();
@@ -188,7 +205,7 @@ impl Aggregator {
             }
             if stack.java.is_empty() && !stack.user.is_empty() {
                 let reached = reached_root(stack.stop, &frames[outermost_user]);
-                summary.stack_quality.count(reached, stack.stop, *samples);
+                summary.stack_quality.count(reached, stack.stop, events);
             }
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
                 frames.extend(names.kernel(call_site(index, address)).iter().cloned());
@@ -205,19 +222,22 @@ impl Aggregator {
                     labels.push(("thread", self.thread_name(stack).into()));
                 }
                 let modules = modules.split_off(context_frames).into();
-                (0, context_frames, labels.into(), modules)
+                ((0, 0), context_frames, labels.into(), modules)
             });
-            entry.0 = entry.0.saturating_add(*samples);
+            entry.0 .0 += events;
+            entry.0 .1 = entry.0 .1.saturating_add(value);
         }
         summary.samples = self.samples;
+        summary.total = self.total;
         Profile {
             stacks: folded
                 .into_iter()
                 .map(
-                    |(frames, (samples, context_frames, labels, modules))| FoldedStack {
+                    |(frames, ((events, value), context_frames, labels, modules))| FoldedStack {
                         frames,
                         context_frames,
-                        samples,
+                        samples: value,
+                        events,
                         labels,
                         modules,
                     },
@@ -401,6 +421,29 @@ mod tests {
                 assert_eq!(stack.labels[0], ("pid", Arc::from(gone.to_string())));
             }
         }
+    }
+
+    #[test]
+    fn weighted_events_sum_their_values_and_count_themselves() {
+        let mut processes = ProcessRegistry::default();
+        let gone = u32::MAX - 3;
+        let image = processes.image_for(gone, "t1");
+        let mut aggregator = Aggregator::new(AggregateOptions::default());
+        for value in [7_000_000, 3_000_000] {
+            let sample = MergedSample::native(image, sample(gone, 1, vec![0x10]));
+            aggregator.add_weighted(sample, value);
+        }
+        let names = AddressNames::default();
+        let profile = aggregator.fold(&processes, &names, &|_| None, RecordingSummary::default());
+        assert_eq!(
+            (profile.summary.samples, profile.summary.total),
+            (2, 10_000_000)
+        );
+        assert_eq!(profile.stacks.len(), 1);
+        assert_eq!(
+            (profile.stacks[0].events, profile.stacks[0].samples),
+            (2, 10_000_000)
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{aggregate::GroupBy, export::ExportArgs, write::Format};
+use crate::{aggregate::GroupBy, event::Event, export::ExportArgs, write::Format};
 
 /// Stoke: a system-wide CPU profiler. Samples every CPU with eBPF and shows
 /// kernel and native frames merged into one stack, for every process.
@@ -101,6 +101,19 @@ pub struct TablesArgs {
 /// continuous` share.
 #[derive(Debug, Args)]
 pub struct SamplingArgs {
+    /// What to profile: cpu (samples), offcpu (nanoseconds blocked), alloc
+    /// (bytes), lock (nanoseconds waited); comma-separated or repeated for
+    /// several at once, each giving its own profile.
+    #[arg(
+        short = 'e',
+        long = "event",
+        value_enum,
+        value_delimiter = ',',
+        value_name = "EVENT",
+        default_value = "cpu"
+    )]
+    pub events: Vec<Event>,
+
     /// Profile the whole host (the default).
     #[arg(short = 'a', long = "all", conflicts_with = "pids")]
     pub all: bool,
@@ -158,24 +171,10 @@ pub struct SamplingArgs {
     #[arg(long, value_name = "NS", default_value_t = 10_000)]
     pub lock_threshold: u64,
 
-    /// Until `-e` exists: record this Java event and write its profile
-    /// instead of the CPU profile (for tests).
-    #[arg(long, hide = true, value_enum)]
-    pub java_event: Option<JavaEventChoice>,
-
     /// Measure the BPF sampler's own run time per sample and report it (turns
     /// on the kernel's BPF statistics, for every BPF program, while recording).
     #[arg(long)]
     pub bpf_stats: bool,
-}
-
-/// A Java event to record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum JavaEventChoice {
-    /// Sampled allocations, in bytes.
-    Alloc,
-    /// Contended Java monitors, in nanoseconds waited.
-    Lock,
 }
 
 /// Arguments of `stoke record`.
@@ -192,7 +191,9 @@ pub struct RecordArgs {
 
     /// Where to write the profile; its extension picks the format (.svg,
     /// .folded, .txt, .json, .pb.gz). Give it several times to write several
-    /// files from one recording.
+    /// files from one recording. With several events (-e cpu,offcpu), each
+    /// event's profile goes to FILE with the event's name before the
+    /// extension: stoke.cpu.svg, stoke.offcpu.svg.
     #[arg(
         short = 'o',
         long = "output",
@@ -314,6 +315,7 @@ mod tests {
         };
         assert_eq!(args.sampling.pids, [1, 22, 333]);
         assert_eq!(args.outputs, [PathBuf::from("stoke.svg")]);
+        assert_eq!(args.sampling.events, [Event::Cpu]);
         assert!(Cli::try_parse_from(["stoke", "record", "-a", "-p", "1"]).is_err());
     }
 
@@ -325,6 +327,20 @@ mod tests {
             panic!("not a recording")
         };
         assert_eq!(args.outputs, [PathBuf::from("a.svg"), "b.pb.gz".into()]);
+    }
+
+    #[test]
+    fn events_split_on_commas_and_add_up() {
+        let cli = Cli::try_parse_from(["stoke", "record", "-e", "cpu,offcpu", "--event", "lock"])
+            .unwrap();
+        let Command::Record(args) = cli.command else {
+            panic!("not a recording")
+        };
+        assert_eq!(
+            args.sampling.events,
+            [Event::Cpu, Event::Offcpu, Event::Lock]
+        );
+        assert!(Cli::try_parse_from(["stoke", "record", "-e", "gpu"]).is_err());
     }
 
     #[test]

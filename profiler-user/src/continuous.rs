@@ -1,5 +1,6 @@
 //! `stoke continuous`: one recording that runs until stopped and, every
-//! interval, folds what it counted into one profile per service, encoded as
+//! interval, folds what it counted into one profile per service and event
+//! (`-e`), encoded as
 //! pprof and handed to the exporter (Pyroscope, a directory), which sends
 //! it on without ever holding sampling back.
 
@@ -14,6 +15,7 @@ use tracing::info;
 
 use crate::{
     cli::{ContinuousArgs, ServiceFrom},
+    event::Event,
     export::{Batch, Exporter, ServiceProfile},
     profile::{FoldedStack, Profile},
     recording::{
@@ -44,15 +46,23 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
         let (since, from) = (Instant::now(), SystemTime::now());
         let stopped = recording.sample_until(&stop, Some(since + args.interval), None)?;
         let cut_started = Instant::now();
-        let profile = recording.cut(since)?;
-        let batch = batch(&profile, from, args.service_from);
+        let profiles = recording.cut(since)?;
+        let batch = batch(&profiles, from, args.service_from);
         let services = batch.profiles.len();
         exporter.submit(batch);
+        let counted: Vec<String> = profiles
+            .iter()
+            .map(|profile| match profile.summary.event {
+                Event::Cpu => format!("{} samples", profile.summary.samples),
+                event => format!("{} {event} events", profile.summary.samples),
+            })
+            .collect();
+        let summary = profiles.first().map(|profile| &profile.summary);
         info!(
-            "interval: {} samples ({} lost), {} processes, {services} services, named and encoded in {:.0} ms; {}",
-            profile.summary.samples,
-            profile.summary.lost_ring_full,
-            profile.summary.processes,
+            "interval: {} ({} lost), {} processes, {services} profiles, named and encoded in {:.0} ms; {}",
+            counted.join(", "),
+            summary.map_or(0, |summary| summary.lost_ring_full),
+            summary.map_or(0, |summary| summary.processes),
             cut_started.elapsed().as_secs_f64() * 1000.0,
             exporter.stats()
         );
@@ -65,28 +75,36 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
     Ok(())
 }
 
-/// One pprof per service of `profile`'s stacks.
-fn batch(profile: &Profile, from: SystemTime, service_from: ServiceFrom) -> Batch {
-    let mut services: BTreeMap<String, Vec<&FoldedStack>> = BTreeMap::new();
-    for stack in &profile.stacks {
-        services
-            .entry(service_name(stack, service_from))
-            .or_default()
-            .push(stack);
-    }
-    Batch {
+/// One pprof per service and event of `profiles`' stacks.
+fn batch(profiles: &[Profile], from: SystemTime, service_from: ServiceFrom) -> Batch {
+    let mut batch = Batch {
         from,
         until: SystemTime::now(),
-        sample_rate_hz: profile.summary.frequency_hz,
-        profiles: services
-            .into_iter()
-            .map(|(service, stacks)| ServiceProfile {
-                labels: service_labels(&stacks),
-                pprof: pprof::encode(profile, stacks.iter().copied()),
-                service,
-            })
-            .collect(),
+        sample_rate_hz: profiles
+            .first()
+            .map_or(0, |profile| profile.summary.frequency_hz),
+        profiles: Vec::new(),
+    };
+    for profile in profiles {
+        let mut services: BTreeMap<String, Vec<&FoldedStack>> = BTreeMap::new();
+        for stack in &profile.stacks {
+            services
+                .entry(service_name(stack, service_from))
+                .or_default()
+                .push(stack);
+        }
+        batch.profiles.extend(
+            services
+                .into_iter()
+                .map(|(service, stacks)| ServiceProfile {
+                    labels: service_labels(&stacks),
+                    pprof: pprof::encode(profile, stacks.iter().copied()),
+                    event: profile.summary.event,
+                    service,
+                }),
+        );
     }
+    batch
 }
 
 /// The labels every stack of a service has alike (its container's, its
@@ -139,6 +157,7 @@ mod tests {
             frames: vec![Arc::from("p [1]"), Arc::from("main")],
             context_frames: 1,
             samples: 1,
+            events: 1,
             labels: labels
                 .iter()
                 .map(|&(key, value)| (key, Arc::from(value)))

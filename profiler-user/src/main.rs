@@ -11,6 +11,7 @@
 mod aggregate;
 mod cli;
 mod continuous;
+mod event;
 mod export;
 mod jvm;
 mod module_table;
@@ -23,6 +24,7 @@ mod recording;
 mod report;
 mod rootfs;
 mod sample;
+mod startup;
 mod symbolize;
 mod unwind;
 mod write;

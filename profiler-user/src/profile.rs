@@ -8,9 +8,9 @@ use std::{
 
 use serde::{Serialize, Serializer};
 
-use crate::unwind::loader::UnwindSummary;
+use crate::{event::Event, unwind::loader::UnwindSummary};
 
-/// One distinct symbolized stack and the samples that hit it.
+/// One distinct symbolized stack and what its profile's event counted on it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FoldedStack {
     /// Frame names, root first: the context frames (the container or
@@ -21,8 +21,14 @@ pub struct FoldedStack {
     pub frames: Vec<Arc<str>>,
     /// How many leading frames name where the code ran rather than code.
     pub context_frames: usize,
-    /// Samples with exactly this stack.
+    /// The stack's value, in the unit of its profile's event
+    /// ([`Event::unit`]): samples for cpu, nanoseconds for offcpu and lock,
+    /// bytes for alloc. (Named for the first event; the folded, svg and txt
+    /// outputs show it as is.)
     pub samples: u64,
+    /// The events behind that value: samples for cpu (the same number),
+    /// off-CPU periods, contentions, sampled allocations.
+    pub events: u64,
     /// Who the samples belong to, for writers that keep labels.
     #[serde(serialize_with = "label_map")]
     pub labels: Labels,
@@ -90,6 +96,8 @@ pub struct Module {
 /// Durations are written as seconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RecordingSummary {
+    /// What the profile counts; its stacks' values are in its unit.
+    pub event: Event,
     /// How long samples were taken.
     #[serde(serialize_with = "seconds")]
     pub duration: Duration,
@@ -100,8 +108,14 @@ pub struct RecordingSummary {
     pub frequency_hz: u64,
     /// CPUs sampled.
     pub cpus: usize,
-    /// Samples in the profile.
+    /// Events in the profile: samples for cpu, off-CPU periods for offcpu.
     pub samples: u64,
+    /// The profile's whole value, in its event's unit (for cpu, the
+    /// samples again).
+    pub total: u64,
+    /// Events the BPF side left out to stay within its budget (off-CPU
+    /// periods past the per-CPU rate limit), not in the profile.
+    pub dropped_events: u64,
     /// Samples dropped because the ring buffer to userspace was full.
     pub lost_ring_full: u64,
     /// Ring records that did not parse, each a sample lost.

@@ -7,13 +7,15 @@ use anyhow::Result;
 
 use crate::{
     cli::RecordArgs,
+    event::Event,
+    profile::RecordingSummary,
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
     write::OutputPlan,
 };
 
 /// Records as `args` says and writes the profile.
 pub fn run(args: &RecordArgs) -> Result<()> {
-    let outputs = OutputPlan::new(&args.outputs, args.format)?;
+    let outputs = OutputPlan::new(&args.outputs, args.format, &args.sampling.events)?;
     check_sampling(&args.sampling)?;
     // Opened now, so that a bad path fails before the recording, not after;
     // named only once written whole.
@@ -25,21 +27,48 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     announce(&args.sampling, args.duration, recording.cpus());
     let until = args.duration.map(|duration| Instant::now() + duration);
     recording.sample_until(&stop, until, Some(args.duration))?;
-    let (mut profile, java_events) = recording.finish_with_java_events()?;
-    // Until `-e`: the hidden `--java-event` writes that event's profile.
-    if let Some((_, events)) = java_events.into_iter().next() {
-        profile = events;
-    }
+    let profiles = recording.finish()?;
 
     let written = outputs.names();
-    outputs.write(&profile)?;
-    eprintln!(
-        "stoke: {} samples from {} processes in {:.1} s ({} lost), written to {}",
-        profile.summary.samples,
-        profile.summary.processes,
-        profile.summary.duration.as_secs_f64(),
-        profile.summary.lost(),
-        written
-    );
+    outputs.write(&profiles)?;
+    match profiles.as_slice() {
+        [profile] => eprintln!("stoke: {}, written to {written}", counted(&profile.summary)),
+        profiles => {
+            for profile in profiles {
+                eprintln!(
+                    "stoke: {}: {}",
+                    profile.summary.event,
+                    counted(&profile.summary)
+                );
+            }
+            eprintln!("stoke: written to {written}");
+        }
+    }
     Ok(())
+}
+
+/// What a profile counted, in one line: `412 samples from 3 processes in
+/// 2.0 s (0 lost)`, or for offcpu `1.234 s off-CPU in 810 events from ...`.
+fn counted(summary: &RecordingSummary) -> String {
+    let what = match summary.event {
+        Event::Cpu => format!("{} samples", summary.samples),
+        Event::Offcpu => format!(
+            "{:.3} s off-CPU in {} events ({} dropped over budget)",
+            summary.total as f64 / 1e9,
+            summary.samples,
+            summary.dropped_events
+        ),
+        event => format!(
+            "{} {} in {} {event} events",
+            summary.total,
+            event.unit(),
+            summary.samples
+        ),
+    };
+    format!(
+        "{what} from {} processes in {:.1} s ({} lost)",
+        summary.processes,
+        summary.duration.as_secs_f64(),
+        summary.lost()
+    )
 }

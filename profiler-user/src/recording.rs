@@ -1,34 +1,28 @@
 //! A recording in progress, for `stoke record` and `stoke continuous`: the
 //! stages in order. While samples come in, their processes are registered
 //! (and their files' unwind tables loaded), JVM samples get their Java
-//! frames, and the raw stacks are counted; then every distinct address is
-//! named once, and the named stacks are folded into a [`Profile`].
+//! frames, and the raw stacks are counted, apart for each event (`-e`);
+//! then every distinct address is named once, and the named stacks are
+//! folded into one [`Profile`] per event.
 
 use std::{
     path::Path,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Result;
-use profiler_common::{
-    java_events::{JavaEventKind, WANT_ALLOC, WANT_LOCK},
-    Counter,
-};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use profiler_common::Counter;
 
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
+    event::{self, Event},
     jvm::{
-        java_events::JavaEventSettings,
+        java_events::{JavaEventSample, JavaEventSettings},
         profiler::{JavaProfiler, JavaResults},
         MergedSample,
     },
-    preflight,
     process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
     progress::Progress,
@@ -39,6 +33,8 @@ use crate::{
     symbolize::{names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
 };
+
+pub use crate::startup::{announce, check_sampling, raise_open_file_limit, stop_on_signals};
 
 /// Longest wait between two drains of the ring buffer when nothing wakes
 /// the reader: it bounds the memory the ring needs and the progress lag.
@@ -78,9 +74,8 @@ pub struct Recording {
     /// Process images handed to the unwinder so far.
     images_loaded: usize,
     options: AggregateOptions,
-    aggregator: Aggregator,
-    /// One aggregation per Java event recorded (allocations, locks).
-    java_events: Vec<(JavaEventKind, Aggregator)>,
+    /// One per event recorded, in the order `-e` named them.
+    aggregators: Vec<(Event, Aggregator)>,
     java: JavaProfiler,
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
@@ -116,37 +111,19 @@ impl Recording {
             lines: args.lines,
             group_by: args.group_by,
         };
-        let java_kinds: Vec<JavaEventKind> = args
-            .java_event
-            .iter()
-            .map(|event| match event {
-                crate::cli::JavaEventChoice::Alloc => JavaEventKind::Alloc,
-                crate::cli::JavaEventChoice::Lock => JavaEventKind::Monitor,
-            })
+        let aggregators = event::distinct(&args.events)
+            .into_iter()
+            .map(|event| (event, Aggregator::new(options)))
             .collect();
-        let java_settings = JavaEventSettings {
-            wanted: java_kinds.iter().fold(0, |bits, kind| {
-                bits | match kind {
-                    JavaEventKind::Alloc => WANT_ALLOC,
-                    JavaEventKind::Monitor => WANT_LOCK,
-                }
-            }),
-            alloc_interval: args.alloc_interval,
-            lock_threshold_ns: args.lock_threshold,
-        };
         Ok(Self {
             sampler,
             processes: ProcessRegistry::default(),
             unwinder,
             images_loaded: 0,
             options,
-            aggregator: Aggregator::new(options),
-            java_events: java_kinds
-                .into_iter()
-                .map(|kind| (kind, Aggregator::new(options)))
-                .collect(),
+            aggregators,
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
-                .with_java_events(java_settings),
+                .with_java_events(JavaEventSettings::of(args)?),
             symbolizer: Symbolizer::new(args.lines),
             names: AddressNames::default(),
             pids: args.pids.clone(),
@@ -188,7 +165,10 @@ impl Recording {
                 let counters = self.sampler.counters()?;
                 progress.update(
                     self.started.elapsed(),
-                    self.aggregator.samples(),
+                    self.aggregators
+                        .iter()
+                        .map(|(_, aggregator)| aggregator.samples())
+                        .sum(),
                     self.processes.len(),
                     counters[Counter::LostRingFull as usize],
                 );
@@ -216,11 +196,15 @@ impl Recording {
             sampler,
             processes,
             unwinder,
-            aggregator,
+            aggregators,
             java,
             malformed,
             ..
         } = self;
+        let mut cpu = aggregators
+            .iter_mut()
+            .find(|(event, _)| *event == Event::Cpu)
+            .map(|(_, aggregator)| aggregator);
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
@@ -228,8 +212,8 @@ impl Recording {
                 java.look_for_jvm(pid, processes.image(image));
                 if sample.signalled {
                     java.await_java_stack(sample);
-                } else {
-                    aggregator.add(MergedSample::native(image, sample));
+                } else if let Some(cpu) = cpu.as_deref_mut() {
+                    cpu.add(MergedSample::native(image, sample));
                 }
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
@@ -242,9 +226,11 @@ impl Recording {
             Err(_) => *malformed += 1,
         });
         for merged in java.collect(sampler, processes)? {
-            aggregator.add(merged);
+            if let Some(cpu) = cpu.as_deref_mut() {
+                cpu.add(merged);
+            }
         }
-        count_java_events(&mut self.java_events, java.take_java_events());
+        count_java_events(&mut self.aggregators, java.take_java_events());
         self.load_new_images();
         Ok(())
     }
@@ -260,14 +246,21 @@ impl Recording {
     }
 
     /// For `stoke continuous`: folds what was counted since `since` (the
-    /// last cut) into a profile, and starts counting anew; then forgets
+    /// last cut) into a profile per event, and starts counting anew; then forgets
     /// the processes, files and JVMs that ended, so that what stoke holds
     /// stays bounded by what is alive. Samples still waiting for their
     /// Java stacks go into the next interval.
-    pub fn cut(&mut self, since: Instant) -> Result<Profile> {
+    pub fn cut(&mut self, since: Instant) -> Result<Vec<Profile>> {
         self.java.await_names(INTERVAL_NAMES_WAIT);
         let lost = self.sampler.counters()?[Counter::LostRingFull as usize];
-        let aggregator = std::mem::replace(&mut self.aggregator, Aggregator::new(self.options));
+        let aggregators = self
+            .aggregators
+            .iter_mut()
+            .map(|(event, aggregator)| {
+                let fresh = Aggregator::new(self.options);
+                (*event, std::mem::replace(aggregator, fresh))
+            })
+            .collect();
         let summary = RecordingSummary {
             duration: since.elapsed(),
             started: SystemTime::now().checked_sub(since.elapsed()),
@@ -278,35 +271,29 @@ impl Recording {
             ..RecordingSummary::default()
         };
         self.lost_before = lost;
-        let profile = self.name_and_fold(aggregator, summary);
+        let profiles = self.name_and_fold(aggregators, summary);
         self.load_new_images();
         self.processes.evict_ended();
         self.images_loaded = self.processes.len();
         self.java.release_ended();
         self.names.forget_unused();
-        Ok(profile)
+        Ok(profiles)
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names
-    /// and folds the stacks.
-    pub fn finish(self) -> Result<Profile> {
-        self.finish_with_java_events().map(|(profile, _)| profile)
-    }
-
-    /// As [`Self::finish`], with the profile of each Java event recorded.
-    pub fn finish_with_java_events(self) -> Result<(Profile, Vec<(JavaEventKind, Profile)>)> {
+    /// and folds the stacks: one profile per event, in `-e`'s order.
+    pub fn finish(self) -> Result<Vec<Profile>> {
         let Self {
             sampler,
             mut processes,
             unwinder,
-            mut aggregator,
+            mut aggregators,
             java,
             symbolizer,
             mut names,
             frequency_hz,
             malformed,
             started,
-            mut java_events,
             ..
         } = self;
         let duration = started.elapsed();
@@ -316,17 +303,23 @@ impl Recording {
         // Detached first: no signal goes out while the last answers come.
         drop(sampler);
         let JavaResults {
-            events,
+            events: java_events,
             merged,
             symbols: java_symbols,
             summary: java_summary,
         } = java.finish(&mut processes);
-        count_java_events(&mut java_events, events);
-        for merged in merged {
-            aggregator.add(merged);
+        if let Some((_, cpu)) = aggregators
+            .iter_mut()
+            .find(|(event, _)| *event == Event::Cpu)
+        {
+            merged.into_iter().for_each(|merged| cpu.add(merged));
         }
+        count_java_events(&mut aggregators, java_events);
         let naming = Instant::now();
-        names.resolve(aggregator.addresses(&processes), &symbolizer);
+        let addresses = aggregators
+            .iter()
+            .flat_map(|(_, aggregator)| aggregator.addresses(&processes));
+        names.resolve(addresses, &symbolizer);
         let summary = RecordingSummary {
             duration,
             started: SystemTime::now().checked_sub(duration),
@@ -346,102 +339,49 @@ impl Recording {
             symbolized_addresses: names.len(),
             ..RecordingSummary::default()
         };
-        let java_names = |pid| java_symbols.get(&pid);
-        let event_profiles = java_events
+        let java = |pid| java_symbols.get(&pid);
+        Ok(aggregators
             .into_iter()
-            .map(|(kind, events)| {
-                (
-                    kind,
-                    events.fold(&processes, &names, &java_names, summary.clone()),
-                )
+            .map(|(event, aggregator)| {
+                let summary = RecordingSummary {
+                    event,
+                    ..summary.clone()
+                };
+                aggregator.fold(&processes, &names, &java, summary)
             })
-            .collect();
-        let profile = aggregator.fold(&processes, &names, &java_names, summary);
-        Ok((profile, event_profiles))
+            .collect())
     }
 
-    /// Names the addresses of `aggregator`'s stacks and folds them.
-    fn name_and_fold(&mut self, aggregator: Aggregator, mut summary: RecordingSummary) -> Profile {
+    /// Names the addresses of every aggregator's stacks and folds each into
+    /// its event's profile.
+    fn name_and_fold(
+        &mut self,
+        aggregators: Vec<(Event, Aggregator)>,
+        mut summary: RecordingSummary,
+    ) -> Vec<Profile> {
         let started = Instant::now();
-        self.names
-            .resolve(aggregator.addresses(&self.processes), &self.symbolizer);
+        let addresses = aggregators
+            .iter()
+            .flat_map(|(_, aggregator)| aggregator.addresses(&self.processes));
+        self.names.resolve(addresses, &self.symbolizer);
         summary.symbolize_time = started.elapsed();
         summary.symbolized_addresses = self.names.len();
         let java = &self.java;
-        aggregator.fold(
-            &self.processes,
-            &self.names,
-            &|pid| java.symbols_of(pid),
-            summary,
-        )
-    }
-}
-
-/// The checks every command that samples makes before it starts.
-pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
-    preflight::check_frequency(args.frequency)?;
-    preflight::check_privileges()?;
-    preflight::check_btf()?;
-    preflight::check_pids(&args.pids)
-}
-
-/// Counts each Java event in its event's aggregation.
-fn count_java_events(
-    aggregators: &mut [(JavaEventKind, Aggregator)],
-    events: Vec<crate::jvm::java_events::JavaEventSample>,
-) {
-    for event in events {
-        if let Some((_, aggregator)) = aggregators.iter_mut().find(|(kind, _)| *kind == event.kind)
-        {
-            aggregator.add_java_event(event);
-        }
-    }
-}
-
-/// The flag SIGINT and SIGTERM raise; a second one ends stoke at once,
-/// without output.
-pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
-    Ok(stop)
-}
-
-/// Says on stderr that sampling has begun, and what it covers.
-pub fn announce(args: &SamplingArgs, duration: Option<Duration>, cpus: usize) {
-    let scope = match args.pids.as_slice() {
-        [] => "every process".to_owned(),
-        pids => {
-            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-            format!("pids {}", pids.join(","))
-        }
-    };
-    let until = match duration {
-        Some(duration) => format!("for {:.1} s", duration.as_secs_f64()),
-        None => "until Ctrl-C".to_owned(),
-    };
-    eprintln!(
-        "stoke: sampling {scope} on {cpus} CPUs at {} Hz {until}",
-        args.frequency
-    );
-}
-
-/// Every mapped file of every sampled process is held open until the end:
-/// a busy host needs more descriptors than the usual soft limit.
-pub fn raise_open_file_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
+        aggregators
+            .into_iter()
+            .map(|(event, aggregator)| {
+                let summary = RecordingSummary {
+                    event,
+                    ..summary.clone()
+                };
+                aggregator.fold(
+                    &self.processes,
+                    &self.names,
+                    &|pid| java.symbols_of(pid),
+                    summary,
+                )
+            })
+            .collect()
     }
 }
 
@@ -451,4 +391,14 @@ fn all_exited(pids: &[u32]) -> bool {
         && pids
             .iter()
             .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Counts each Java event (allocation, lock) in its event's aggregation.
+fn count_java_events(aggregators: &mut [(Event, Aggregator)], events: Vec<JavaEventSample>) {
+    for java_event in events {
+        let event = JavaEventSettings::event_of(java_event.kind);
+        if let Some((_, aggregator)) = aggregators.iter_mut().find(|(each, _)| *each == event) {
+            aggregator.add_java_event(java_event);
+        }
+    }
 }

@@ -144,7 +144,7 @@ fn allocations_on(jdk: Jdk) {
     let mut running = workload.spawn(&["14"]);
     let out = dir.join("alloc.folded");
     let args = record_args(
-        &args!["-p", running.pid(), "--java-event", "alloc"],
+        &args!["-p", running.pid(), "-e", "alloc"],
         99,
         RECORD_SECONDS,
         &out,
@@ -212,7 +212,7 @@ fn a_stoke_killed_while_recording_allocations_leaves_sampling_off() {
         "record",
         "-p",
         running.pid(),
-        "--java-event",
+        "-e",
         "alloc",
         "-o",
         dir.join("never.folded").display()
@@ -245,7 +245,7 @@ fn contended_monitors_show_their_class_and_wait() {
     let mut running = workload.spawn(&["10"]);
     let out = dir.join("locks.folded");
     let args = record_args(
-        &args!["-p", running.pid(), "-t", "--java-event", "lock"],
+        &args!["-p", running.pid(), "-t", "-e", "lock"],
         99,
         RECORD_SECONDS,
         &out,

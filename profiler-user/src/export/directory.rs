@@ -1,6 +1,7 @@
-//! Profiles as files: `DIR/SERVICE/UNTIL.pb.gz`, each appearing whole (see
-//! [`OutputFile`]), and per service only the newest `keep` of them. Only
-//! files named as stoke names them are ever removed.
+//! Profiles as files: `DIR/SERVICE/UNTIL.pb.gz` for cpu and
+//! `DIR/SERVICE/UNTIL.EVENT.pb.gz` for the other events, each appearing
+//! whole (see [`OutputFile`]), and per service and event only the newest
+//! `keep` of them. Only files named as stoke names them are ever removed.
 
 use std::{
     io::{self, Write},
@@ -14,7 +15,7 @@ use super::{
     worker::{Delivery, Destination},
     Batch, ServiceProfile,
 };
-use crate::write::OutputFile;
+use crate::{event::Event, write::OutputFile};
 
 /// The file suffix: gzipped pprof, as `go tool pprof` and Pyroscope read it.
 const SUFFIX: &str = ".pb.gz";
@@ -33,11 +34,12 @@ impl Directory {
     fn write(&self, batch: &Batch, profile: &ServiceProfile) -> io::Result<()> {
         let dir = self.root.join(file_name(&profile.service));
         std::fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("{}{SUFFIX}", unix_seconds(batch.until)));
+        let tag = event_tag(profile.event);
+        let path = dir.join(format!("{}{tag}{SUFFIX}", unix_seconds(batch.until)));
         let mut file = OutputFile::create(&path, 0o644)?;
         file.file().write_all(&profile.pprof)?;
         file.commit()?;
-        rotate(&dir, self.keep)
+        rotate(&dir, &tag, self.keep)
     }
 }
 
@@ -75,8 +77,18 @@ fn file_name(service: &str) -> String {
     }
 }
 
-/// Removes the oldest profiles in `dir` beyond the newest `keep`.
-fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
+/// What goes between a file's time and its suffix: nothing for cpu (as
+/// before there were other events), `.EVENT` for the others.
+fn event_tag(event: Event) -> String {
+    match event {
+        Event::Cpu => String::new(),
+        event => format!(".{event}"),
+    }
+}
+
+/// Removes the oldest profiles of one event (named `UNTIL{tag}.pb.gz`) in
+/// `dir` beyond the newest `keep`.
+fn rotate(dir: &Path, tag: &str, keep: usize) -> io::Result<()> {
     let mut profiles: Vec<(u64, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -84,6 +96,7 @@ fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
         let seconds = name
             .to_str()
             .and_then(|name| name.strip_suffix(SUFFIX))
+            .and_then(|name| name.strip_suffix(tag))
             .filter(|stem| !stem.is_empty() && stem.bytes().all(|byte| byte.is_ascii_digit()))
             .and_then(|stem| stem.parse().ok());
         if let Some(seconds) = seconds {
@@ -121,12 +134,17 @@ mod tests {
     }
 
     fn batch(until: u64, service: &str) -> Batch {
+        batch_of(until, service, Event::Cpu)
+    }
+
+    fn batch_of(until: u64, service: &str, event: Event) -> Batch {
         Batch {
             from: SystemTime::UNIX_EPOCH,
             until: SystemTime::UNIX_EPOCH + Duration::from_secs(until),
             sample_rate_hz: 99,
             profiles: vec![ServiceProfile {
                 service: service.to_owned(),
+                event,
                 labels: Vec::new(),
                 pprof: format!("profile {until}").into_bytes(),
             }],
@@ -170,6 +188,25 @@ mod tests {
         assert_eq!(
             std::fs::read(service_dir.join("1700000004.pb.gz")).unwrap(),
             b"profile 1700000004"
+        );
+    }
+
+    #[test]
+    fn each_event_has_its_files_and_its_rotation() {
+        let root = tempfile::tempdir().unwrap();
+        let mut directory = Directory::new(root.path().to_owned(), 1);
+        for until in [1, 2] {
+            for event in [Event::Cpu, Event::Offcpu] {
+                let batch = batch_of(until, "web", event);
+                assert!(matches!(
+                    directory.deliver(&batch, &batch.profiles[0], None),
+                    Delivery::Delivered
+                ));
+            }
+        }
+        assert_eq!(
+            names(&root.path().join("web")),
+            ["2.offcpu.pb.gz", "2.pb.gz"]
         );
     }
 

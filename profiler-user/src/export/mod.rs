@@ -25,6 +25,8 @@ mod tests;
 use std::time::SystemTime;
 
 pub use args::ExportArgs;
+
+use crate::event::Event;
 pub use exporter::Exporter;
 
 /// One service's profile of one interval.
@@ -33,6 +35,10 @@ pub struct ServiceProfile {
     /// The service, as the profile's labels name it: Pyroscope's
     /// application name and the file's directory, sanitized by each.
     pub service: String,
+    /// What the profile counts: Pyroscope names it `SERVICE.EVENT` by its
+    /// sample types; its file is `UNTIL.pb.gz` for cpu, `UNTIL.EVENT.pb.gz`
+    /// for the others.
+    pub event: Event,
     /// Labels of the whole profile (container, pod, host...), sent after the
     /// service name. Names and values Pyroscope cannot take are rewritten.
     pub labels: Vec<(String, String)>,

@@ -1,10 +1,13 @@
 //! One profile pushed to Grafana Pyroscope's ingest API:
 //! `POST /ingest?name=APP{k=v,...}&from=&until=&format=pprof&...` with the
 //! pprof as the raw body, which Pyroscope takes for profiles of its known
-//! types (cpu). For pprof, `name` is a prefix: Pyroscope appends the
-//! profile's type itself (`APP.cpu{...}`), so none is sent.
+//! types (cpu, alloc_*, contentions/delay). For pprof, `name` is a prefix:
+//! Pyroscope appends the profile's type itself (`APP.cpu{...}`), so none is
+//! sent. A sample type it does not know (offcpu) it drops unless told its
+//! units: that profile goes as a form with a `sample_type_config`, whose
+//! display name makes it `APP.offcpu{...}`.
 
-use std::time::Duration;
+use std::{borrow::Cow, time::Duration};
 
 use super::{
     args::PyroscopeSettings,
@@ -12,6 +15,7 @@ use super::{
     worker::{Delivery, Destination},
     Batch, ServiceProfile,
 };
+use crate::event::Event;
 
 /// Connect and total timeouts of one request: a backend that hangs holds
 /// the worker no longer than this.
@@ -72,7 +76,7 @@ impl Destination for Pyroscope {
             .query("format", "pprof")
             .query("sampleRate", batch.sample_rate_hz.to_string())
             .query("spyName", "stoke")
-            .header("Content-Type", "application/octet-stream");
+            .header("Content-Type", content_type(profile));
         for (header, value) in &self.settings.headers {
             request = request.header(*header, value);
         }
@@ -80,7 +84,7 @@ impl Destination for Pyroscope {
             .config()
             .timeout_global(Some(timeout))
             .build()
-            .send(&profile.pprof[..]);
+            .send(&body(profile)[..]);
         let mut response = match result {
             Ok(response) => response,
             Err(error) => {
@@ -115,6 +119,60 @@ impl Destination for Pyroscope {
             }
         }
     }
+}
+
+/// The stem of a form's boundary; [`boundary`] numbers it until it does not
+/// occur in the pprof.
+const BOUNDARY: &str = "stoke-sample-type-config-boundary";
+
+/// The units Pyroscope is told of for the sample types it does not know.
+fn sample_type_config(event: Event) -> Option<&'static str> {
+    match event {
+        // `lock_nanoseconds` is its unit for time (shown as durations).
+        Event::Offcpu => Some(
+            r#"{"offcpu":{"units":"lock_nanoseconds","display-name":"offcpu","aggregation":"sum"}}"#,
+        ),
+        Event::Cpu | Event::Alloc | Event::Lock => None,
+    }
+}
+
+/// A boundary that does not occur in `pprof`.
+fn boundary(pprof: &[u8]) -> String {
+    (0u32..)
+        .map(|n| format!("{BOUNDARY}-{n}"))
+        .find(|boundary| {
+            !pprof
+                .windows(boundary.len())
+                .any(|window| window == boundary.as_bytes())
+        })
+        .unwrap_or_default()
+}
+
+fn content_type(profile: &ServiceProfile) -> String {
+    match sample_type_config(profile.event) {
+        Some(_) => format!("multipart/form-data; boundary={}", boundary(&profile.pprof)),
+        None => "application/octet-stream".to_owned(),
+    }
+}
+
+/// The pprof as is, or in a form with its sample type config.
+pub(super) fn body(profile: &ServiceProfile) -> Cow<'_, [u8]> {
+    let Some(config) = sample_type_config(profile.event) else {
+        return Cow::Borrowed(&profile.pprof);
+    };
+    let boundary = boundary(&profile.pprof);
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(&profile.pprof);
+    body.extend_from_slice(
+        format!(
+            "\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"sample_type_config\"; filename=\"sample_type_config.json\"\r\nContent-Type: application/json\r\n\r\n{config}\r\n--{boundary}--\r\n"
+        )
+        .as_bytes(),
+    );
+    Cow::Owned(body)
 }
 
 /// `SERVICE{k=v,...}`: the profile's labels, then the static ones not

@@ -6,12 +6,15 @@
 
 use std::sync::Arc;
 
-use profiler_common::java_events::{java_class_name, JavaEventKind, MAX_CLASS_NAME};
+use anyhow::{bail, Result};
+use profiler_common::java_events::{
+    java_class_name, JavaEventKind, MAX_CLASS_NAME, WANT_ALLOC, WANT_LOCK,
+};
 
 use super::{
     agent_memory::AgentMemory, symbols::JavaSymbols, thread_ids::ThreadIds, JavaStackFrame,
 };
-use crate::process::ImageId;
+use crate::{cli::SamplingArgs, event::Event, process::ImageId};
 
 /// The Java events a recording asks the agents for, and how.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,6 +25,34 @@ pub struct JavaEventSettings {
     pub alloc_interval: u64,
     /// Shortest recorded wait for a contended lock, in nanoseconds.
     pub lock_threshold_ns: u64,
+}
+
+impl JavaEventSettings {
+    /// What `-e`, `--alloc-interval` and `--lock-threshold` ask of the
+    /// agents; refused with `--no-jvm`, which leaves JVMs without one.
+    pub fn of(args: &SamplingArgs) -> Result<Self> {
+        let wanted = args.events.iter().fold(0, |wanted, event| match event {
+            Event::Alloc => wanted | WANT_ALLOC,
+            Event::Lock => wanted | WANT_LOCK,
+            _ => wanted,
+        });
+        if wanted != 0 && args.no_jvm {
+            bail!("-e alloc and -e lock need the JVM agent, which --no-jvm leaves out: drop one or the other");
+        }
+        Ok(Self {
+            wanted,
+            alloc_interval: args.alloc_interval,
+            lock_threshold_ns: args.lock_threshold,
+        })
+    }
+
+    /// The event a Java event of `kind` is counted in.
+    pub fn event_of(kind: JavaEventKind) -> Event {
+        match kind {
+            JavaEventKind::Alloc => Event::Alloc,
+            JavaEventKind::Monitor => Event::Lock,
+        }
+    }
 }
 
 /// One Java event, ready to count.

@@ -125,6 +125,7 @@ mod tests {
             frames: vec![Arc::from("p"), Arc::from(leaf)],
             context_frames: 1,
             samples,
+            events: samples,
             labels: Arc::new([]),
             modules: Box::new([]),
         };

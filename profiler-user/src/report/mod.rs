@@ -45,7 +45,10 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         Some(Instant::now() + args.duration),
         Some(Some(args.duration)),
     )?;
-    let profile = recording.finish()?;
+    // The report is of CPU time: the first (cpu, by default) profile.
+    let Some(profile) = recording.finish()?.into_iter().next() else {
+        anyhow::bail!("the recording gave no profile");
+    };
 
     let facts = Facts {
         host: host_name(),

@@ -217,6 +217,7 @@ mod tests {
             frames: frames.iter().map(|frame| Arc::from(*frame)).collect(),
             context_frames: 1,
             samples,
+            events: samples,
             labels: labels
                 .iter()
                 .map(|(key, value)| (*key, Arc::from(*value)))

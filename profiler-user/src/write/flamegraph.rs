@@ -7,21 +7,23 @@ use inferno::flamegraph::{from_lines, Options};
 use super::folded;
 use crate::profile::{Profile, RecordingSummary};
 
-const TITLE: &str = "Stoke CPU profile";
+use crate::event::Event;
 
 /// Writes `profile` as a flame graph, or as a small SVG saying there is
-/// nothing to show when it holds no samples.
+/// nothing to show when it holds no samples. Widths are the stacks' values
+/// in the event's unit (samples, nanoseconds, bytes).
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
+    let title = title(profile.summary.event);
     let subtitle = subtitle(&profile.summary);
     // inferno refuses to draw zero samples, but a quiet machine is a
     // legitimate recording, not a failure.
     if profile.stacks.iter().all(|stack| stack.samples == 0) {
-        return write_empty(&subtitle, out);
+        return write_empty(&title, &subtitle, out);
     }
     let mut options = Options::default();
-    options.title = TITLE.into();
+    options.title = title;
     options.subtitle = Some(subtitle);
-    options.count_name = "samples".into();
+    options.count_name = profile.summary.event.unit().into();
     // Colors from name hashes rather than at random, so a function keeps
     // its color from one graph to the next and output is reproducible.
     options.hash = true;
@@ -29,25 +31,41 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     from_lines(&mut options, lines.iter().map(String::as_str), out)
 }
 
-/// One line about how the recording went, shown under the title.
-fn subtitle(summary: &RecordingSummary) -> String {
-    format!(
-        "{} samples in {:.1} s at {} Hz on {} CPUs, {} lost",
-        summary.samples,
-        summary.duration.as_secs_f64(),
-        summary.frequency_hz,
-        summary.cpus,
-        summary.lost(),
-    )
+fn title(event: Event) -> String {
+    format!("Stoke {} profile", event.title())
 }
 
-fn write_empty(subtitle: &str, out: &mut dyn Write) -> io::Result<()> {
+/// One line about how the recording went, shown under the title.
+fn subtitle(summary: &RecordingSummary) -> String {
+    match summary.event {
+        Event::Cpu => format!(
+            "{} samples in {:.1} s at {} Hz on {} CPUs, {} lost",
+            summary.samples,
+            summary.duration.as_secs_f64(),
+            summary.frequency_hz,
+            summary.cpus,
+            summary.lost(),
+        ),
+        event => format!(
+            "{} {} in {} events in {:.1} s on {} CPUs, {} lost, {} dropped over budget",
+            summary.total,
+            event.unit(),
+            summary.samples,
+            summary.duration.as_secs_f64(),
+            summary.cpus,
+            summary.lost(),
+            summary.dropped_events,
+        ),
+    }
+}
+
+fn write_empty(title: &str, subtitle: &str, out: &mut dyn Write) -> io::Result<()> {
     write!(
         out,
         r#"<?xml version="1.0" standalone="no"?>
 <svg version="1.1" width="1200" height="110" viewBox="0 0 1200 110" xmlns="http://www.w3.org/2000/svg">
 <g font-family="Verdana" text-anchor="middle">
-<text x="600" y="24" font-size="17">{TITLE}</text>
+<text x="600" y="24" font-size="17">{title}</text>
 <text x="600" y="50" font-size="12">{subtitle}</text>
 <text x="600" y="85" font-size="14">No samples were recorded.</text>
 </g>
@@ -78,8 +96,19 @@ mod tests {
         let svg = svg(&profile);
         assert!(svg.contains("<svg"));
         assert!(svg.contains("compute"));
-        assert!(svg.contains(TITLE));
+        assert!(svg.contains("Stoke CPU profile"));
         assert!(svg.contains("6 samples in 2.5 s at 99 Hz on 4 CPUs, 0 lost"));
+    }
+
+    #[test]
+    fn other_events_say_their_unit() {
+        let mut profile = profile(&[("app;main;sleep", 7_000_000)]);
+        profile.summary.event = Event::Offcpu;
+        profile.summary.total = 7_000_000;
+        let svg = svg(&profile);
+        assert!(svg.contains("Stoke off-CPU profile"));
+        assert!(svg.contains("7000000 nanoseconds in 7000000 events"));
+        assert!(svg.contains("nanoseconds"));
     }
 
     #[test]

@@ -16,6 +16,9 @@ const VERSION: u32 = 2;
 struct Document<'a> {
     format: &'static str,
     version: u32,
+    /// The unit of the stacks' values (`samples` for cpu); the summary's
+    /// `event` says what they count.
+    unit: &'static str,
     summary: &'a RecordingSummary,
     stacks: &'a [FoldedStack],
 }
@@ -24,6 +27,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let document = Document {
         format: FORMAT,
         version: VERSION,
+        unit: profile.summary.event.unit(),
         summary: &profile.summary,
         stacks: &profile.stacks,
     };
@@ -44,6 +48,8 @@ mod tests {
         write(&profile, &mut out).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(json["format"], "stoke-profile");
+        assert_eq!(json["unit"], "samples");
+        assert_eq!(json["summary"]["event"], "cpu");
         assert_eq!(json["summary"]["samples"], 4);
         assert_eq!(json["summary"]["duration"], 1.5);
         assert_eq!(

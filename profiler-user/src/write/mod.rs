@@ -107,6 +107,7 @@ mod tests {
                     frames: frames.split(';').map(Arc::from).collect(),
                     context_frames: 1,
                     samples,
+                    events: samples,
                     labels: Arc::new([]),
                     modules: Box::new([]),
                 })

@@ -1,34 +1,54 @@
-//! The outputs of one recording: every `-o`, each in its format, checked
-//! and opened before the recording starts, written after it.
+//! The outputs of one recording: every `-o`, each in its format (and, with
+//! several events, once per event), checked and opened before the recording
+//! starts, written after it.
 
 use std::{collections::HashSet, path::PathBuf};
 
 use anyhow::{bail, Context, Result};
 
 use super::{write_profile, Format, OutputFile};
-use crate::profile::Profile;
+use crate::{
+    event::{self, Event},
+    profile::Profile,
+};
 
-/// The outputs asked for, each with its format: not opened yet.
+/// The outputs asked for, each with its format and event: not opened yet.
 #[derive(Debug)]
-pub struct OutputPlan(Vec<(PathBuf, Format)>);
+pub struct OutputPlan(Vec<(PathBuf, Format, Event)>);
 
 /// The outputs, open under no name until written whole.
-pub struct Outputs(Vec<(PathBuf, Format, OutputFile)>);
+pub struct Outputs(Vec<(PathBuf, Format, Event, OutputFile)>);
 
 impl OutputPlan {
     /// The format of each of `paths`: `flag` (`--format`) if given, which
     /// only a single output may have, else the one its extension names.
-    pub fn new(paths: &[PathBuf], flag: Option<Format>) -> Result<Self> {
+    /// With one of `events`, each path gets its profile; with several, each
+    /// path is written once per event, under its name with the event's
+    /// inserted ([`event::output_path`]).
+    pub fn new(paths: &[PathBuf], flag: Option<Format>, events: &[Event]) -> Result<Self> {
         if flag.is_some() && paths.len() > 1 {
             bail!("--format applies to a single -o: name each of several outputs by its extension");
         }
+        let events = event::distinct(events);
         let mut seen = HashSet::new();
-        let mut plan = Vec::with_capacity(paths.len());
+        let mut plan = Vec::with_capacity(paths.len() * events.len());
         for path in paths {
-            if !seen.insert(path) {
+            if !seen.insert(path.clone()) {
                 bail!("-o {} is given twice", path.display());
             }
-            plan.push((path.clone(), Format::for_output(path, flag)?));
+            let format = Format::for_output(path, flag)?;
+            match events.as_slice() {
+                [event] => plan.push((path.clone(), format, *event)),
+                events => {
+                    for &event in events {
+                        let path = event::output_path(path, event);
+                        if !seen.insert(path.clone()) {
+                            bail!("-o {} is given twice", path.display());
+                        }
+                        plan.push((path, format, event));
+                    }
+                }
+            }
         }
         Ok(Self(plan))
     }
@@ -37,19 +57,29 @@ impl OutputPlan {
     /// not after.
     pub fn create(self) -> Result<Outputs> {
         let mut outputs = Vec::with_capacity(self.0.len());
-        for (path, format) in self.0 {
+        for (path, format, event) in self.0 {
             let file = OutputFile::create(&path, 0o644)
                 .with_context(|| format!("cannot write the profile to {}", path.display()))?;
-            outputs.push((path, format, file));
+            outputs.push((path, format, event, file));
         }
         Ok(Outputs(outputs))
     }
 }
 
 impl Outputs {
-    /// Writes `profile` to every output, each named only once whole.
-    pub fn write(self, profile: &Profile) -> Result<()> {
-        for (path, format, mut file) in self.0 {
+    /// Writes each of `profiles` (one per event) to its outputs, each named
+    /// only once whole.
+    pub fn write(self, profiles: &[Profile]) -> Result<()> {
+        for (path, format, event, mut file) in self.0 {
+            let Some(profile) = profiles
+                .iter()
+                .find(|profile| profile.summary.event == event)
+            else {
+                bail!(
+                    "the recording made no {event} profile for {}",
+                    path.display()
+                );
+            };
             write_profile(profile, format, file.file())
                 .and_then(|()| Ok(file.commit()?))
                 .with_context(|| format!("writing the profile to {}", path.display()))?;
@@ -63,7 +93,7 @@ impl Outputs {
         let names: Vec<String> = self
             .0
             .iter()
-            .map(|(path, _, _)| path.display().to_string())
+            .map(|(path, ..)| path.display().to_string())
             .collect();
         names.join(", ")
     }
@@ -79,8 +109,9 @@ mod tests {
 
     #[test]
     fn each_output_takes_its_extensions_format() {
-        let plan = OutputPlan::new(&paths(&["a.svg", "b.pb.gz", "c.json"]), None).unwrap();
-        let formats: Vec<Format> = plan.0.iter().map(|(_, format)| *format).collect();
+        let plan =
+            OutputPlan::new(&paths(&["a.svg", "b.pb.gz", "c.json"]), None, &[Event::Cpu]).unwrap();
+        let formats: Vec<Format> = plan.0.iter().map(|(_, format, _)| *format).collect();
         assert_eq!(formats, [Format::Svg, Format::Pprof, Format::Json]);
     }
 
@@ -91,25 +122,63 @@ mod tests {
             (&["a.svg", "a.svg"][..], None, "twice"),
             (&["a.svg", "b"][..], None, "cannot tell"),
         ] {
-            let error = OutputPlan::new(&paths(names), flag)
+            let error = OutputPlan::new(&paths(names), flag, &[Event::Cpu])
                 .unwrap_err()
                 .to_string();
             assert!(error.contains(expected) && !error.contains('\n'), "{error}");
         }
-        assert!(OutputPlan::new(&paths(&["a"]), Some(Format::Txt)).is_ok());
+        assert!(OutputPlan::new(&paths(&["a"]), Some(Format::Txt), &[Event::Cpu]).is_ok());
+        let error = OutputPlan::new(
+            &paths(&["a.svg", "a.cpu.svg"]),
+            None,
+            &[Event::Cpu, Event::Offcpu],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("a.cpu.svg") && error.contains("twice"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn several_events_give_a_file_per_event_and_output() {
+        let plan = OutputPlan::new(
+            &paths(&["p.svg", "p.pb.gz"]),
+            None,
+            &[Event::Offcpu, Event::Cpu, Event::Offcpu],
+        )
+        .unwrap();
+        let planned: Vec<(String, Event)> = plan
+            .0
+            .iter()
+            .map(|(path, _, event)| (path.display().to_string(), *event))
+            .collect();
+        assert_eq!(
+            planned,
+            [
+                ("p.offcpu.svg".to_owned(), Event::Offcpu),
+                ("p.cpu.svg".to_owned(), Event::Cpu),
+                ("p.offcpu.pb.gz".to_owned(), Event::Offcpu),
+                ("p.cpu.pb.gz".to_owned(), Event::Cpu),
+            ]
+        );
     }
 
     #[test]
     fn every_output_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let names = [dir.path().join("p.folded"), dir.path().join("p.pb.gz")];
-        let outputs = OutputPlan::new(&names, None).unwrap().create().unwrap();
+        let outputs = OutputPlan::new(&names, None, &[Event::Cpu])
+            .unwrap()
+            .create()
+            .unwrap();
         assert_eq!(
             outputs.names(),
             format!("{}, {}", names[0].display(), names[1].display())
         );
         outputs
-            .write(&super::super::tests::profile(&[("app;main", 2)]))
+            .write(&[super::super::tests::profile(&[("app;main", 2)])])
             .unwrap();
         assert_eq!(std::fs::read_to_string(&names[0]).unwrap(), "app;main 2\n");
         assert_eq!(&std::fs::read(&names[1]).unwrap()[..2], [0x1f, 0x8b]);

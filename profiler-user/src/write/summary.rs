@@ -6,17 +6,35 @@ use std::{
     io::{self, Write},
 };
 
-use crate::profile::{JavaSummary, Profile, RecordingSummary};
+use crate::{
+    event::Event,
+    profile::{JavaSummary, Profile, RecordingSummary},
+};
 
 /// More rows bury the few functions that matter.
 const MAX_ROWS: usize = 40;
 
 /// Writes the recording's counts, then the top functions by self and by
-/// total samples.
+/// total value (samples for cpu; the event's unit for the others).
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let summary = &profile.summary;
-    writeln!(out, "Stoke CPU profile")?;
+    let event = summary.event;
+    let unit = event.unit();
+    writeln!(out, "Stoke {} profile", event.title())?;
     writeln!(out)?;
+    if event != Event::Cpu {
+        for (label, value) in [
+            ("Event", format!("{event} (values in {unit})")),
+            (&format!("Total {unit}"), summary.total.to_string()),
+            ("Total events", summary.samples.to_string()),
+            (
+                "Events dropped over budget",
+                summary.dropped_events.to_string(),
+            ),
+        ] {
+            writeln!(out, "{:<33} {value}", format!("{label}:"))?;
+        }
+    }
     for (label, value) in [
         ("Total samples", summary.samples.to_string()),
         (
@@ -58,7 +76,11 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
                 summary.symbolize_time.as_secs_f64() * 1e3
             ),
         ),
-    ] {
+    ]
+    .into_iter()
+    // Other events say their totals above.
+    .filter(|(label, _)| event == Event::Cpu || *label != "Total samples")
+    {
         writeln!(out, "{:<33} {value}", format!("{label}:"))?;
     }
     if summary.malformed_records > 0 {
@@ -76,8 +98,20 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     // the summary's total disagrees.
     let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
     let (self_samples, total_samples) = count_functions(profile);
-    write_table(out, "Top functions by self samples", self_samples, total)?;
-    write_table(out, "Top functions by total samples", total_samples, total)
+    write_table(
+        out,
+        unit,
+        &format!("Top functions by self {unit}"),
+        self_samples,
+        total,
+    )?;
+    write_table(
+        out,
+        unit,
+        &format!("Top functions by total {unit}"),
+        total_samples,
+        total,
+    )
 }
 
 /// How far native stacks got, and what the unwind tables cost.
@@ -201,6 +235,7 @@ fn count_functions(profile: &Profile) -> (HashMap<&str, u64>, HashMap<&str, u64>
 
 fn write_table(
     out: &mut dyn Write,
+    unit: &str,
     title: &str,
     counts: HashMap<&str, u64>,
     total: u64,
@@ -209,7 +244,7 @@ fn write_table(
     rows.sort_unstable_by_key(|&(name, samples)| (Reverse(samples), name));
     writeln!(out)?;
     writeln!(out, "{title}")?;
-    writeln!(out, "{:>10}  {:>8}  function", "samples", "percent")?;
+    writeln!(out, "{unit:>10}  {:>8}  function", "percent")?;
     for (name, samples) in rows.into_iter().take(MAX_ROWS) {
         let percent = percent(samples, total);
         writeln!(out, "{samples:>10}  {percent:>7.2}%  {name}")?;
@@ -303,6 +338,26 @@ mod tests {
     fn zero_samples_gives_empty_tables() {
         let report = report(&profile(&[]));
         assert!(report.contains("Total samples:                    0\n"));
+    }
+
+    #[test]
+    fn other_events_say_their_unit_and_totals() {
+        let mut profile = profile(&[("app;main;sleep", 7_000), ("app;main;read", 3_000)]);
+        profile.summary.event = Event::Offcpu;
+        profile.summary.total = 10_000;
+        profile.summary.samples = 4;
+        profile.summary.dropped_events = 1;
+        let report = report(&profile);
+        assert!(report.starts_with("Stoke off-CPU profile\n"), "{report}");
+        assert!(
+            report.contains("Event:                            offcpu (values in nanoseconds)\n")
+        );
+        assert!(report.contains("Total nanoseconds:                10000\n"));
+        assert!(report.contains("Total events:                     4\n"));
+        assert!(report.contains("Events dropped over budget:       1\n"));
+        assert!(!report.contains("Total samples"));
+        let rows = table(&report, "Top functions by self nanoseconds");
+        assert_eq!(rows[0], "      7000    70.00%  sleep");
         assert!(table(&report, "Top functions by total samples").is_empty());
         assert!(!report.contains("NaN"));
     }

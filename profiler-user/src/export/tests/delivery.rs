@@ -50,6 +50,7 @@ fn a_retry_resends_only_the_profiles_not_taken() {
     let exporter = start(&args(Some(&receiver.url), None, 5));
     let mut two = batch(1);
     two.profiles.push(ServiceProfile {
+        event: crate::event::Event::Cpu,
         service: "db".to_owned(),
         labels: Vec::new(),
         pprof: body(2),

@@ -59,6 +59,7 @@ fn batch(number: u64) -> Batch {
         until,
         sample_rate_hz: 99,
         profiles: vec![ServiceProfile {
+            event: crate::event::Event::Cpu,
             service: "web".to_owned(),
             labels: Vec::new(),
             pprof: body(number),

@@ -29,11 +29,13 @@ fn a_push_carries_the_ingest_query_and_the_body_as_given() {
         sample_rate_hz: 99,
         profiles: vec![
             ServiceProfile {
+                event: crate::event::Event::Cpu,
                 service: "web api".to_owned(),
                 labels: pairs(&[("container_name", "web,1"), ("pod", "web-5d9f")]),
                 pprof: web.clone(),
             },
             ServiceProfile {
+                event: crate::event::Event::Cpu,
                 service: "db".to_owned(),
                 labels: Vec::new(),
                 pprof: b"db".to_vec(),
@@ -84,6 +86,31 @@ fn a_push_carries_the_ingest_query_and_the_body_as_given() {
         ("name".to_owned(), "db{cluster=prod-eu}".to_owned())
     );
     assert_eq!(requests[1].body, b"db");
+}
+
+#[test]
+fn an_offcpu_profile_goes_as_a_form_with_its_units() {
+    let receiver = Receiver::start();
+    let exporter = start(&args(Some(&receiver.url), None, 4));
+    let mut batch = super::batch(1);
+    batch.profiles[0].event = crate::event::Event::Offcpu;
+    let pprof = batch.profiles[0].pprof.clone();
+    exporter.submit(batch);
+    exporter.finish(soon());
+    let requests = receiver.requests();
+    assert_eq!(requests.len(), 1);
+    let content_type = requests[0].header("content-type").unwrap();
+    let boundary = content_type
+        .strip_prefix("multipart/form-data; boundary=")
+        .unwrap();
+    let body = String::from_utf8_lossy(&requests[0].body);
+    let parts: Vec<&str> = body.split(&format!("--{boundary}")).collect();
+    assert_eq!(parts.len(), 4, "{body}");
+    assert!(parts[1].contains("name=\"profile\""));
+    assert!(parts[1].ends_with(&format!("\r\n\r\n{}\r\n", String::from_utf8_lossy(&pprof))));
+    assert!(parts[2].contains("name=\"sample_type_config\""));
+    assert!(parts[2].contains(r#"{"offcpu":{"units":"lock_nanoseconds","display-name":"offcpu""#));
+    assert_eq!(parts[3], "--\r\n");
 }
 
 #[test]

@@ -11,6 +11,12 @@
 //! carries say the same (`pid`, `comm`, `service`, `container_*`, `thread`
 //! with `-t`...). `pid` and `tid` are numeric labels: pprof's tag reports
 //! would count a sample twice under a key with both a string and a number.
+//!
+//! Each profile has two sample types, a count then a value, named after its
+//! event ([`Event::units`]): `samples/count` and `cpu/nanoseconds` for cpu,
+//! `events/count` and `offcpu/nanoseconds` for offcpu, `alloc_objects/count`
+//! and `alloc_space/bytes` for alloc, `contentions/count` and
+//! `delay/nanoseconds` for lock.
 
 mod proto;
 
@@ -23,7 +29,10 @@ use std::{
 use flate2::{write::GzEncoder, Compression};
 use prost::Message;
 
-use crate::profile::{FoldedStack, Module, Profile};
+use crate::{
+    event::Event,
+    profile::{FoldedStack, Module, Profile},
+};
 
 /// Labels that go in as numbers, for `-tagfocus=pid=1000:2000` and the like.
 const NUMERIC_LABELS: &[&str] = &["pid", "tid"];
@@ -89,17 +98,23 @@ impl<'p> Builder<'p> {
         stacks: impl IntoIterator<Item = &'p FoldedStack>,
     ) -> proto::Profile {
         let summary = &profile.summary;
-        let period = 1_000_000_000u64
-            .checked_div(summary.frequency_hz)
-            .unwrap_or(0);
+        // A cpu sample stands for a period of CPU time; another event's
+        // value is measured, not sampled.
+        let period = match summary.event {
+            Event::Cpu => 1_000_000_000u64
+                .checked_div(summary.frequency_hz)
+                .unwrap_or(0),
+            _ => 1,
+        };
+        let units = summary.event.units();
         let sample_type = vec![
-            self.value_type("samples", "count"),
-            self.value_type("cpu", "nanoseconds"),
+            self.value_type(units.count.0, units.count.1),
+            self.value_type(units.value.0, units.value.1),
         ];
-        let period_type = Some(self.value_type("cpu", "nanoseconds"));
+        let period_type = Some(self.value_type(units.value.0, units.value.1));
         let sample = stacks
             .into_iter()
-            .map(|stack| self.sample(stack, period))
+            .map(|stack| self.sample(stack, summary.event, period))
             .collect();
         let time_nanos = summary
             .started
@@ -120,7 +135,7 @@ impl<'p> Builder<'p> {
         }
     }
 
-    fn sample(&mut self, stack: &'p FoldedStack, period: u64) -> proto::Sample {
+    fn sample(&mut self, stack: &'p FoldedStack, event: Event, period: u64) -> proto::Sample {
         let code = &stack.frames[stack.context_frames.min(stack.frames.len())..];
         // Listed outermost first, so that the first mapping is usually the
         // program's own, as pprof expects; a sample names them innermost
@@ -134,7 +149,6 @@ impl<'p> Builder<'p> {
             })
             .collect();
         location_id.reverse();
-        let samples = saturating_i64(stack.samples.into());
         let label = stack
             .labels
             .iter()
@@ -156,10 +170,16 @@ impl<'p> Builder<'p> {
             .collect();
         proto::Sample {
             location_id,
-            value: vec![
-                samples,
-                saturating_i64(u128::from(stack.samples) * u128::from(period)),
-            ],
+            value: match event {
+                Event::Cpu => vec![
+                    saturating_i64(stack.samples.into()),
+                    saturating_i64(u128::from(stack.samples) * u128::from(period)),
+                ],
+                _ => vec![
+                    saturating_i64(stack.events.into()),
+                    saturating_i64(stack.samples.into()),
+                ],
+            },
             label,
         }
     }

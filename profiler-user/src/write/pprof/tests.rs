@@ -11,7 +11,10 @@ use flate2::read::GzDecoder;
 use prost::Message;
 
 use super::{encode, proto};
-use crate::profile::{FoldedStack, Labels, Module, Profile, RecordingSummary};
+use crate::{
+    event::Event,
+    profile::{FoldedStack, Labels, Module, Profile, RecordingSummary},
+};
 
 fn stack(
     frames: &str,
@@ -28,6 +31,7 @@ fn stack(
         frames: frames.split(';').map(Arc::from).collect(),
         context_frames,
         samples,
+        events: samples,
         labels,
         modules: modules.into(),
     }
@@ -112,6 +116,38 @@ fn settings_and_sample_types() {
     assert_eq!(profile.period, 10_000_000);
     assert_eq!(profile.time_nanos, 1_700_000_000_000_000_000);
     assert_eq!(profile.duration_nanos, 2_000_000_000);
+}
+
+#[test]
+fn other_events_count_their_events_then_their_value() {
+    for (event, expected) in [
+        (
+            Event::Offcpu,
+            [("events", "count"), ("offcpu", "nanoseconds")],
+        ),
+        (
+            Event::Alloc,
+            [("alloc_objects", "count"), ("alloc_space", "bytes")],
+        ),
+        (
+            Event::Lock,
+            [("contentions", "count"), ("delay", "nanoseconds")],
+        ),
+    ] {
+        let mut source = profile();
+        source.summary.event = event;
+        source.stacks[0].samples = 7_000_000;
+        source.stacks[0].events = 2;
+        let profile = decode(&encode(&source, &source.stacks[..1]));
+        let types: Vec<(&str, &str)> = profile
+            .sample_type
+            .iter()
+            .map(|t| (string(&profile, t.r#type), string(&profile, t.unit)))
+            .collect();
+        assert_eq!(types, expected);
+        assert_eq!(profile.sample[0].value, [2, 7_000_000]);
+        assert_eq!(profile.period, 1);
+    }
 }
 
 #[test]
