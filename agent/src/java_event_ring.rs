@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use profiler_common::{
-    java_events::{JavaEventSlot, JAVA_EVENT_SLOTS},
+    java_events::{sequence_of, stored_sequence, JavaEventSlot, JAVA_EVENT_SLOTS},
     jvm::JAVA_EVENTS_OFFSET,
 };
 
@@ -21,7 +21,7 @@ pub struct EventClaim {
 
 impl SharedMemory {
     fn event_slot(&self, position: u64) -> *mut JavaEventSlot {
-        let index = (position % JAVA_EVENT_SLOTS as u64) as usize;
+        let index = index_of(position);
         // SAFETY: the ring lies inside the mapping; index is bounded.
         unsafe {
             self.at(JAVA_EVENTS_OFFSET)
@@ -30,16 +30,10 @@ impl SharedMemory {
         }
     }
 
-    /// Empties the ring (with the sample ring; only while no stoke reads).
+    /// Empties the ring (with the sample ring; only while no stoke reads):
+    /// its memory is zeroed then (fresh, or given back while idle), which
+    /// is an empty ring; only the positions start over.
     pub(crate) fn reset_java_event_ring(&self) {
-        for index in 0..JAVA_EVENT_SLOTS {
-            // SAFETY: in bounds; the sequence is atomic.
-            unsafe {
-                (*self.event_slot(index as u64))
-                    .sequence
-                    .store(index as u64, Ordering::Relaxed)
-            };
-        }
         let header = self.header();
         header.java_events_written.store(0, Ordering::Release);
         header.java_events_read.store(0, Ordering::Release);
@@ -52,7 +46,8 @@ impl SharedMemory {
         loop {
             let slot = self.event_slot(position);
             // SAFETY: slot is in bounds; sequence is atomic.
-            let sequence = unsafe { (*slot).sequence.load(Ordering::Acquire) };
+            let stored = unsafe { (*slot).sequence.load(Ordering::Acquire) };
+            let sequence = sequence_of(stored, index_of(position));
             match sequence.wrapping_sub(position) as i64 {
                 0 => match header.java_events_written.compare_exchange_weak(
                     position,
@@ -76,11 +71,16 @@ impl SharedMemory {
     pub fn commit_event(&self, claim: EventClaim) {
         // SAFETY: the claimed slot is in bounds.
         unsafe {
-            (*claim.slot)
-                .sequence
-                .store(claim.position + 1, Ordering::Release)
+            (*claim.slot).sequence.store(
+                stored_sequence(claim.position + 1, index_of(claim.position)),
+                Ordering::Release,
+            )
         };
     }
+}
+
+fn index_of(position: u64) -> usize {
+    (position % JAVA_EVENT_SLOTS as u64) as usize
 }
 
 #[cfg(test)]
@@ -99,8 +99,10 @@ mod tests {
         assert_eq!(header.java_events_dropped.load(Ordering::Relaxed), 1);
         // Consumed (as stoke does), the first slot takes the next event.
         // SAFETY: slot 0 is in bounds; its sequence is atomic.
-        unsafe { &(*shared.event_slot(0)).sequence }
-            .store(JAVA_EVENT_SLOTS as u64, Ordering::Release);
+        unsafe { &(*shared.event_slot(0)).sequence }.store(
+            stored_sequence(JAVA_EVENT_SLOTS as u64, 0),
+            Ordering::Release,
+        );
         let claim = shared.claim_event().expect("a slot was freed");
         assert_eq!(claim.position, JAVA_EVENT_SLOTS as u64);
     }

@@ -9,6 +9,10 @@
 //! sequence number per slot, producers claim with one compare-and-swap):
 //! a Java thread never waits for stoke; when the ring is full, the event is
 //! dropped and counted in [`crate::jvm::Header::java_events_dropped`].
+//! Unlike the sample ring's, a slot's sequence is stored minus the slot's
+//! index ([`stored_sequence`]): a zeroed ring (a fresh memfd, or one whose
+//! pages the idle agent gave back) is an empty one, so that a JVM that
+//! never records these events never touches the ring's 4.5 MB.
 
 use core::sync::atomic::AtomicU64;
 
@@ -54,8 +58,9 @@ impl JavaEventKind {
 /// One slot of the Java event ring.
 #[repr(C)]
 pub struct JavaEventSlot {
-    /// Vyukov sequence: `position + 1` once the slot at `position` is
-    /// complete, `position + JAVA_EVENT_SLOTS` once consumed.
+    /// Vyukov sequence, stored by [`stored_sequence`]: `position + 1`
+    /// once the slot at `position` is complete, `position +
+    /// JAVA_EVENT_SLOTS` once consumed.
     pub sequence: AtomicU64,
     /// A [`JavaEventKind`], raw.
     pub kind: u32,
@@ -75,6 +80,17 @@ pub struct JavaEventSlot {
     /// Innermost first; the bci of a native method is
     /// [`crate::jvm::BCI_NATIVE`].
     pub frames: [JavaFrame; MAX_EVENT_FRAMES],
+}
+
+/// What [`JavaEventSlot::sequence`] holds for the Vyukov sequence
+/// `sequence` of the slot at `index`.
+pub fn stored_sequence(sequence: u64, index: usize) -> u64 {
+    sequence.wrapping_sub(index as u64)
+}
+
+/// The Vyukov sequence a slot at `index` holds, from its stored value.
+pub fn sequence_of(stored: u64, index: usize) -> u64 {
+    stored.wrapping_add(index as u64)
 }
 
 /// The Java name of a class signature: `byte[]` for `[B`,

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 
 use profiler_common::{
     java_events::{
-        JavaEventKind, JavaEventSlot, JAVA_EVENT_SLOTS, MAX_CLASS_NAME, MAX_EVENT_FRAMES,
+        sequence_of, stored_sequence, JavaEventKind, JavaEventSlot, JAVA_EVENT_SLOTS,
+        MAX_CLASS_NAME, MAX_EVENT_FRAMES,
     },
     jvm::{JavaFrame, JAVA_EVENTS_OFFSET},
 };
@@ -44,8 +45,13 @@ impl AgentMemory {
         header.java_events_wanted.store(wanted, Ordering::Release);
     }
 
+    /// Java events the agent dropped, ever, because the ring was full.
+    pub fn java_events_dropped(&self) -> u64 {
+        self.header().java_events_dropped.load(Ordering::Relaxed)
+    }
+
     fn event_slot(&self, position: u64) -> &JavaEventSlot {
-        let index = (position % JAVA_EVENT_SLOTS as u64) as usize;
+        let index = index_of(position);
         let offset = JAVA_EVENTS_OFFSET + index * size_of::<JavaEventSlot>();
         // SAFETY: the ring lies inside the mapping, index is bounded.
         unsafe { &*self.at(offset).cast::<JavaEventSlot>() }
@@ -56,9 +62,10 @@ impl AgentMemory {
     pub(super) fn recover_java_event_ring(&self) {
         let read = self.header().java_events_read.load(Ordering::Acquire);
         let last = read.wrapping_sub(1);
+        let index = index_of(last);
         let _ = self.event_slot(last).sequence.compare_exchange(
-            read,
-            last.wrapping_add(JAVA_EVENT_SLOTS as u64),
+            stored_sequence(read, index),
+            stored_sequence(last.wrapping_add(JAVA_EVENT_SLOTS as u64), index),
             Ordering::AcqRel,
             Ordering::Relaxed,
         );
@@ -71,14 +78,16 @@ impl AgentMemory {
         let mut position = header.java_events_read.load(Ordering::Relaxed);
         for _ in 0..JAVA_EVENT_SLOTS {
             let slot = self.event_slot(position);
-            if slot.sequence.load(Ordering::Acquire) != position.wrapping_add(1) {
+            let index = index_of(position);
+            if sequence_of(slot.sequence.load(Ordering::Acquire), index) != position.wrapping_add(1)
+            {
                 break;
             }
             let event = read_event(slot);
             let next = position.wrapping_add(1);
             header.java_events_read.store(next, Ordering::Release);
             slot.sequence.store(
-                position.wrapping_add(JAVA_EVENT_SLOTS as u64),
+                stored_sequence(position.wrapping_add(JAVA_EVENT_SLOTS as u64), index),
                 Ordering::Release,
             );
             position = next;
@@ -87,6 +96,10 @@ impl AgentMemory {
             }
         }
     }
+}
+
+fn index_of(position: u64) -> usize {
+    (position % JAVA_EVENT_SLOTS as u64) as usize
 }
 
 /// A slot's event; `None` for a kind no agent writes.

@@ -107,6 +107,8 @@ struct Jvm {
     signalled: bool,
     /// Java stacks cut short after their innermost method, by method.
     cut_short: HashMap<u64, u32>,
+    /// The agent's count of dropped Java events when the recording began.
+    java_events_dropped: u64,
 }
 
 /// The result of loading the agent into one JVM.
@@ -296,8 +298,13 @@ impl JavaProfiler {
                 self.warnings - MAX_WARNINGS
             );
         }
-        for jvm in self.jvms.values() {
+        for (pid, jvm) in &self.jvms {
             jvm.memory.want_java_events(0, 0, 0);
+            let dropped =
+                (jvm.memory.java_events_dropped()).saturating_sub(jvm.java_events_dropped);
+            if dropped > 0 {
+                eprintln!("stoke: warning: JVM {pid}: its agent dropped {dropped} allocation or lock events, its ring full (raise --alloc-interval or --lock-threshold)");
+            }
         }
         std::thread::sleep(FINAL_ANSWER_WAIT);
         self.take_events(processes);
@@ -431,6 +438,7 @@ impl JavaProfiler {
                         settings.lock_threshold_ns,
                     );
                 }
+                let java_events_dropped = memory.java_events_dropped();
                 self.summary.jvms += 1;
                 self.summary
                     .attach_ms
@@ -444,6 +452,7 @@ impl JavaProfiler {
                         dropped: Dropped::default(),
                         signalled: true,
                         cut_short: HashMap::new(),
+                        java_events_dropped,
                     },
                 );
             }
