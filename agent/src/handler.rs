@@ -255,7 +255,7 @@ unsafe fn interrupted_pc(context: *mut c_void) -> u64 {
     context.uc_mcontext.gregs[libc::REG_RIP as usize] as u64
 }
 
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists.
     unsafe {
         let mut now: libc::timespec = mem::zeroed();

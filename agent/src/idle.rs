@@ -37,6 +37,8 @@ pub struct IdleWatch {
     idle_after: Duration,
     last_read: Instant,
     last_check: Instant,
+    /// Whether a stoke held the memory at the last look.
+    reading: bool,
 }
 
 impl IdleWatch {
@@ -46,6 +48,7 @@ impl IdleWatch {
             idle_after: Duration::from_millis(IDLE_AFTER_MS.load(Ordering::Relaxed)),
             last_read: Instant::now(),
             last_check: Instant::now(),
+            reading: false,
         }
     }
 
@@ -58,7 +61,8 @@ impl IdleWatch {
             return false;
         }
         self.last_check = Instant::now();
-        if shared.held_by_stoke() {
+        self.reading = shared.held_by_stoke();
+        if self.reading {
             self.last_read = self.last_check;
             return false;
         }
@@ -71,5 +75,11 @@ impl IdleWatch {
         shared.wait_for_stoke();
         self.last_read = Instant::now();
         true
+    }
+
+    /// Whether a stoke held the memory at the last look (at most 0.1 s
+    /// ago).
+    pub fn stoke_reads(&self) -> bool {
+        self.reading
     }
 }

@@ -16,12 +16,13 @@ macro_rules! call {
         }
     };
 }
+pub(crate) use call;
 
 /// A JVMTI call failed.
 #[derive(Debug)]
 pub struct JvmtiError;
 
-fn check(code: jvmtiError) -> Result<(), JvmtiError> {
+pub(crate) fn check(code: jvmtiError) -> Result<(), JvmtiError> {
     if code == jvmtiError_JVMTI_ERROR_NONE {
         Ok(())
     } else {
@@ -31,7 +32,7 @@ fn check(code: jvmtiError) -> Result<(), JvmtiError> {
 
 /// A JVMTI environment.
 #[derive(Clone, Copy)]
-pub struct Jvmti(*mut jvmtiEnv);
+pub struct Jvmti(pub(crate) *mut jvmtiEnv);
 
 // SAFETY: JVMTI environments may be used from any thread the JVM knows.
 unsafe impl Send for Jvmti {}
@@ -52,6 +53,12 @@ pub struct Callbacks {
     pub dynamic_code_generated: jvmtiEventDynamicCodeGenerated,
     /// The VM finished starting (for agents loaded at startup).
     pub vm_init: jvmtiEventVMInit,
+    /// An allocation was sampled (enabled only while stoke wants it).
+    pub sampled_object_alloc: jvmtiEventSampledObjectAlloc,
+    /// A thread waits for a monitor another holds (enabled likewise).
+    pub monitor_contended_enter: jvmtiEventMonitorContendedEnter,
+    /// The thread got the monitor it waited for.
+    pub monitor_contended_entered: jvmtiEventMonitorContendedEntered,
 }
 
 /// A method's names and line table.
@@ -134,6 +141,9 @@ impl Jvmti {
         table.CompiledMethodUnload = callbacks.compiled_method_unload;
         table.DynamicCodeGenerated = callbacks.dynamic_code_generated;
         table.VMInit = callbacks.vm_init;
+        table.SampledObjectAlloc = callbacks.sampled_object_alloc;
+        table.MonitorContendedEnter = callbacks.monitor_contended_enter;
+        table.MonitorContendedEntered = callbacks.monitor_contended_entered;
         let size = std::mem::size_of::<jvmtiEventCallbacks>() as jint;
         // SAFETY: valid environment and table.
         check(unsafe { call!(self.0, SetEventCallbacks, &table, size) })?;
@@ -291,7 +301,7 @@ impl Jvmti {
         }
     }
 
-    fn deallocate(self, memory: *mut u8) {
+    pub(crate) fn deallocate(self, memory: *mut u8) {
         if !memory.is_null() {
             // SAFETY: memory JVMTI allocated for us.
             unsafe { call!(self.0, Deallocate, memory) };

@@ -7,7 +7,10 @@
 //!   stoke's BPF sampler sends to the sampled thread ([`handler`]);
 //! - the names and line tables of the methods stoke asks about;
 //! - where the JIT put compiled methods (with the calls it inlined into
-//!   them) and generated code.
+//!   them) and generated code;
+//! - while a recording asks for them, sampled allocations and contended
+//!   monitors with their Java stacks ([`java_events`], switched on and
+//!   off by [`event_control`]).
 //!
 //! When no stoke reads it for a while, it frees that memory and waits for
 //! the next ([`idle`]).
@@ -15,10 +18,14 @@
 //! Nothing here may crash or stall the JVM: every callback catches panics,
 //! and failures leave the JVM running without Java stacks.
 
+mod event_control;
 mod handler;
 mod idle;
 mod inlining;
+mod java_event_ring;
+mod java_events;
 mod jvmti;
+mod jvmti_events;
 #[allow(clippy::all)]
 mod jvmti_sys;
 mod shared;
@@ -38,6 +45,7 @@ use std::{
 use profiler_common::jvm::{AgentState, Event, MethodInfo, RECOMPILE_REQUEST};
 
 use crate::{
+    event_control::EventControl,
     idle::IdleWatch,
     jvmti::{Callbacks, Jvmti},
     jvmti_sys::{
@@ -129,6 +137,9 @@ unsafe fn start_agent(vm: *mut JavaVM, live: bool) -> Result<(), StartError> {
         compiled_method_unload: Some(on_compiled_method_unload),
         dynamic_code_generated: Some(on_dynamic_code_generated),
         vm_init: Some(on_vm_init),
+        sampled_object_alloc: Some(java_events::on_sampled_object_alloc),
+        monitor_contended_enter: Some(java_events::on_monitor_contended_enter),
+        monitor_contended_entered: Some(java_events::on_monitor_contended_entered),
     };
     if jvmti.enable_events(&callbacks, !live).is_err() {
         shared.set_state(AgentState::Failed);
@@ -185,7 +196,8 @@ fn lock_known_methods() -> std::sync::MutexGuard<'static, Option<HashSet<u64>>> 
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Answers stoke's method requests and watches the signal handler, on a
+/// Answers stoke's method requests, watches the signal handler, and
+/// switches Java events on and off as stoke asks, on a
 /// daemon thread the JVM knows (JVMTI serves only such threads).
 fn worker(shared: &'static SharedMemory) {
     let vm = VM.load(Ordering::Acquire);
@@ -197,6 +209,7 @@ fn worker(shared: &'static SharedMemory) {
     let mut described = HashSet::new();
     let mut recompiled = HashSet::new();
     let mut idle = IdleWatch::new();
+    let mut java_events = EventControl::default();
     // Asked for at the first recompile request only (`stoke record
     // --java-retransform`): holding it makes HotSpot's JIT record extra
     // dependencies in every method it compiles.
@@ -213,6 +226,7 @@ fn worker(shared: &'static SharedMemory) {
             let _ = jvmti.replay_code_events();
             shared.active();
         }
+        java_events.apply(jvmti, shared, idle.stoke_reads());
         shared.take_requests(|request| {
             let method_id = request & !RECOMPILE_REQUEST;
             let known = lock_known_methods()

@@ -108,11 +108,12 @@ impl SharedMemory {
         }
     }
 
-    /// Empties the sample ring. Only while no stoke reads it and none
+    /// Empties the sample ring and the Java event ring. Only while no stoke reads it and none
     /// signals (at creation, and when waking from idle, before stoke may
     /// signal): a stray SIGURG meanwhile tears at most one sample, which
     /// stoke checks like any.
     fn reset_sample_ring(&self) {
+        self.reset_java_event_ring();
         for index in 0..SAMPLE_SLOTS {
             // SAFETY: in bounds; the sequence is atomic.
             unsafe {
@@ -130,6 +131,13 @@ impl SharedMemory {
         ] {
             position.store(0, Ordering::Release);
         }
+    }
+
+    /// The byte at `offset` of the mapping (below [`TOTAL_SIZE`]).
+    pub(crate) fn at(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset < TOTAL_SIZE);
+        // SAFETY: in bounds of the mapping, as the callers' offsets are.
+        unsafe { self.base.as_ptr().add(offset) }
     }
 
     fn header_ptr(&self) -> *mut Header {

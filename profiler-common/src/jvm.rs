@@ -9,6 +9,7 @@
 //! | [`SAMPLES_OFFSET`] | [`SAMPLE_SLOTS`] × [`SampleSlot`]: Java stacks taken by the signal handler |
 //! | [`REQUESTS_OFFSET`] | [`REQUEST_SLOTS`] × `u64`: method ids stoke wants named |
 //! | [`EVENTS_OFFSET`] | [`EVENTS_SIZE`] bytes of [`Event`] records, appended by the agent |
+//! | [`JAVA_EVENTS_OFFSET`] | [`JAVA_EVENT_SLOTS`] × [`JavaEventSlot`]: allocations and contended locks ([`crate::java_events`]) |
 //!
 //! The sample ring is a bounded multi-producer queue (Vyukov's): every slot
 //! carries a sequence number, so producers (signal handlers on any thread)
@@ -20,10 +21,12 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
+use crate::java_events::{JavaEventSlot, JAVA_EVENT_SLOTS};
+
 /// The first eight bytes of the header: "STOKEJVM".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
 /// Bumped on any change to this layout.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The name the agent gives its memfd; `/proc/PID/fd` shows it as
 /// `/memfd:stoke-agent (deleted)`.
 pub const MEMFD_NAME: &str = "stoke-agent";
@@ -53,14 +56,17 @@ pub const SAMPLES_OFFSET: usize = 4096;
 pub const REQUESTS_OFFSET: usize = SAMPLES_OFFSET + SAMPLE_SLOTS * size_of::<SampleSlot>();
 /// Offset of the event log.
 pub const EVENTS_OFFSET: usize = REQUESTS_OFFSET + REQUEST_SLOTS * size_of::<u64>();
+/// Offset of the Java event ring.
+pub const JAVA_EVENTS_OFFSET: usize = EVENTS_OFFSET + EVENTS_SIZE;
 /// Size of the whole shared memory.
-pub const TOTAL_SIZE: usize = EVENTS_OFFSET + EVENTS_SIZE;
+pub const TOTAL_SIZE: usize = JAVA_EVENTS_OFFSET + JAVA_EVENT_SLOTS * size_of::<JavaEventSlot>();
 
 // The layout's promises, checked when compiling.
 const _: () = {
     assert!(size_of::<Header>() <= SAMPLES_OFFSET);
     assert!(size_of::<JavaFrame>() == 16);
     assert!(REQUESTS_OFFSET.is_multiple_of(8) && EVENTS_OFFSET.is_multiple_of(8));
+    assert!(JAVA_EVENTS_OFFSET.is_multiple_of(8) && size_of::<JavaEventSlot>().is_multiple_of(8));
     assert!(TOTAL_SIZE < 64 << 20);
 };
 
@@ -123,8 +129,27 @@ pub struct Header {
     /// An [`Activity`], raw: whether the agent's worker runs or waits,
     /// idle, for the next stoke. Also the futex word stoke wakes it with.
     pub activity: AtomicU32,
-    /// Zero.
-    pub reserved: u32,
+    /// The Java events stoke wants ([`crate::java_events::WANT_ALLOC`],
+    /// [`crate::java_events::WANT_LOCK`]), set while its recording runs and
+    /// cleared at its end. The agent heeds it only while a stoke holds the
+    /// memory's lock: a stoke that dies leaves no event on.
+    pub java_events_wanted: AtomicU32,
+    /// The Java events the agent has enabled in the JVM now (same bits).
+    pub java_events_on: AtomicU32,
+    /// The mean bytes between sampled allocations stoke wants.
+    pub alloc_interval: AtomicU64,
+    /// The shortest wait for a contended lock that is recorded, in
+    /// nanoseconds.
+    pub lock_threshold_ns: AtomicU64,
+    /// Producers' claim position in the Java event ring.
+    pub java_events_written: AtomicU64,
+    /// Consumer's position in the Java event ring (stoke's).
+    pub java_events_read: AtomicU64,
+    /// Java events dropped because the ring was full.
+    pub java_events_dropped: AtomicU64,
+    /// Sampled allocations the JVM reported to the agent, ever: it stands
+    /// still while allocation sampling is off.
+    pub alloc_samples: AtomicU64,
 }
 
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent

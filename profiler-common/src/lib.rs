@@ -4,9 +4,11 @@
 //! [`ring`] and [`unwind`] are the BPF side's: `include/stoke_abi.h`, which
 //! the BPF programs include, is generated from them by `cargo xtask codegen`
 //! (cbindgen), and `cargo xtask lint` fails when the committed header is not
-//! what they generate. [`jvm`] is shared by two Rust programs only.
+//! what they generate. [`jvm`] and [`java_events`] are shared by two Rust
+//! programs only.
 #![no_std]
 
+pub mod java_events;
 pub mod jvm;
 pub mod ring;
 pub mod unwind;

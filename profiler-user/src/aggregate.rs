@@ -8,7 +8,7 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
     event::Event,
-    jvm::{symbols::JavaSymbols, JavaStackFrame, MergedSample},
+    jvm::{java_events::JavaEventSample, symbols::JavaSymbols, JavaStackFrame, MergedSample},
     module_table::ModuleTable,
     process::{identity::host_name, ImageId, ProcessImage, ProcessRegistry},
     profile::{
@@ -52,6 +52,9 @@ struct RawStack {
     user: Box<[u64]>,
     /// Java frames from the JVM agent, innermost first.
     java: Box<[JavaStackFrame]>,
+    /// A frame above all others: the class a Java event allocated or
+    /// locked.
+    top: Option<Arc<str>>,
     /// Why the user stack ends there.
     stop: StopReason,
 }
@@ -104,10 +107,48 @@ impl Aggregator {
             kernel: sample.kernel.into(),
             user: sample.user.into(),
             java: java.into(),
+            top: None,
             stop: sample.stop,
         };
+        self.count(stack, value);
+    }
+
+    /// Counts one Java event (allocation, lock) of its weight (bytes,
+    /// nanoseconds), its class on top of its Java frames.
+    pub fn add_java_event(&mut self, event: JavaEventSample) {
+        let JavaEventSample {
+            image,
+            pid,
+            tid,
+            class,
+            mut java,
+            weight,
+            ..
+        } = event;
+        if !self.options.lines {
+            java.iter_mut().for_each(|frame| frame.bci = 0);
+        }
+        let tid = if self.options.threads { tid } else { 0 };
+        if self.options.threads {
+            self.thread_names
+                .entry((image, tid))
+                .or_insert_with(|| thread_name(pid, tid));
+        }
+        let stack = RawStack {
+            image,
+            tid,
+            kernel: Box::default(),
+            user: Box::default(),
+            java: java.into(),
+            top: Some(class),
+            stop: StopReason::End,
+        };
+        self.count(stack, weight);
+    }
+
+    fn count(&mut self, stack: RawStack, value: u64) {
         let (total, count) = self.stacks.entry(stack).or_default();
-        *total += value;
+        *total = total.saturating_add(value);
         *count += 1;
         self.samples += 1;
     }
@@ -167,6 +208,7 @@ impl Aggregator {
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
                 frames.extend(names.kernel(call_site(index, address)).iter().cloned());
             }
+            frames.extend(stack.top.clone());
             let frames = frames.into_iter().map(clean_frame).collect();
             let entry = folded.entry(frames).or_insert_with(|| {
                 let mut labels = process_labels
@@ -236,6 +278,13 @@ impl Aggregator {
             .get(&(stack.image, stack.tid))
             .map_or("?", String::as_str)
     }
+}
+
+/// A thread's name, read once per thread (a Java event, unlike a BPF
+/// sample, does not carry it); `?` if the thread is gone.
+fn thread_name(pid: u32, tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map_or_else(|_| "?".into(), |name| name.trim_end().to_owned())
 }
 
 /// A process's labels: who it is and where it runs.

@@ -178,6 +178,16 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub java_retransform: bool,
 
+    /// With `-e alloc`: the mean bytes a JVM allocates between two sampled
+    /// allocations (HotSpot's heap sampling interval; at least 1024).
+    #[arg(long, value_name = "BYTES", default_value_t = 512 << 10, value_parser = parse_alloc_interval)]
+    pub alloc_interval: u64,
+
+    /// With `-e lock`: the shortest wait for a contended Java monitor that
+    /// is recorded, in nanoseconds.
+    #[arg(long, value_name = "NS", default_value_t = 10_000)]
+    pub lock_threshold: u64,
+
     /// Measure the BPF sampler's own run time per sample and report it (turns
     /// on the kernel's BPF statistics, for every BPF program, while recording).
     #[arg(long)]
@@ -313,6 +323,20 @@ pub enum ServiceFrom {
     Unit,
     /// The process name.
     Comm,
+}
+
+/// An allocation sampling interval: bytes, at least 1024 (a smaller one
+/// would make the JVM report nearly every object).
+fn parse_alloc_interval(text: &str) -> Result<u64, String> {
+    let bytes: u64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of bytes"))?;
+    if bytes < 1024 {
+        return Err(format!(
+            "{bytes} bytes is too small: sampling that often would slow the JVM; give at least 1024"
+        ));
+    }
+    Ok(bytes)
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
-
 /// One kind of event a recording can count (`-e`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Event {
@@ -20,10 +18,6 @@ pub enum Event {
     /// Contended Java locks; values are nanoseconds waited.
     Lock,
 }
-
-/// The events a build can record so far; the others are refused with one
-/// line before anything starts.
-const SUPPORTED: &[Event] = &[Event::Cpu, Event::Offcpu];
 
 impl Event {
     /// Its name on the command line and in file names.
@@ -76,17 +70,10 @@ impl Event {
     }
 }
 
-/// The events of `-e` as given, each once, in order; refused with one line
-/// if one is not supported yet.
-pub fn checked(events: &[Event]) -> Result<Vec<Event>> {
+/// The events of `-e` as given, each once, in order (CPU when none).
+pub fn distinct(events: &[Event]) -> Vec<Event> {
     let mut unique: Vec<Event> = Vec::with_capacity(events.len());
     for &event in events {
-        if !SUPPORTED.contains(&event) {
-            bail!(
-                "-e {}: this build of stoke does not record that event yet; use -e cpu",
-                event.name()
-            );
-        }
         if !unique.contains(&event) {
             unique.push(event);
         }
@@ -94,7 +81,7 @@ pub fn checked(events: &[Event]) -> Result<Vec<Event>> {
     if unique.is_empty() {
         unique.push(Event::Cpu);
     }
-    Ok(unique)
+    unique
 }
 
 /// Where the profile of `event` goes when `-o path` is given: `path`
@@ -142,14 +129,12 @@ mod tests {
     }
 
     #[test]
-    fn events_are_kept_once_in_order_and_unsupported_ones_refused() {
-        assert_eq!(checked(&[Event::Cpu, Event::Cpu]).unwrap(), [Event::Cpu]);
-        assert_eq!(checked(&[]).unwrap(), [Event::Cpu]);
+    fn events_are_kept_once_in_order() {
+        assert_eq!(distinct(&[Event::Cpu, Event::Cpu]), [Event::Cpu]);
+        assert_eq!(distinct(&[]), [Event::Cpu]);
         assert_eq!(
-            checked(&[Event::Offcpu, Event::Cpu]).unwrap(),
+            distinct(&[Event::Offcpu, Event::Cpu]),
             [Event::Offcpu, Event::Cpu]
         );
-        let error = checked(&[Event::Cpu, Event::Lock]).unwrap_err().to_string();
-        assert!(error.contains("-e lock"), "{error}");
     }
 }

@@ -16,7 +16,7 @@ use crate::{
 /// Records as `args` says and writes the profile.
 pub fn run(args: &RecordArgs) -> Result<()> {
     check_sampling(&args.sampling)?;
-    let events = event::checked(&args.sampling.events)?;
+    let events = event::distinct(&args.sampling.events);
     let outputs = OutputPlan::new(&args.outputs, args.format, &events)?;
     // Opened now, so that a bad path fails before the recording, not after;
     // named only once written whole.

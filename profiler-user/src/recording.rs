@@ -24,6 +24,7 @@ use crate::{
     cli::SamplingArgs,
     event::{self, Event},
     jvm::{
+        java_events::{JavaEventSample, JavaEventSettings},
         profiler::{JavaProfiler, JavaResults},
         MergedSample,
     },
@@ -87,6 +88,10 @@ pub struct Recording {
     aggregator: Aggregator,
     /// Off-CPU waits, weighed by their nanoseconds.
     offcpu: Aggregator,
+    /// Java allocations, weighed by their bytes, and contended Java
+    /// locks, by the nanoseconds waited.
+    alloc: Aggregator,
+    lock: Aggregator,
     java: JavaProfiler,
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
@@ -106,7 +111,7 @@ pub struct Recording {
 impl Recording {
     /// Starts sampling as `args` says.
     pub fn start(args: &SamplingArgs) -> Result<Self> {
-        let events = event::checked(&args.events)?;
+        let events = event::distinct(&args.events);
         let mut sampler = Sampler::start(&SamplerConfig {
             frequency_hz: args.frequency,
             pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
@@ -138,7 +143,10 @@ impl Recording {
             options,
             aggregator: Aggregator::new(options, Event::Cpu),
             offcpu: Aggregator::new(options, Event::Offcpu),
-            java: JavaProfiler::new(!args.no_jvm, args.java_retransform),
+            alloc: Aggregator::new(options, Event::Alloc),
+            lock: Aggregator::new(options, Event::Lock),
+            java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
+                .with_java_events(JavaEventSettings::of(args)?),
             symbolizer: Symbolizer::new(args.lines),
             names: AddressNames::default(),
             pids: args.pids.clone(),
@@ -211,6 +219,8 @@ impl Recording {
             unwinder,
             aggregator,
             offcpu,
+            alloc,
+            lock,
             java,
             malformed,
             ..
@@ -242,6 +252,7 @@ impl Recording {
         for merged in java.collect(sampler, processes)? {
             aggregator.add(merged);
         }
+        count_java_events(alloc, lock, java.take_java_events());
         self.load_new_images();
         Ok(())
     }
@@ -277,6 +288,8 @@ impl Recording {
             &mut self.offcpu,
             Aggregator::new(self.options, Event::Offcpu),
         );
+        let alloc = std::mem::replace(&mut self.alloc, Aggregator::new(self.options, Event::Alloc));
+        let lock = std::mem::replace(&mut self.lock, Aggregator::new(self.options, Event::Lock));
         let summary = RecordingSummary {
             duration: since.elapsed(),
             started: SystemTime::now().checked_sub(since.elapsed()),
@@ -287,6 +300,8 @@ impl Recording {
             ..RecordingSummary::default()
         };
         let offcpu_summary = offcpu_summary(&summary, &since_cut);
+        let alloc = self.name_and_fold(alloc, java_event_summary(&summary));
+        let lock = self.name_and_fold(lock, java_event_summary(&summary));
         let cpu = self.name_and_fold(cpu, summary);
         let offcpu = self.name_and_fold(offcpu, offcpu_summary);
         self.load_new_images();
@@ -294,7 +309,7 @@ impl Recording {
         self.images_loaded = self.processes.len();
         self.java.release_ended();
         self.names.forget_unused();
-        Ok(per_event(&self.events, cpu, offcpu))
+        Ok(per_event(&self.events, [cpu, offcpu, alloc, lock]))
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names
@@ -306,6 +321,8 @@ impl Recording {
             unwinder,
             mut aggregator,
             offcpu,
+            mut alloc,
+            mut lock,
             java,
             symbolizer,
             mut names,
@@ -322,6 +339,7 @@ impl Recording {
         // Detached first: no signal goes out while the last answers come.
         drop(sampler);
         let JavaResults {
+            events: java_events,
             merged,
             symbols: java_symbols,
             summary: java_summary,
@@ -329,6 +347,7 @@ impl Recording {
         for merged in merged {
             aggregator.add(merged);
         }
+        count_java_events(&mut alloc, &mut lock, java_events);
         let naming = Instant::now();
         names.resolve(
             aggregator
@@ -362,8 +381,10 @@ impl Recording {
             &java,
             offcpu_summary(&summary, &counters),
         );
+        let alloc = alloc.fold(&processes, &names, &java, java_event_summary(&summary));
+        let lock = lock.fold(&processes, &names, &java, java_event_summary(&summary));
         let cpu = aggregator.fold(&processes, &names, &java, summary);
-        Ok(per_event(&events, cpu, offcpu))
+        Ok(per_event(&events, [cpu, offcpu, alloc, lock]))
     }
 
     /// Names the addresses of `aggregator`'s stacks and folds them.
@@ -383,18 +404,39 @@ impl Recording {
     }
 }
 
-/// The profiles of `events`, in order (the events recorded so far:
-/// [`event::checked`] refuses the others).
-fn per_event(events: &[Event], cpu: Profile, offcpu: Profile) -> Vec<Profile> {
-    let mut profiles = [Some(cpu), Some(offcpu)];
+/// The profiles of `events`, in order, from those of every event (cpu,
+/// offcpu, alloc, lock).
+fn per_event(events: &[Event], profiles: [Profile; 4]) -> Vec<Profile> {
+    let mut profiles = profiles.map(Some);
     events
         .iter()
         .filter_map(|&event| match event {
             Event::Cpu => profiles[0].take(),
             Event::Offcpu => profiles[1].take(),
-            Event::Alloc | Event::Lock => None,
+            Event::Alloc => profiles[2].take(),
+            Event::Lock => profiles[3].take(),
         })
         .collect()
+}
+
+/// Counts each Java event (allocation, lock) in its event's aggregation.
+fn count_java_events(alloc: &mut Aggregator, lock: &mut Aggregator, events: Vec<JavaEventSample>) {
+    for java_event in events {
+        match JavaEventSettings::event_of(java_event.kind) {
+            Event::Alloc => alloc.add_java_event(java_event),
+            _ => lock.add_java_event(java_event),
+        }
+    }
+}
+
+/// A Java event profile's summary: the recording's, without what only CPU
+/// samples have (the agents' events come with no native stack).
+fn java_event_summary(summary: &RecordingSummary) -> RecordingSummary {
+    RecordingSummary {
+        idle_skipped: 0,
+        stack_quality: Default::default(),
+        ..summary.clone()
+    }
 }
 
 /// The off-CPU profile's summary: the CPU profile's, with the off-CPU
@@ -411,7 +453,6 @@ fn offcpu_summary(summary: &RecordingSummary, counters: &CounterTotals) -> Recor
 
 /// The checks every command that samples makes before it starts.
 pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
-    event::checked(&args.events)?;
     preflight::check_frequency(args.frequency)?;
     preflight::check_privileges()?;
     preflight::check_btf()?;

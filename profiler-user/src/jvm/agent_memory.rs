@@ -162,6 +162,7 @@ impl AgentMemory {
         };
         lock_exclusively(fd)?;
         memory.recover_ring();
+        memory.recover_java_event_ring();
         memory.wake()?;
         Ok(memory)
     }
@@ -209,7 +210,17 @@ impl AgentMemory {
         Ok(())
     }
 
-    fn header(&self) -> &Header {
+    /// The byte at `offset` of the mapping (below `TOTAL_SIZE`).
+    pub(super) fn at(&self, offset: usize) -> *mut u8 {
+        assert!(
+            offset < TOTAL_SIZE,
+            "offset {offset} outside the agent memory"
+        );
+        // SAFETY: in bounds of the mapping, checked above.
+        unsafe { self.base.as_ptr().add(offset) }
+    }
+
+    pub(super) fn header(&self) -> &Header {
         // SAFETY: the header lies at the start of the mapping; the fields
         // anyone writes concurrently are atomics.
         unsafe { &*self.base.as_ptr().cast::<Header>() }

@@ -2,10 +2,14 @@
 //! ([`attach`]), shares memory with stoke ([`agent_memory`]) and answers
 //! the BPF sampler's signals with Java stacks, which are paired with the
 //! samples ([`merge`]) and named ([`symbols`]); [`profiler`] runs it all
-//! during a recording and hands back [`MergedSample`]s.
+//! during a recording and hands back [`MergedSample`]s. With `-e alloc` or
+//! `-e lock`, the agents also record allocations and contended locks
+//! ([`java_event_ring`]), which become weighted stacks ([`java_events`]).
 
 pub mod agent_memory;
 pub mod attach;
+pub mod java_event_ring;
+pub mod java_events;
 pub mod merge;
 pub mod profiler;
 pub mod symbols;

@@ -20,6 +20,7 @@ use profiler_common::jvm::{
 use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
+    java_events::{self, JavaEventSample, JavaEventSettings},
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     thread_ids::ThreadIds,
@@ -106,6 +107,8 @@ struct Jvm {
     signalled: bool,
     /// Java stacks cut short after their innermost method, by method.
     cut_short: HashMap<u64, u32>,
+    /// The agent's count of dropped Java events when the recording began.
+    java_events_dropped: u64,
 }
 
 /// The result of loading the agent into one JVM.
@@ -142,6 +145,10 @@ pub struct JavaProfiler {
     retransform: bool,
     /// JVMs said to keep native stacks only.
     warnings: usize,
+    /// The Java events (allocations, locks) asked of every agent.
+    event_settings: JavaEventSettings,
+    /// Java events taken and not yet handed over.
+    events: Vec<JavaEventSample>,
 }
 
 impl JavaProfiler {
@@ -186,7 +193,21 @@ impl JavaProfiler {
             summary: JavaSummary::default(),
             retransform,
             warnings: 0,
+            event_settings: JavaEventSettings::default(),
+            events: Vec::new(),
         }
+    }
+
+    /// Asks every agent for Java allocation or lock events as `settings`
+    /// says, for the whole recording.
+    pub fn with_java_events(mut self, settings: JavaEventSettings) -> Self {
+        self.event_settings = settings;
+        self
+    }
+
+    /// The Java events taken since the last call.
+    pub fn take_java_events(&mut self) -> Vec<JavaEventSample> {
+        std::mem::take(&mut self.events)
     }
 
     /// A process was sampled: if it is a JVM not attached yet, load the
@@ -261,6 +282,7 @@ impl JavaProfiler {
             }
             drain_agent(pid, jvm, &mut self.merger);
         }
+        self.take_events(processes);
         Ok(self.merge_ready(monotonic_ns(), false, processes))
     }
 
@@ -276,7 +298,16 @@ impl JavaProfiler {
                 self.warnings - MAX_WARNINGS
             );
         }
+        for (pid, jvm) in &self.jvms {
+            jvm.memory.want_java_events(0, 0, 0);
+            let dropped =
+                (jvm.memory.java_events_dropped()).saturating_sub(jvm.java_events_dropped);
+            if dropped > 0 {
+                eprintln!("stoke: warning: JVM {pid}: its agent dropped {dropped} allocation or lock events, its ring full (raise --alloc-interval or --lock-threshold)");
+            }
+        }
         std::thread::sleep(FINAL_ANSWER_WAIT);
+        self.take_events(processes);
         for (&pid, jvm) in &mut self.jvms {
             drain_agent(pid, jvm, &mut self.merger);
             let events = jvm.symbols.dropped();
@@ -290,6 +321,7 @@ impl JavaProfiler {
             .attach_ms
             .sort_unstable_by(|a, b| (b.1, a.0).cmp(&(a.1, b.0)));
         JavaResults {
+            events: std::mem::take(&mut self.events),
             merged,
             symbols: self
                 .jvms
@@ -345,6 +377,28 @@ impl JavaProfiler {
         }
     }
 
+    /// Takes the Java events every agent recorded, and asks for the names
+    /// of their frames.
+    fn take_events(&mut self, processes: &mut ProcessRegistry) {
+        if self.event_settings.wanted == 0 {
+            return;
+        }
+        let mut wanted = HashMap::new();
+        for (&pid, jvm) in &mut self.jvms {
+            let image = processes.image_for(pid, "");
+            let ids = wanted.entry(pid).or_insert_with(Vec::new);
+            self.events.extend(java_events::take(
+                &jvm.memory,
+                &jvm.symbols,
+                &mut jvm.threads,
+                (pid, image),
+                &self.event_settings,
+                ids,
+            ));
+        }
+        self.request_names(wanted);
+    }
+
     /// Says why a JVM keeps native stacks only; after [`MAX_WARNINGS`],
     /// only counts it.
     fn warn_native_only(&mut self, why: &str) {
@@ -376,6 +430,15 @@ impl JavaProfiler {
                 }
                 // A JVM of a pid whose earlier process ended: not to release.
                 self.ended.retain(|&ended| ended != pid);
+                let settings = self.event_settings;
+                if settings.wanted != 0 {
+                    memory.want_java_events(
+                        settings.wanted,
+                        settings.alloc_interval,
+                        settings.lock_threshold_ns,
+                    );
+                }
+                let java_events_dropped = memory.java_events_dropped();
                 self.summary.jvms += 1;
                 self.summary
                     .attach_ms
@@ -389,6 +452,7 @@ impl JavaProfiler {
                         dropped: Dropped::default(),
                         signalled: true,
                         cut_short: HashMap::new(),
+                        java_events_dropped,
                     },
                 );
             }
@@ -523,6 +587,8 @@ impl JavaProfiler {
 
 /// What the Java side hands over at the end of a recording.
 pub struct JavaResults {
+    /// The Java events taken last.
+    pub events: Vec<JavaEventSample>,
     /// The samples still waiting for their Java stacks at the end.
     pub merged: Vec<MergedSample>,
     /// What each JVM's agent told, by pid.

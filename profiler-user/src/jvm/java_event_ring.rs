@@ -1,0 +1,136 @@
+//! Stoke's side of the Java event ring in an agent's memory
+//! (`profiler_common::java_events`): says which events the recording
+//! wants, and takes the events the agent's JVMTI callbacks wrote. The
+//! JVM is not trusted: every count read from a slot is bounded before use.
+
+use std::sync::atomic::Ordering;
+
+use profiler_common::{
+    java_events::{
+        sequence_of, stored_sequence, JavaEventKind, JavaEventSlot, JAVA_EVENT_SLOTS,
+        MAX_CLASS_NAME, MAX_EVENT_FRAMES,
+    },
+    jvm::{JavaFrame, JAVA_EVENTS_OFFSET},
+};
+
+use super::agent_memory::AgentMemory;
+
+/// A Java event as the agent wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawJavaEvent {
+    /// What happened.
+    pub kind: JavaEventKind,
+    /// The thread, in the JVM's pid namespace.
+    pub tid: u32,
+    /// Bytes allocated or nanoseconds waited.
+    pub value: u64,
+    /// The class signature (`[B`), at most `MAX_CLASS_NAME` bytes.
+    pub class: Vec<u8>,
+    /// Innermost first.
+    pub frames: Vec<JavaFrame>,
+}
+
+impl AgentMemory {
+    /// Asks the agent for the Java events of `wanted` (`WANT_*` bits; 0 to
+    /// stop), with the allocation sampling interval and the lock
+    /// threshold.
+    pub fn want_java_events(&self, wanted: u32, alloc_interval: u64, lock_threshold_ns: u64) {
+        let header = self.header();
+        header
+            .alloc_interval
+            .store(alloc_interval, Ordering::Relaxed);
+        header
+            .lock_threshold_ns
+            .store(lock_threshold_ns, Ordering::Relaxed);
+        header.java_events_wanted.store(wanted, Ordering::Release);
+    }
+
+    /// Java events the agent dropped, ever, because the ring was full.
+    pub fn java_events_dropped(&self) -> u64 {
+        self.header().java_events_dropped.load(Ordering::Relaxed)
+    }
+
+    fn event_slot(&self, position: u64) -> &JavaEventSlot {
+        let index = index_of(position);
+        let offset = JAVA_EVENTS_OFFSET + index * size_of::<JavaEventSlot>();
+        // SAFETY: the ring lies inside the mapping, index is bounded.
+        unsafe { &*self.at(offset).cast::<JavaEventSlot>() }
+    }
+
+    /// Gives back the slot a consumer killed mid-drain took and never
+    /// released, as for the sample ring.
+    pub(super) fn recover_java_event_ring(&self) {
+        let read = self.header().java_events_read.load(Ordering::Acquire);
+        let last = read.wrapping_sub(1);
+        let index = index_of(last);
+        let _ = self.event_slot(last).sequence.compare_exchange(
+            stored_sequence(read, index),
+            stored_sequence(last.wrapping_add(JAVA_EVENT_SLOTS as u64), index),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Hands every complete Java event to `take`, oldest first; at most one
+    /// ring's worth per call. Restartable like the sample ring's drain.
+    pub fn drain_java_events(&self, mut take: impl FnMut(RawJavaEvent)) {
+        let header = self.header();
+        let mut position = header.java_events_read.load(Ordering::Relaxed);
+        for _ in 0..JAVA_EVENT_SLOTS {
+            let slot = self.event_slot(position);
+            let index = index_of(position);
+            if sequence_of(slot.sequence.load(Ordering::Acquire), index) != position.wrapping_add(1)
+            {
+                break;
+            }
+            let event = read_event(slot);
+            let next = position.wrapping_add(1);
+            header.java_events_read.store(next, Ordering::Release);
+            slot.sequence.store(
+                stored_sequence(position.wrapping_add(JAVA_EVENT_SLOTS as u64), index),
+                Ordering::Release,
+            );
+            position = next;
+            if let Some(event) = event {
+                take(event);
+            }
+        }
+    }
+}
+
+fn index_of(position: u64) -> usize {
+    (position % JAVA_EVENT_SLOTS as u64) as usize
+}
+
+/// A slot's event; `None` for a kind no agent writes.
+fn read_event(slot: &JavaEventSlot) -> Option<RawJavaEvent> {
+    // SAFETY: plain fields of a committed slot; a hostile producer may
+    // still change them, so every value is checked after.
+    let (kind, tid, value, frame_count, class_len) = unsafe {
+        (
+            std::ptr::addr_of!(slot.kind).read_volatile(),
+            std::ptr::addr_of!(slot.tid).read_volatile(),
+            std::ptr::addr_of!(slot.value).read_volatile(),
+            std::ptr::addr_of!(slot.frame_count).read_volatile(),
+            std::ptr::addr_of!(slot.class_len).read_volatile(),
+        )
+    };
+    let kind = JavaEventKind::from_raw(kind)?;
+    let frame_count = (frame_count as usize).min(MAX_EVENT_FRAMES);
+    let class_len = (class_len as usize).min(MAX_CLASS_NAME);
+    // SAFETY: indexes below the arrays' lengths.
+    let class = (0..class_len)
+        .map(|index| unsafe { std::ptr::addr_of!(slot.class[index]).read_volatile() })
+        .collect();
+    let frames = (0..frame_count)
+        // SAFETY: as above.
+        .map(|index| unsafe { std::ptr::addr_of!(slot.frames[index]).read_volatile() })
+        .collect();
+    Some(RawJavaEvent {
+        kind,
+        tid,
+        value,
+        class,
+        frames,
+    })
+}

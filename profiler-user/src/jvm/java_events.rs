@@ -1,0 +1,182 @@
+//! Java allocation and lock events as counted stacks: what the agents'
+//! JVMTI callbacks recorded ([`super::java_event_ring`]) becomes one
+//! weighted stack each, the allocated object's or the lock's class on top
+//! of the Java frames, in the event's unit (bytes allocated, nanoseconds
+//! waited).
+
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use profiler_common::java_events::{
+    java_class_name, JavaEventKind, MAX_CLASS_NAME, WANT_ALLOC, WANT_LOCK,
+};
+
+use super::{
+    agent_memory::AgentMemory, symbols::JavaSymbols, thread_ids::ThreadIds, JavaStackFrame,
+};
+use crate::{cli::SamplingArgs, event::Event, process::ImageId};
+
+/// The Java events a recording asks the agents for, and how.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JavaEventSettings {
+    /// `WANT_*` bits of `profiler_common::java_events`; 0 for none.
+    pub wanted: u32,
+    /// Mean bytes between sampled allocations.
+    pub alloc_interval: u64,
+    /// Shortest recorded wait for a contended lock, in nanoseconds.
+    pub lock_threshold_ns: u64,
+}
+
+impl JavaEventSettings {
+    /// What `-e`, `--alloc-interval` and `--lock-threshold` ask of the
+    /// agents; refused with `--no-jvm`, which leaves JVMs without one.
+    pub fn of(args: &SamplingArgs) -> Result<Self> {
+        let wanted = args.events.iter().fold(0, |wanted, event| match event {
+            Event::Alloc => wanted | WANT_ALLOC,
+            Event::Lock => wanted | WANT_LOCK,
+            _ => wanted,
+        });
+        if wanted != 0 && args.no_jvm {
+            bail!("-e alloc and -e lock need the JVM agent, which --no-jvm leaves out: drop one or the other");
+        }
+        Ok(Self {
+            wanted,
+            alloc_interval: args.alloc_interval,
+            lock_threshold_ns: args.lock_threshold,
+        })
+    }
+
+    /// The event a Java event of `kind` is counted in.
+    pub fn event_of(kind: JavaEventKind) -> Event {
+        match kind {
+            JavaEventKind::Alloc => Event::Alloc,
+            JavaEventKind::Monitor => Event::Lock,
+        }
+    }
+}
+
+/// One Java event, ready to count.
+#[derive(Clone, Debug)]
+pub struct JavaEventSample {
+    /// Allocation or lock.
+    pub kind: JavaEventKind,
+    /// The JVM's process image.
+    pub image: ImageId,
+    /// The JVM's pid.
+    pub pid: u32,
+    /// The thread, as the host sees it.
+    pub tid: u32,
+    /// The class allocated or locked, as Java names it (`byte[]`).
+    pub class: Arc<str>,
+    /// Java frames, innermost first.
+    pub java: Vec<JavaStackFrame>,
+    /// Bytes allocated (estimated, see [`allocated_bytes`]) or
+    /// nanoseconds waited.
+    pub weight: u64,
+}
+
+/// The bytes of allocation a sampled object of `size` bytes stands for,
+/// with HotSpot sampling on average every `interval` bytes.
+///
+/// HotSpot's sampler (`ThreadHeapSampler`) draws the bytes to the next
+/// sample from an exponential distribution of mean `interval`, so an
+/// object of `size` bytes is sampled with probability
+/// `p = 1 - exp(-size / interval)`; weighting each sample by `size / p`
+/// (the Horvitz-Thompson estimator) makes the total an unbiased estimate
+/// of all bytes allocated, by stack and class. async-profiler weighs a
+/// sample `max(size, interval)`, which agrees for objects much smaller or
+/// much larger than the interval but undercounts those near it (by 37%
+/// at `size == interval`).
+pub fn allocated_bytes(size: u64, interval: u64) -> u64 {
+    if size == 0 || interval == 0 {
+        return size;
+    }
+    let ratio = size as f64 / interval as f64;
+    // -expm1(-x) is 1 - exp(-x) without losing digits for small x.
+    let probability = -(-ratio).exp_m1();
+    (size as f64 / probability).round() as u64
+}
+
+/// Takes the events JVM `pid`'s agent recorded since the last call, with
+/// the method ids their frames need named added to `wanted`.
+pub fn take(
+    memory: &AgentMemory,
+    symbols: &JavaSymbols,
+    threads: &mut ThreadIds,
+    (pid, image): (u32, ImageId),
+    settings: &JavaEventSettings,
+    wanted: &mut Vec<u64>,
+) -> Vec<JavaEventSample> {
+    let mut events = Vec::new();
+    memory.drain_java_events(|event| {
+        let Some(tid) = threads.host_tid(pid, event.tid) else {
+            return;
+        };
+        let kinds = symbols.kinds(0, &event.frames);
+        let java = event
+            .frames
+            .iter()
+            .zip(kinds)
+            .map(|(frame, kind)| JavaStackFrame {
+                method_id: frame.method_id,
+                bci: frame.bci,
+                kind,
+            })
+            .collect::<Vec<_>>();
+        wanted.extend(java.iter().map(|frame| frame.method_id));
+        let weight = match event.kind {
+            JavaEventKind::Alloc => allocated_bytes(event.value, settings.alloc_interval),
+            JavaEventKind::Monitor => event.value,
+        };
+        events.push(JavaEventSample {
+            kind: event.kind,
+            image,
+            pid,
+            tid,
+            class: class_name(&event.class),
+            java,
+            weight,
+        });
+    });
+    events
+}
+
+/// The Java name of a class signature the agent sent (bounded, lossily
+/// decoded: the JVM is not trusted); `?` for an empty one.
+pub fn class_name(signature: &[u8]) -> Arc<str> {
+    let signature = &signature[..signature.len().min(MAX_CLASS_NAME)];
+    let mut out = [0; MAX_CLASS_NAME * 2];
+    let used = java_class_name(signature, &mut out);
+    if used == 0 {
+        return "?".into();
+    }
+    String::from_utf8_lossy(&out[..used]).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampled_sizes_scale_to_the_bytes_they_stand_for() {
+        let interval = 512 << 10;
+        // Small objects stand for about one interval each.
+        let small = allocated_bytes(16, interval);
+        assert!((interval..interval + 16).contains(&small), "{small}");
+        // Huge objects are always sampled: they stand for themselves.
+        assert_eq!(allocated_bytes(100 << 20, interval), 100 << 20);
+        // At the interval: size / (1 - 1/e).
+        let at = allocated_bytes(interval, interval) as f64;
+        assert!((at / interval as f64 - 1.582).abs() < 0.001, "{at}");
+        assert_eq!(allocated_bytes(0, interval), 0);
+        assert_eq!(allocated_bytes(u64::MAX, 1), u64::MAX);
+    }
+
+    #[test]
+    fn class_names_are_javas() {
+        assert_eq!(&*class_name(b"[B"), "byte[]");
+        assert_eq!(&*class_name(b"Ljava/lang/String;"), "java.lang.String");
+        assert_eq!(&*class_name(b""), "?");
+        assert_eq!(class_name(&[0xff; 1000]).chars().count(), MAX_CLASS_NAME);
+    }
+}

@@ -1,0 +1,288 @@
+//! Java allocation and lock profiling with real JVMs: a JVM allocating
+//! 70:30 bytes in two methods comes out 70 ± 3 % by bytes, with the
+//! allocated class on top, on JDK 17 and Temurin 25, and its estimated
+//! bytes agree with what it allocated; a JVM whose threads contend for a
+//! monitor shows the monitor's class on top of the waiting stacks, with
+//! about the wait the program measures itself. The JVMs work at their
+//! pace before, while and after the recording and exit 0; after the
+//! recording (or a stoke killed during one), the agent's allocation
+//! sampling is off: its counter of sampled allocations stands still.
+
+use std::{
+    fs::File,
+    mem::offset_of,
+    os::unix::fs::FileExt,
+    time::{Duration, Instant},
+};
+
+use profiler_common::jvm::{Header, MEMFD_NAME};
+use stoke_tests::{
+    args, describe, prepare_java, read_folded, record_args, Jdk, Line, Running, Stack, Stoke,
+    JDK_17, TEMURIN_25,
+};
+
+const SEVENTY: &str = "JavaAlloc.seventy";
+const THIRTY: &str = "JavaAlloc.thirty";
+const RECORD_SECONDS: f64 = 5.0;
+
+/// The `rate ...` lines a workload printed between `from` and `to`, their
+/// numbers after `rate`.
+fn rates(running: &Running, from: Instant, to: Instant) -> Vec<Vec<u64>> {
+    running
+        .stdout_lines()
+        .iter()
+        .filter(|line: &&Line| line.at > from && line.at <= to)
+        .filter_map(|line| line.text.strip_prefix("rate "))
+        .map(|numbers| {
+            numbers
+                .split_whitespace()
+                .map(|n| n.parse().expect("a number"))
+                .collect()
+        })
+        .collect()
+}
+
+fn median(mut values: Vec<u64>) -> u64 {
+    assert!(!values.is_empty(), "no rate lines");
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+/// The work rate (the first number of each `rate` line) before, during and
+/// after `record`, which runs stoke; asserts that the JVM kept its pace.
+fn assert_unharmed(running: &mut Running, record: impl FnOnce()) {
+    let before_start = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let start = Instant::now();
+    record();
+    let end = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    let after_end = Instant::now();
+    let rate = |from, to| median(rates(running, from, to).iter().map(|r| r[0]).collect());
+    let (before, during, after) = (
+        rate(before_start, start),
+        rate(start, end),
+        rate(end, after_end),
+    );
+    println!("work rate per 100 ms: {before} before, {during} while recording, {after} after");
+    for (what, rate) in [("while recording", during), ("after", after)] {
+        assert!(
+            rate as f64 >= 0.8 * before as f64,
+            "the JVM's work rate fell from {before} to {rate} per 100 ms {what}"
+        );
+    }
+}
+
+/// The agent's memory in JVM `pid`, opened through its `/proc` link (fine
+/// for a test: the JVM is ours), if the agent is loaded.
+fn find_agent_memory(pid: u32) -> Option<File> {
+    let link = format!("/memfd:{MEMFD_NAME} (deleted)");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| {
+            std::fs::read_link(path).is_ok_and(|target| target.as_os_str() == link.as_str())
+        })
+        .and_then(|path| File::open(path).ok())
+}
+
+fn agent_memory(pid: u32) -> File {
+    find_agent_memory(pid).unwrap_or_else(|| panic!("JVM {pid} has no agent memory"))
+}
+
+fn read_u64(file: &File, offset: usize) -> u64 {
+    let mut bytes = [0; 8];
+    file.read_exact_at(&mut bytes, offset as u64)
+        .expect("reading the header");
+    u64::from_le_bytes(bytes)
+}
+
+fn read_u32(file: &File, offset: usize) -> u32 {
+    let mut bytes = [0; 4];
+    file.read_exact_at(&mut bytes, offset as u64)
+        .expect("reading the header");
+    u32::from_le_bytes(bytes)
+}
+
+/// Asserts, within `within`, that the agent switched its Java events off
+/// and that the JVM samples no allocation any more while it allocates.
+fn assert_sampling_off(pid: u32, within: Duration) {
+    let memory = agent_memory(pid);
+    let deadline = Instant::now() + within;
+    while read_u32(&memory, offset_of!(Header, java_events_on)) != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the agent still has Java events on {within:?} after the recording"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let samples = offset_of!(Header, alloc_samples);
+    let first = read_u64(&memory, samples);
+    assert!(first > 0, "the agent never sampled an allocation");
+    std::thread::sleep(Duration::from_secs(1));
+    let second = read_u64(&memory, samples);
+    assert_eq!(
+        first, second,
+        "the JVM still samples allocations after the recording"
+    );
+}
+
+/// Bytes estimated for the stacks with Java method `method` and `class`
+/// on top.
+fn bytes_of(stacks: &[Stack], method: &str, class: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|stack| stack.leaf() == class && stack.has_java(method))
+        .map(|stack| stack.count)
+        .sum()
+}
+
+fn allocations_on(jdk: Jdk) {
+    let label = jdk.label;
+    let (dir, workload) = prepare_java("java-alloc", "JavaAlloc", jdk);
+    let mut running = workload.spawn(&["14"]);
+    let out = dir.join("alloc.folded");
+    let args = record_args(
+        &args!["-p", running.pid(), "-e", "alloc"],
+        99,
+        RECORD_SECONDS,
+        &out,
+    );
+    let (mut start, mut end) = (Instant::now(), Instant::now());
+    assert_unharmed(&mut running, || {
+        start = Instant::now();
+        stoke_tests::record(&args, RECORD_SECONDS);
+        end = Instant::now();
+    });
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 10));
+    assert_sampling_off(running.pid(), Duration::from_millis(500));
+
+    // Every stack has its class on top, no Java frame.
+    let total: u64 = stacks.iter().map(|stack| stack.count).sum();
+    let classless: Vec<_> = stacks
+        .iter()
+        .filter(|stack| stoke_tests::is_java_frame(stack.leaf()))
+        .collect();
+    assert!(
+        classless.is_empty(),
+        "stacks without a class on top: {classless:?}"
+    );
+    let seventy = bytes_of(&stacks, SEVENTY, "byte[]");
+    let thirty = bytes_of(&stacks, THIRTY, "long[]");
+    let share = 100.0 * seventy as f64 / (seventy + thirty).max(1) as f64;
+    println!("{label}: {seventy} bytes in {SEVENTY} (byte[]), {thirty} in {THIRTY} (long[]): {share:.2}% of {total}");
+    assert!(
+        seventy + thirty >= total * 95 / 100,
+        "{label}: only {} of {total} bytes in the workload's two methods with their classes",
+        seventy + thirty
+    );
+    assert!(
+        (67.0..=73.0).contains(&share),
+        "{label}: {share:.2}% of the bytes in {SEVENTY}, not 70 ± 3"
+    );
+    // What the JVM says it allocated while stoke ran: the estimate (from
+    // the attach on) is most of it, and never more.
+    let allocated: u64 = rates(&running, start, end).iter().map(|r| r[1]).sum();
+    let ratio = total as f64 / allocated as f64;
+    println!("{label}: estimated {total} bytes, the JVM allocated {allocated} while stoke ran ({ratio:.2})");
+    assert!(
+        (0.6..=1.1).contains(&ratio),
+        "{label}: estimated {total} bytes, but the JVM allocated {allocated} while stoke ran"
+    );
+    running.wait_success(Duration::from_secs(30));
+}
+
+#[test]
+fn allocations_split_70_30_by_bytes_on_jdk_17() {
+    allocations_on(JDK_17);
+}
+
+#[test]
+fn allocations_split_70_30_by_bytes_on_temurin_25() {
+    allocations_on(TEMURIN_25);
+}
+
+#[test]
+fn a_stoke_killed_while_recording_allocations_leaves_sampling_off() {
+    let (dir, workload) = prepare_java("java-alloc-killed", "JavaAlloc", JDK_17);
+    let mut running = workload.spawn(&["8"]);
+    let stoke = Stoke::spawn(&args![
+        "record",
+        "-p",
+        running.pid(),
+        "-e",
+        "alloc",
+        "-o",
+        dir.join("never.folded").display()
+    ]);
+    // Sampling on: the agent says so, and counts sampled allocations.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let on = find_agent_memory(running.pid()).map_or(0, |memory| {
+            read_u32(&memory, offset_of!(Header, java_events_on))
+        });
+        if on != 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "allocation sampling never came on"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stoke.signal(libc::SIGKILL);
+    let _ = stoke.wait(Duration::from_secs(5));
+    // The agent looks every 0.1 s whether a stoke holds its memory.
+    assert_sampling_off(running.pid(), Duration::from_millis(500));
+    running.wait_success(Duration::from_secs(30));
+}
+
+#[test]
+fn contended_monitors_show_their_class_and_wait() {
+    let (dir, workload) = prepare_java("java-locks", "JavaLocks", JDK_17);
+    let mut running = workload.spawn(&["10"]);
+    let out = dir.join("locks.folded");
+    let args = record_args(
+        &args!["-p", running.pid(), "-t", "-e", "lock"],
+        99,
+        RECORD_SECONDS,
+        &out,
+    );
+    let (mut start, mut end) = (Instant::now(), Instant::now());
+    assert_unharmed(&mut running, || {
+        start = Instant::now();
+        stoke_tests::record(&args, RECORD_SECONDS);
+        end = Instant::now();
+    });
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 10));
+    let monitor: Vec<&Stack> = stacks
+        .iter()
+        .filter(|stack| stack.leaf() == "JavaLocks$MonitorLock")
+        .collect();
+    assert!(
+        !monitor.is_empty(),
+        "no stack with the monitor's class on top"
+    );
+    for stack in &monitor {
+        assert!(
+            stack.has_java("JavaLocks.monitorLoop"),
+            "a monitor wait outside the loop that locks it: {stack:?}"
+        );
+        assert!(
+            stack.frames[1].starts_with("monitor-"),
+            "not under its thread's frame: {stack:?}"
+        );
+    }
+    let waited: u64 = monitor.iter().map(|stack| stack.count).sum();
+    let measured: u64 = rates(&running, start, end).iter().map(|r| r[1]).sum();
+    let ratio = waited as f64 / measured as f64;
+    println!("monitor: stoke {waited} ns, the program {measured} ns while stoke ran ({ratio:.2})");
+    assert!(
+        (0.5..=1.2).contains(&ratio),
+        "stoke counted {waited} ns of monitor waits, the program measured {measured} ns"
+    );
+    running.wait_success(Duration::from_secs(30));
+}
