@@ -29,6 +29,14 @@ pub enum Command {
     /// hottest functions, recording quality, and what changed against a
     /// baseline.
     Report(ReportArgs),
+    /// Write a folded file (from Stoke or any tool that writes collapsed
+    /// stacks) or a pprof profile as any output format, e.g. an HTML or SVG
+    /// flame graph.
+    Convert(ConvertArgs),
+    /// Compare two profiles (folded or pprof files): a differential flame
+    /// graph (.html) or both counts per stack (.folded), BEFORE scaled to
+    /// AFTER's total samples.
+    Diff(DiffArgs),
     /// Write the embedded JVM agent to a file, for `-agentpath:` at JVM
     /// startup.
     Agent {
@@ -189,8 +197,8 @@ pub struct RecordArgs {
     pub duration: Option<Duration>,
 
     /// Where to write the profile; its extension picks the format (.svg,
-    /// .folded, .txt, .json, .pb.gz). Give it several times to write several
-    /// files from one recording.
+    /// .html, .folded, .txt, .json, .pb.gz). Give it several times to write
+    /// several files from one recording.
     #[arg(
         short = 'o',
         long = "output",
@@ -215,9 +223,9 @@ pub struct ReportArgs {
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration, default_value = "10")]
     pub duration: Duration,
 
-    /// A folded profile (Stoke's `.folded` or any tool's collapsed stacks)
-    /// of the host when healthy: the report adds the functions whose share
-    /// of the CPU changed most.
+    /// A profile of the host when healthy (folded stacks from Stoke or any
+    /// tool, or pprof): the report adds the functions whose share of the
+    /// CPU changed most.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
 
@@ -229,6 +237,48 @@ pub struct ReportArgs {
         default_value = "stoke-report.html"
     )]
     pub output: PathBuf,
+}
+
+/// Arguments of `stoke convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// The profile: a folded file (`root;...;leaf COUNT` lines) or a
+    /// gzipped pprof profile.
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+
+    /// Where to write it; its extension picks the format (.svg, .html,
+    /// .folded, .txt, .json, .pb.gz). Give it several times for several
+    /// files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
+    pub outputs: Vec<PathBuf>,
+
+    /// Output format, overriding the extension of a single -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+}
+
+/// Arguments of `stoke diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The profile before: folded or pprof (.pb.gz).
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+
+    /// The profile after: folded or pprof (.pb.gz).
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+
+    /// Where to write the comparison: FILE.html (a differential flame
+    /// graph) or FILE.folded (`stack BEFORE AFTER` lines). Give it several
+    /// times for several files.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
+    pub outputs: Vec<PathBuf>,
+
+    /// Output format (html or folded), overriding the extension of a
+    /// single -o.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
 }
 
 /// Arguments of `stoke continuous`.
@@ -309,6 +359,21 @@ mod tests {
             panic!("not a recording")
         };
         assert_eq!(args.outputs, [PathBuf::from("a.svg"), "b.pb.gz".into()]);
+    }
+
+    #[test]
+    fn convert_and_diff_need_their_inputs_and_an_output() {
+        let parse = |line: &[&str]| Cli::try_parse_from(line).map(|cli| cli.command);
+        assert!(matches!(
+            parse(&["stoke", "convert", "a.folded", "-o", "a.html"]),
+            Ok(Command::Convert(_))
+        ));
+        assert!(parse(&["stoke", "convert", "a.folded"]).is_err());
+        let Ok(Command::Diff(args)) = parse(&["stoke", "diff", "a", "b", "-o", "d.html"]) else {
+            panic!("not a diff")
+        };
+        assert_eq!((args.before, args.after), ("a".into(), "b".into()));
+        assert!(parse(&["stoke", "diff", "a", "-o", "d.html"]).is_err());
     }
 
     #[test]

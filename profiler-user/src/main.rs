@@ -4,13 +4,15 @@
 //! [`aggregate`] (counting) → [`symbolize`] → [`aggregate`] (folding) →
 //! [`write`](mod@write) or [`export`], with [`jvm`] joining at the sample and
 //! symbolize stages. [`recording`] runs the stages; [`record`] (one
-//! symbolize stages. [`recording`] runs the stages; [`record`] (one
 //! profile), [`continuous`] (a profile per interval) and [`report`] (an
-//! incident sweep in one HTML file) are its commands.
+//! incident sweep in one HTML file) are its commands; [`convert`] writes a
+//! folded or pprof file in any output format, and [`diff`] compares two.
 
 mod aggregate;
 mod cli;
 mod continuous;
+mod convert;
+mod diff;
 mod event;
 mod export;
 mod jvm;
@@ -19,6 +21,7 @@ mod preflight;
 mod process;
 mod profile;
 mod progress;
+mod read;
 mod record;
 mod recording;
 mod report;
@@ -45,6 +48,8 @@ fn main() -> ExitCode {
         Command::Record(args) => record::run(args),
         Command::Continuous(args) => continuous::run(args),
         Command::Report(args) => report::run(args),
+        Command::Convert(args) => convert::run(args),
+        Command::Diff(args) => diff::run(args),
         Command::Agent { output } => jvm::profiler::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
         // Reports its own errors, one line per file.

@@ -32,6 +32,10 @@ const PACKAGES: &[&str] = &[
     "podman",
     // `go tool pprof`, which the pprof output's tests read it with.
     "golang-go",
+    // A headless browser and its WebDriver, for the HTML flame graph's
+    // tests (tests/tests/html.rs).
+    "chromium",
+    "chromium-driver",
 ];
 
 #[derive(Parser)]

@@ -3,7 +3,7 @@
 
 use std::{
     fs::File,
-    os::fd::AsRawFd,
+    os::{fd::AsRawFd, unix::fs::MetadataExt},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -19,11 +19,45 @@ pub struct MappedFile {
     pub(super) file: File,
     /// Device and inode: what tells files apart.
     pub key: (u64, u64),
+    /// What tells this file's contents from those it had before or after.
+    pub version: FileVersion,
     /// The file's name as the process saw it, for frames that have no symbol.
     pub name: Arc<str>,
     /// Where the file is in the filesystem of the first process seen mapping
     /// it; `None` for the vdso.
     pub origin: Option<FileOrigin>,
+}
+
+/// A file's identity and the times its contents (and inode) last changed,
+/// read once when the file is opened: two [`MappedFile`]s with equal
+/// versions hold the same bytes, so names read from one fit the other
+/// (`stoke continuous` keeps names by version, across the processes that
+/// map the file). A file rewritten in place gets a new `ctime`, one
+/// replaced a new inode or `ctime`; the owner of a file can set its
+/// `mtime` but not its `ctime`, so a version cannot be forged for another
+/// file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileVersion {
+    device: u64,
+    inode: u64,
+    size: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+impl FileVersion {
+    /// The version of the open `file`, which `key` (device and inode as
+    /// the process's maps gave them) names.
+    pub fn of(file: &File, key: (u64, u64)) -> std::io::Result<Self> {
+        let metadata = file.metadata()?;
+        Ok(Self {
+            device: key.0,
+            inode: key.1,
+            size: metadata.len(),
+            modified: (metadata.mtime(), metadata.mtime_nsec()),
+            changed: (metadata.ctime(), metadata.ctime_nsec()),
+        })
+    }
 }
 
 /// A mapped file's path, and the root directory it is a path in.
@@ -40,12 +74,11 @@ impl MappedFile {
     pub fn on_host(path: &Path) -> Self {
         let file = rootfs::open_regular(path).unwrap();
         let metadata = file.metadata().unwrap();
+        let key = (metadata.dev(), metadata.ino());
         Self {
+            version: FileVersion::of(&file, key).unwrap(),
             file,
-            key: (
-                std::os::unix::fs::MetadataExt::dev(&metadata),
-                std::os::unix::fs::MetadataExt::ino(&metadata),
-            ),
+            key,
             name: base_name(path),
             origin: Some(FileOrigin {
                 root: Arc::new(Root::host().unwrap()),

@@ -21,7 +21,7 @@ use std::{
 
 use super::{
     identity::Identities,
-    image::{base_name, FileOrigin, MappedFile, Mapping, MappingTarget, ProcessImage},
+    image::{base_name, FileOrigin, FileVersion, MappedFile, Mapping, MappingTarget, ProcessImage},
     maps::{self, MapsPath},
     procfs::{self, read_bounded},
 };
@@ -180,6 +180,7 @@ impl ProcessRegistry {
                 path: path.to_owned(),
             });
         let mapped = Arc::new(MappedFile {
+            version: FileVersion::of(&file, key).ok()?,
             file,
             key,
             name: base_name(path),
@@ -211,10 +212,12 @@ fn copy_own_vdso() -> io::Result<MappedFile> {
     // SAFETY: see above.
     let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     file.write_all(&image)?;
+    // No device has this number: the vdso is a file of its own kind.
+    let key = (u64::MAX, 0);
     Ok(MappedFile {
+        version: FileVersion::of(&file, key)?,
         file,
-        // No device has this number: the vdso is a file of its own kind.
-        key: (u64::MAX, 0),
+        key,
         name: "[vdso]".into(),
         origin: None,
     })

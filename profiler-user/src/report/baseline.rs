@@ -1,18 +1,14 @@
-//! The report's comparison with a baseline: a folded profile (from Stoke or
-//! any tool writing collapsed stacks) taken when the host was healthy. Each
-//! side is normalized by its own total, so recordings of different lengths
-//! or rates compare; the table ranks functions by how much their share of
-//! the CPU (as the sampled function, "self") grew or shrank.
+//! The report's comparison with a baseline: a profile (folded stacks from
+//! Stoke or any tool, or pprof) taken when the host was healthy. Each side
+//! is normalized by its own total, so recordings of different lengths or
+//! rates compare; the table ranks functions by how much their share of the
+//! samples (as the sampled function, "self") grew or shrank.
 
-use std::{collections::HashMap, fs::File, io::Read, path::Path, sync::Arc};
+use std::{collections::HashMap, path::Path, sync::Arc};
 
 use anyhow::{bail, Context, Result};
 
-use crate::profile::Profile;
-
-/// The largest baseline read: a folded file of a busy host for minutes is
-/// tens of MB.
-const MAX_BASELINE_BYTES: u64 = 512 << 20;
+use crate::{profile::Profile, read::read_profile};
 
 /// Rows of the changes table.
 pub const MAX_CHANGES: usize = 30;
@@ -34,63 +30,37 @@ pub struct Baseline {
     total: u64,
 }
 
+/// Self samples by function of `profile`, and their total.
+fn leaves(profile: &Profile) -> (HashMap<Arc<str>, u64>, u64) {
+    let mut leaves: HashMap<Arc<str>, u64> = HashMap::new();
+    let mut total = 0u64;
+    for stack in &profile.stacks {
+        if let Some(leaf) = stack.frames.last() {
+            *leaves.entry(leaf.clone()).or_default() += stack.samples;
+            total = total.saturating_add(stack.samples);
+        }
+    }
+    (leaves, total)
+}
+
 impl Baseline {
-    /// Reads the folded file at `path`.
+    /// Reads the folded or pprof file at `path`.
     pub fn read(path: &Path) -> Result<Self> {
-        let what = || format!("--baseline {}", path.display());
-        let file = File::open(path).with_context(what)?;
-        let size = file.metadata().with_context(what)?.len();
-        if size > MAX_BASELINE_BYTES {
+        let profile = read_profile(path).context("--baseline")?;
+        let (leaves, total) = leaves(&profile);
+        if total == 0 {
             bail!(
-                "--baseline {}: {} MB, more than the {} MB read; give a shorter profile",
-                path.display(),
-                size >> 20,
-                MAX_BASELINE_BYTES >> 20
+                "--baseline {}: no samples in it: give a folded or pprof profile",
+                path.display()
             );
         }
-        let mut text = String::new();
-        file.take(MAX_BASELINE_BYTES)
-            .read_to_string(&mut text)
-            .with_context(|| format!("{}: not a folded profile (not UTF-8 text)", what()))?;
-        Self::parse(&text).with_context(what)
-    }
-
-    /// Parses collapsed stacks, `frame;frame;... COUNT` per line.
-    pub fn parse(text: &str) -> Result<Self> {
-        let mut baseline = Self::default();
-        for (number, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let parsed = line.rsplit_once(' ').and_then(|(stack, count)| {
-                Some((stack.rsplit(';').next()?, count.trim().parse::<u64>().ok()?))
-            });
-            let Some((leaf, count)) = parsed else {
-                bail!(
-                    "line {} is not `frame;frame;... COUNT`: is it a folded profile?",
-                    number + 1
-                );
-            };
-            *baseline.leaves.entry(Arc::from(leaf)).or_default() += count;
-            baseline.total += count;
-        }
-        if baseline.total == 0 {
-            bail!("no samples in it");
-        }
-        Ok(baseline)
+        Ok(Self { leaves, total })
     }
 
     /// The functions whose self share changed most between the baseline and
     /// `profile`, biggest change first.
     pub fn changes(&self, profile: &Profile) -> Vec<Change> {
-        let mut now: HashMap<Arc<str>, u64> = HashMap::new();
-        let mut total = 0;
-        for stack in &profile.stacks {
-            if let Some(leaf) = stack.frames.last() {
-                *now.entry(leaf.clone()).or_default() += stack.samples;
-                total += stack.samples;
-            }
-        }
+        let (now, total) = leaves(profile);
         let share = |count: u64, total: u64| count as f64 / total.max(1) as f64;
         let mut changes: Vec<Change> = self
             .leaves
@@ -120,7 +90,6 @@ mod tests {
 
     #[test]
     fn changes_are_normalized_by_totals_and_ranked() {
-        let baseline = Baseline::parse("p;main;a 90\np;main;b 10\n\n").unwrap();
         let stack = |leaf: &str, samples| FoldedStack {
             frames: vec![Arc::from("p"), Arc::from(leaf)],
             context_frames: 1,
@@ -128,21 +97,16 @@ mod tests {
             labels: Arc::new([]),
             modules: Box::new([]),
         };
-        let profile = Profile {
-            stacks: vec![stack("a", 5), stack("b", 15)],
+        let profile = |stacks| Profile {
+            stacks,
             ..Profile::default()
         };
-        let changes = baseline.changes(&profile);
+        let (leaves, total) = leaves(&profile(vec![stack("a", 90), stack("b", 10)]));
+        let baseline = Baseline { leaves, total };
+        let changes = baseline.changes(&profile(vec![stack("a", 5), stack("b", 15)]));
         assert_eq!(changes.len(), 2);
         assert_eq!(&*changes[0].name, "a");
         assert!((changes[0].before - 0.9).abs() < 1e-9 && (changes[0].after - 0.25).abs() < 1e-9);
         assert!((changes[1].after - 0.75).abs() < 1e-9);
-    }
-
-    #[test]
-    fn what_is_not_folded_is_refused_with_its_line() {
-        let error = Baseline::parse("a;b 1\n<html>\n").unwrap_err().to_string();
-        assert!(error.contains("line 2"), "{error}");
-        assert!(Baseline::parse("").is_err());
     }
 }

@@ -78,11 +78,12 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     Ok(())
 }
 
-/// A whole-host flame graph, as the report embeds it.
+/// A whole-host flame graph, Stoke's HTML page (search, zoom, transforms),
+/// as the report embeds it.
 fn flame_graph(profile: &Profile) -> Result<String> {
-    let mut svg = Vec::new();
-    write_profile(profile, Format::Svg, &mut svg)?;
-    Ok(String::from_utf8_lossy(&svg).into_owned())
+    let mut html = Vec::new();
+    write_profile(profile, Format::Html, &mut html)?;
+    Ok(String::from_utf8_lossy(&html).into_owned())
 }
 
 /// The report's headline figures, on the terminal.

@@ -93,7 +93,7 @@ fn count_cell(count: u64) -> Cell {
     Cell::Number(count.to_string(), count as f64)
 }
 
-/// The whole page; `flame_graphs` are SVG documents, one per event.
+/// The whole page; `flame_graphs` are HTML documents, one per event.
 pub fn render(
     facts: &Facts,
     sweep: &Sweep,

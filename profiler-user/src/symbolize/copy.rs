@@ -7,7 +7,8 @@
 //! a FIFO would block stoke forever, a device could react to being opened.
 //! A process could also truncate a file that stoke has mapped (SIGBUS).
 //! So blazesym gets a copy that no one else can change (sealed against
-//! writes, shrinking and growing), with those links removed; where stoke's
+//! writes, shrinking and growing), of only the parts it reads for names
+//! (the rest holes, see [`read_parts`]), with those links removed; where stoke's
 //! own lookup (`debug_file::find_until`, inside the process's root, regular
 //! files only) found a separate debug file, a sealed copy of it too, which
 //! the copy's `.gnu_debuglink` then names by descriptor.
@@ -15,7 +16,7 @@
 use std::{
     ffi::CStr,
     fs::File,
-    io::{self, Write},
+    io,
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::fs::FileExt,
@@ -30,6 +31,7 @@ use object::{
     ReadCache,
 };
 
+use super::read_parts::{self, ReadParts};
 use crate::process::MappedFile;
 use crate::{
     rootfs,
@@ -40,11 +42,16 @@ use crate::{
     },
 };
 
-/// The largest file copied for blazesym, separate debug files included:
-/// far above any real library (libjvm.so is about 20 MB), and what a copy
-/// may cost in memory while its file is symbolized. A larger file's
-/// frames are named `file+0xOFFSET`.
+/// The most bytes copied of a file for blazesym (what it reads of a mapped
+/// file, all of a separate debug file): far above any real library's
+/// symbols and DWARF, and what a copy may cost in memory while its file is
+/// symbolized. A file with more to copy has its frames named
+/// `file+0xOFFSET`.
 pub const MAX_COPY_BYTES: u64 = 256 << 20;
+
+/// The largest mapped file whose parts are copied (a copy has the file's
+/// size, its holes costing nothing): far above any real program.
+pub const MAX_FILE_BYTES: u64 = 4 << 30;
 
 /// Sections naming other files that blazesym would open.
 const LINK_SECTIONS: [&[u8]; 3] = [b".gnu_debuglink", b".gnu_debugaltlink", b".debug_sup"];
@@ -59,6 +66,8 @@ pub const DEBUG_DIR: &str = "/proc/self/fd";
 pub struct Copy {
     file: File,
     _debug_file: Option<File>,
+    /// Whether blazesym is to read DWARF (else the copy has none).
+    pub dwarf: bool,
 }
 
 impl Copy {
@@ -68,18 +77,24 @@ impl Copy {
     }
 }
 
-/// Copies `mapped` (and its separate debug file, if stoke's lookup finds
-/// one) for blazesym. Errors with [`io::ErrorKind::FileTooLarge`] for a
-/// file larger than [`MAX_COPY_BYTES`].
-pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
+/// Copies `mapped` (and its separate debug file, if it needs DWARF and
+/// stoke's lookup finds one) for blazesym, with what it reads to name code
+/// (and source `lines`). Errors with [`io::ErrorKind::FileTooLarge`] when
+/// there is more than [`MAX_COPY_BYTES`] to copy.
+pub fn for_blazesym(mapped: &MappedFile, lines: bool) -> io::Result<Copy> {
     let deadline = Instant::now() + table::COMPILE_TIME_BUDGET;
-    let file = copy_of(&mapped.path(), c"stoke-symbols")?;
+    let (file, dwarf) = copy_of(
+        &mapped.path(),
+        c"stoke-symbols",
+        Parts::ReadForNames { lines },
+        deadline,
+    )?;
     let links = links_of(&file, deadline)?;
     // Only a `.gnu_debuglink` can name the debug file to blazesym.
     let debug_file = mapped
         .origin
         .as_ref()
-        .filter(|_| links.debuglink.is_some())
+        .filter(|_| dwarf && links.debuglink.is_some())
         .and_then(|origin| {
             let found = debug_file::find_until(
                 &origin.root,
@@ -98,13 +113,14 @@ pub fn for_blazesym(mapped: &MappedFile) -> io::Result<Copy> {
     Ok(Copy {
         file,
         _debug_file: debug_file.map(|(debug, _)| debug),
+        dwarf,
     })
 }
 
 /// A copy of a separate debug file, without links, sealed; and its CRC32.
 fn debug_copy(found: File, deadline: Instant) -> io::Result<(File, u32)> {
     let path = PathBuf::from(format!("/proc/self/fd/{}", found.as_raw_fd()));
-    let file = copy_of(&path, c"stoke-debug-symbols")?;
+    let (file, _) = copy_of(&path, c"stoke-debug-symbols", Parts::Whole, deadline)?;
     let links = links_of(&file, deadline)?;
     rewrite_links(&file, &links, None)?;
     check_links(&file, None, deadline)?;
@@ -113,17 +129,39 @@ fn debug_copy(found: File, deadline: Instant) -> io::Result<(File, u32)> {
     Ok((file, crc))
 }
 
-/// The regular file at `path`, copied into a new memfd, within
-/// [`MAX_COPY_BYTES`]. A file truncated meanwhile gives a shorter copy.
-fn copy_of(path: &Path, name: &CStr) -> io::Result<File> {
+/// Which parts of a file a copy holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Parts {
+    /// All of it (a debug file: blazesym checks its CRC32, reading all).
+    Whole,
+    /// What blazesym reads to name code, and source `lines` if asked
+    /// ([`read_parts`]); the rest holes.
+    ReadForNames { lines: bool },
+}
+
+/// The regular file at `path`, copied into a new memfd of its size: the
+/// `parts` asked for, at most [`MAX_COPY_BYTES`] of them, in a file of at
+/// most [`MAX_FILE_BYTES`]; and whether blazesym is to read its DWARF.
+/// Parts truncated meanwhile are left as holes.
+fn copy_of(path: &Path, name: &CStr, parts: Parts, deadline: Instant) -> io::Result<(File, bool)> {
     let source = rootfs::open_regular(path)?;
     let size = source.metadata()?.len();
-    if size > MAX_COPY_BYTES {
+    let ReadParts { ranges, dwarf } = match parts {
+        Parts::ReadForNames { lines } if size <= MAX_FILE_BYTES => {
+            read_parts::of(&source, size, lines, deadline)?
+        }
+        _ => ReadParts {
+            ranges: std::iter::once(0..size).collect(),
+            dwarf: true,
+        },
+    };
+    let copied: u64 = ranges.iter().map(|range| range.end - range.start).sum();
+    if copied > MAX_COPY_BYTES {
         return Err(io::Error::new(
             io::ErrorKind::FileTooLarge,
             format!(
-                "{} MB, more than the {} MB read for symbols",
-                size >> 20,
+                "{} MB to read, more than the {} MB read for symbols",
+                copied >> 20,
                 MAX_COPY_BYTES >> 20
             ),
         ));
@@ -136,20 +174,23 @@ fn copy_of(path: &Path, name: &CStr) -> io::Result<File> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: see above.
-    let mut copy = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let mut buffer = vec![0; 1 << 20];
-    let mut offset = 0;
+    let copy = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    copy.set_len(size)?;
+    let mut buffer = vec![0; (1 << 20).min(copied as usize)];
     // Not beyond the size seen: a file growing meanwhile is copied as it was.
-    while offset < size {
-        let wanted = buffer.len().min((size - offset) as usize);
-        let read = source.read_at(&mut buffer[..wanted], offset)?;
-        if read == 0 {
-            break;
+    for range in ranges {
+        let mut offset = range.start;
+        while offset < range.end {
+            let wanted = buffer.len().min((range.end - offset) as usize);
+            let read = source.read_at(&mut buffer[..wanted], offset)?;
+            if read == 0 {
+                break;
+            }
+            copy.write_all_at(&buffer[..read], offset)?;
+            offset += read as u64;
         }
-        copy.write_all(&buffer[..read])?;
-        offset += read as u64;
     }
-    Ok(copy)
+    Ok((copy, dwarf))
 }
 
 /// A copy's `.gnu_debuglink`.
@@ -337,6 +378,11 @@ mod tests {
     /// the file itself, following its links (regular files, for a
     /// reference).
     fn reference_name(program: &Path, offset: u64) -> Option<String> {
+        reference_name_from(program, offset, true)
+    }
+
+    /// [`reference_name`], reading DWARF or not.
+    fn reference_name_from(program: &Path, offset: u64, dwarf: bool) -> Option<String> {
         use blazesym::symbolize::{
             source::{Elf, Source},
             Input, Symbolizer as Blazesym,
@@ -344,7 +390,10 @@ mod tests {
         let blazesym = Blazesym::new();
         let results = blazesym
             .symbolize(
-                &Source::Elf(Elf::new(program)),
+                &Source::Elf(Elf {
+                    debug_syms: dwarf,
+                    ..Elf::new(program)
+                }),
                 Input::FileOffset(&[offset][..]),
             )
             .unwrap();
@@ -376,7 +425,7 @@ mod tests {
         let names = Symbolizer::new(false).file(&mapped, &[offset]);
         assert_eq!(&*names[0][0], reference);
         // Its link now names the copy of the debug file, by descriptor.
-        let copy = for_blazesym(&mapped).unwrap();
+        let copy = for_blazesym(&mapped, false).unwrap();
         let bytes = std::fs::read(copy.path()).unwrap();
         let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
         let (name, _) = elf.gnu_debuglink().unwrap().unwrap();
@@ -425,7 +474,7 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
         let names = within_10_s(move || {
             let mapped = MappedFile::on_host(&program);
-            let copy = for_blazesym(&mapped).unwrap();
+            let copy = for_blazesym(&mapped, false).unwrap();
             let bytes = std::fs::read(copy.path()).unwrap();
             let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
             assert!(elf.section_by_name(".gnu_debuglink").is_none());
@@ -435,10 +484,75 @@ mod tests {
         assert_eq!(&*names[0][0], reference);
     }
 
+    /// The executable segments of `program`: (file offset, size).
+    fn code_segments(program: &Path) -> Vec<(u64, u64)> {
+        let bytes = std::fs::read(program).unwrap();
+        let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let endian = file.endian();
+        file.elf_program_headers()
+            .iter()
+            .filter(|header| {
+                header.p_type(endian) == elf::PT_LOAD && header.p_flags(endian).contains(elf::PF_X)
+            })
+            .map(|header| (header.p_offset(endian), header.p_filesz(endian)))
+            .collect()
+    }
+
+    #[test]
+    fn copies_hold_what_names_need_and_little_else() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .find(|path| path.contains("/libc.so"))
+            .map(PathBuf::from)
+            .expect("libc mapped");
+        for program in [libc, std::env::current_exe().unwrap()] {
+            let code = code_segments(&program);
+            let offsets: Vec<u64> = code
+                .iter()
+                .flat_map(|&(start, size)| (0..64).map(move |step| start + size * step / 64))
+                .collect();
+            let mapped = MappedFile::on_host(&program);
+            let names = Symbolizer::new(false).file(&mapped, &offsets);
+            // Named as from the file itself, from its symbol table if it has
+            // one (this test is built with DWARF too: not read).
+            let copy = for_blazesym(&mapped, false).unwrap();
+            let has_symtab =
+                ElfFile64::<object::Endianness>::parse(&*std::fs::read(&program).unwrap())
+                    .unwrap()
+                    .section_by_name(".symtab")
+                    .is_some();
+            assert_eq!(copy.dwarf, !has_symtab);
+            for (offset, name) in offsets.iter().zip(&names) {
+                let reference = reference_name_from(&program, *offset, copy.dwarf)
+                    .unwrap_or_else(|| format!("{}+{offset:#x}", mapped.name));
+                assert_eq!(*name[0], *reference, "{} at {offset:#x}", program.display());
+            }
+            let named = names.iter().filter(|name| !name[0].contains("+0x")).count();
+            assert!(
+                named * 2 > offsets.len(),
+                "{}: {named} named",
+                program.display()
+            );
+            // The copy has the file's size; its code is holes.
+            let metadata = copy.file.metadata().unwrap();
+            let size = std::fs::metadata(&program).unwrap().len();
+            assert_eq!(metadata.len(), size);
+            let stored = std::os::unix::fs::MetadataExt::blocks(&metadata) * 512;
+            let code_bytes: u64 = code.iter().map(|&(_, size)| size).sum();
+            assert!(
+                stored + code_bytes <= size + (64 << 10),
+                "{}: {stored} bytes stored of {size}, {code_bytes} of code",
+                program.display()
+            );
+        }
+    }
+
     #[test]
     fn copies_are_sealed() {
         let mapped = MappedFile::on_host(Path::new("/usr/bin/xz"));
-        let copy = for_blazesym(&mapped).unwrap();
+        let copy = for_blazesym(&mapped, false).unwrap();
         // SAFETY: fcntl on a descriptor the copy holds.
         let seals = unsafe { libc::fcntl(copy.file.as_raw_fd(), libc::F_GET_SEALS) };
         let wanted =

@@ -9,6 +9,7 @@
 
 pub mod copy;
 pub mod names;
+pub mod read_parts;
 
 use std::{cell::OnceCell, io, path::Path, sync::Arc};
 
@@ -68,7 +69,7 @@ impl Symbolizer {
     /// the call (see [`copy`]): one file at a time takes memory.
     pub fn file(&self, file: &MappedFile, offsets: &[u64]) -> Vec<Frames> {
         let unnamed = |offset: u64| format!("{}+{offset:#x}", file.name);
-        let copy = match copy::for_blazesym(file) {
+        let copy = match copy::for_blazesym(file, self.lines) {
             Ok(copy) => copy,
             Err(error) => {
                 // The one case a user would wonder about; the others (a
@@ -85,10 +86,10 @@ impl Symbolizer {
                     .collect();
             }
         };
-        // DWARF is read from the copy itself and from the debug file its
-        // rewritten `.gnu_debuglink` names, nothing else.
+        // DWARF, where needed, is read from the copy itself and from the
+        // debug file its rewritten `.gnu_debuglink` names, nothing else.
         let source = Source::Elf(Elf {
-            debug_syms: true,
+            debug_syms: copy.dwarf,
             ..Elf::new(copy.path())
         });
         // blazesym keeps every file it parsed mapped and indexed: a fresh one

@@ -2,15 +2,12 @@
 //! batch, each mapped file's offsets in one batch, JIT code from the JVM
 //! agents' code maps.
 
-use std::{
-    collections::{HashMap, HashSet},
-    sync::{Arc, Weak},
-};
+use std::collections::{HashMap, HashSet};
 
 use super::{Frames, Symbolizer};
 use crate::{
     jvm::symbols::JavaSymbols,
-    process::{MappedFile, MappingTarget, ProcessImage},
+    process::{image::FileVersion, MappedFile, MappingTarget, ProcessImage},
 };
 
 /// One counted stack's addresses, as [`AddressNames::resolve`] reads them.
@@ -24,8 +21,22 @@ pub struct StackAddresses<'a> {
 }
 
 /// Most names kept between the intervals of `stoke continuous`: beyond it,
-/// the names are forgotten and named again when next seen.
+/// the names of the files least recently sampled are forgotten, and named
+/// again when next seen.
 const MAX_KEPT: usize = 1 << 20;
+
+/// How many intervals the names of a file no stack was in are kept: a
+/// program run again and again (a build, a cron job) finds its names,
+/// even with a few intervals between its runs.
+const KEPT_UNUSED_INTERVALS: u64 = 60;
+
+/// The names of one version of a file, by file offset.
+#[derive(Default)]
+struct FileNames {
+    names: HashMap<u64, Frames>,
+    /// The last interval a stack had an address in the file.
+    last_used: u64,
+}
 
 /// The names of the addresses of a recording's stacks. Names stay for the
 /// next [`AddressNames::resolve`], so that `stoke continuous` names each
@@ -33,11 +44,13 @@ const MAX_KEPT: usize = 1 << 20;
 #[derive(Default)]
 pub struct AddressNames {
     kernel: HashMap<u64, Frames>,
-    /// By mapped file and file offset. The file's address is its identity:
-    /// the `Weak` held here keeps the allocation, so that no other file
-    /// gets that address, but lets the file close once no process maps it.
-    files: HashMap<*const MappedFile, (Weak<MappedFile>, HashMap<u64, Frames>)>,
+    /// By file version (not by the open file, which is closed once no
+    /// process maps it): every process mapping the same libc, or running
+    /// the same program again, finds the names already read.
+    files: HashMap<FileVersion, FileNames>,
     names: usize,
+    /// Intervals ended ([`AddressNames::forget_unused`] calls).
+    interval: u64,
 }
 
 impl AddressNames {
@@ -48,8 +61,7 @@ impl AddressNames {
         symbolizer: &Symbolizer,
     ) {
         let mut kernel_addresses = HashSet::new();
-        let mut file_offsets: HashMap<*const MappedFile, (Arc<MappedFile>, HashSet<u64>)> =
-            HashMap::new();
+        let mut file_offsets: HashMap<FileVersion, (&MappedFile, HashSet<u64>)> = HashMap::new();
         for stack in stacks {
             kernel_addresses.extend(
                 call_sites(stack.kernel).filter(|address| !self.kernel.contains_key(address)),
@@ -61,17 +73,14 @@ impl AddressNames {
                 let MappingTarget::File(file) = &mapping.target else {
                     continue;
                 };
-                let key = Arc::as_ptr(file);
-                if self
-                    .files
-                    .get(&key)
-                    .is_some_and(|(_, named)| named.contains_key(&offset))
-                {
+                let kept = self.files.entry(file.version).or_default();
+                kept.last_used = self.interval;
+                if kept.names.contains_key(&offset) {
                     continue;
                 }
                 file_offsets
-                    .entry(key)
-                    .or_insert_with(|| (file.clone(), HashSet::new()))
+                    .entry(file.version)
+                    .or_insert_with(|| (file, HashSet::new()))
                     .1
                     .insert(offset);
             }
@@ -84,16 +93,12 @@ impl AddressNames {
                 .copied()
                 .zip(symbolizer.kernel(&kernel_addresses)),
         );
-        for (key, (file, offsets)) in file_offsets {
+        for (version, (file, offsets)) in file_offsets {
             let offsets: Vec<u64> = offsets.into_iter().collect();
-            let frames = symbolizer.file(&file, &offsets);
+            let frames = symbolizer.file(file, &offsets);
             self.names += offsets.len();
-            let named = &mut self
-                .files
-                .entry(key)
-                .or_insert_with(|| (Arc::downgrade(&file), HashMap::new()))
-                .1;
-            named.extend(offsets.into_iter().zip(frames));
+            let kept = self.files.entry(version).or_default();
+            kept.names.extend(offsets.into_iter().zip(frames));
         }
     }
 
@@ -102,19 +107,41 @@ impl AddressNames {
         self.names
     }
 
-    /// Forgets the names of files that no process maps any more, and every
-    /// name once there are too many: what `stoke continuous` keeps between
-    /// intervals stays bounded.
+    /// Ends an interval of `stoke continuous`: forgets the names of files
+    /// no stack was in for [`KEPT_UNUSED_INTERVALS`], then those of the
+    /// files least recently used while there are more than [`MAX_KEPT`]
+    /// names: what is kept between intervals stays bounded.
     pub fn forget_unused(&mut self) {
-        self.files.retain(|_, (file, _)| file.strong_count() > 0);
+        let interval = self.interval;
+        self.files
+            .retain(|_, file| interval - file.last_used < KEPT_UNUSED_INTERVALS);
+        self.interval += 1;
         self.names = self.kernel.len()
             + self
                 .files
                 .values()
-                .map(|(_, named)| named.len())
+                .map(|file| file.names.len())
                 .sum::<usize>();
+        if self.names <= MAX_KEPT {
+            return;
+        }
+        let mut by_use: Vec<(u64, FileVersion)> = self
+            .files
+            .iter()
+            .map(|(&version, file)| (file.last_used, version))
+            .collect();
+        by_use.sort_unstable_by_key(|&(last_used, _)| last_used);
+        for (_, version) in by_use {
+            if self.names <= MAX_KEPT {
+                break;
+            }
+            if let Some(file) = self.files.remove(&version) {
+                self.names -= file.names.len();
+            }
+        }
         if self.names > MAX_KEPT {
-            *self = Self::default();
+            self.kernel.clear();
+            self.names = 0;
         }
     }
 
@@ -130,7 +157,7 @@ impl AddressNames {
         let located = image.locate(address);
         if let Some((mapping, offset)) = located {
             if let MappingTarget::File(file) = &mapping.target {
-                return self.files[&Arc::as_ptr(file)].1[&offset].clone();
+                return self.files[&file.version].names[&offset].clone();
             }
         }
         let jit = java.and_then(|java| java.code_name(address));
@@ -166,7 +193,55 @@ fn call_sites(stack: &[u64]) -> impl Iterator<Item = u64> + '_ {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::process::ProcessRegistry;
+
+    /// The file holding `address` in `image`.
+    fn file_at(image: &ProcessImage, address: u64) -> Arc<MappedFile> {
+        match &image.locate(address).unwrap().0.target {
+            MappingTarget::File(file) => file.clone(),
+            MappingTarget::Named(name) => panic!("{name} is no file"),
+        }
+    }
+
+    #[test]
+    fn names_outlive_the_processes_that_mapped_the_file() {
+        let pid = std::process::id();
+        let here = names_outlive_the_processes_that_mapped_the_file as *const () as u64;
+        let stack = [here];
+        let symbolizer = Symbolizer::new(false);
+        let mut registry = ProcessRegistry::default();
+        let mut names = AddressNames::default();
+        let resolve = |names: &mut AddressNames, image: &ProcessImage| {
+            let stack = StackAddresses {
+                image,
+                kernel: &[],
+                user: &stack,
+            };
+            names.resolve([stack], &symbolizer);
+            names.user(image, here, None)
+        };
+        let first = registry.image_for(pid, "self");
+        let named = resolve(&mut names, registry.image(first));
+        assert!(named[0].contains("names_outlive"), "{}", named[0]);
+        let first_file = Arc::downgrade(&file_at(registry.image(first), here));
+        names.forget_unused();
+        // The process "ends": its files close; the next image opens them anew.
+        registry.forget(pid);
+        registry.evict_ended();
+        assert!(first_file.upgrade().is_none());
+        let second = registry.image_for(pid, "self");
+        assert_eq!(names.len(), 1);
+        assert_eq!(resolve(&mut names, registry.image(second)), named);
+        assert_eq!(names.len(), 1, "named again");
+        // Unused for long enough, they are forgotten.
+        for _ in 0..=KEPT_UNUSED_INTERVALS {
+            names.forget_unused();
+        }
+        assert_eq!(names.len(), 0);
+    }
 
     #[test]
     fn only_return_addresses_step_back_into_the_call() {

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use crate::profile::Profile;
+use crate::{diff::Diff, profile::Profile};
 
 /// Writes one `root;...;leaf count` line per stack.
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
@@ -27,6 +27,26 @@ pub(super) fn lines(profile: &Profile) -> Vec<String> {
         .collect()
 }
 
+/// Writes `diff` as one `root;...;leaf BEFORE AFTER` line per stack, sorted
+/// by stack, BEFORE scaled to AFTER's total and rounded: the differential
+/// folded format of `difffolded.pl -n` that inferno and flamegraph.pl read.
+pub fn write_diff(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
+    let scale = diff.scale();
+    let mut lines: Vec<(String, u64, u64)> = diff
+        .stacks
+        .iter()
+        .map(|stack| {
+            let before = (stack.before as f64 * scale).round() as u64;
+            (stack.frames.join(";"), before, stack.after)
+        })
+        .collect();
+    lines.sort_unstable();
+    for (frames, before, after) in lines {
+        writeln!(out, "{frames} {before} {after}")?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,6 +65,19 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "a;main 1\na;main;run 2\na;main;run_[k] 7\nb;main;work 3\n"
+        );
+    }
+
+    #[test]
+    fn diff_lines_carry_both_counts_before_scaled() {
+        let before = profile(&[("a [1];x", 3), ("a [1];y", 1)]);
+        let after = profile(&[("a [2];x", 2), ("a [2];y", 6)]);
+        let diff = crate::diff::diff(&before, &after, "b".into(), "a".into());
+        let mut out = Vec::new();
+        write_diff(&diff, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "a [*];x 6 2\na [*];y 2 6\n"
         );
     }
 

@@ -2,12 +2,15 @@
 
 mod flamegraph;
 mod folded;
+mod html;
 mod json;
 mod output_file;
 mod outputs;
 pub mod pprof;
 mod summary;
 
+pub use folded::write_diff as write_diff_folded;
+pub use html::{count_context_frames, write_diff as write_diff_html};
 pub use output_file::OutputFile;
 pub use outputs::OutputPlan;
 
@@ -25,6 +28,9 @@ pub enum Format {
     Folded,
     /// An interactive flame graph.
     Svg,
+    /// An interactive canvas flame graph page with search, zoom and live
+    /// transforms, for profiles of any size.
+    Html,
     /// A text report of the hottest functions.
     Txt,
     /// The summary and every stack, for programs.
@@ -37,7 +43,7 @@ pub enum Format {
 /// The output path's extension names no format and `--format` was not given.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot tell the output format of {}: name it .svg, .folded, .txt, .json or .pb.gz, or pass --format",
+    "cannot tell the output format of {}: name it .svg, .html, .folded, .txt, .json or .pb.gz, or pass --format",
     .path.display()
 )]
 pub struct UnknownExtension {
@@ -66,6 +72,7 @@ impl Format {
         match extension.as_deref() {
             Some("folded" | "collapsed") => Ok(Format::Folded),
             Some("svg") => Ok(Format::Svg),
+            Some("html" | "htm") => Ok(Format::Html),
             Some("txt") => Ok(Format::Txt),
             Some("json") => Ok(Format::Json),
             _ => Err(UnknownExtension {
@@ -82,6 +89,7 @@ pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> 
     match format {
         Format::Folded => folded::write(profile, &mut out)?,
         Format::Svg => flamegraph::write(profile, &mut out)?,
+        Format::Html => html::write(profile, &mut out)?,
         Format::Txt => summary::write(profile, &mut out)?,
         Format::Json => json::write(profile, &mut out)?,
         Format::Pprof => pprof::write(profile, &mut out)?,
@@ -91,7 +99,7 @@ pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
@@ -99,7 +107,7 @@ mod tests {
 
     /// A profile of `stacks` given as `"proc;a;b"` and a count, with one
     /// context frame.
-    pub(super) fn profile(stacks: &[(&str, u64)]) -> Profile {
+    pub(crate) fn profile(stacks: &[(&str, u64)]) -> Profile {
         Profile {
             event: crate::event::Event::Cpu,
             stacks: stacks
@@ -134,6 +142,8 @@ mod tests {
             ("a.folded", Format::Folded),
             ("dir/a.collapsed", Format::Folded),
             ("a.svg", Format::Svg),
+            ("a.html", Format::Html),
+            ("a.HTM", Format::Html),
             ("A.SVG", Format::Svg),
             ("a.txt", Format::Txt),
             ("a.json", Format::Json),
@@ -150,7 +160,7 @@ mod tests {
 
     #[test]
     fn unknown_or_missing_extension_is_an_error() {
-        for path in ["profile", "profile.html", "dir.svg/profile", "profile.gz"] {
+        for path in ["profile", "profile.xml", "dir.svg/profile", "profile.gz"] {
             let error = Format::for_output(Path::new(path), None)
                 .unwrap_err()
                 .to_string();
@@ -165,7 +175,13 @@ mod tests {
     #[test]
     fn write_profile_writes_each_format() {
         let profile = profile(&[("app;main", 2)]);
-        for format in [Format::Folded, Format::Svg, Format::Txt, Format::Json] {
+        for format in [
+            Format::Folded,
+            Format::Svg,
+            Format::Html,
+            Format::Txt,
+            Format::Json,
+        ] {
             let mut out = Vec::new();
             write_profile(&profile, format, &mut out).unwrap();
             assert!(

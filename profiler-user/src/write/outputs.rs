@@ -3,7 +3,7 @@
 //! several), checked and opened before the recording starts, written after
 //! it.
 
-use std::{collections::HashSet, path::PathBuf};
+use std::{collections::HashSet, io::Write, path::PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -43,6 +43,11 @@ impl OutputPlan {
         Ok(Self(plan))
     }
 
+    /// The format of each output, in the order given.
+    pub fn formats(&self) -> impl Iterator<Item = Format> + '_ {
+        self.0.iter().map(|(_, format, _)| *format)
+    }
+
     /// Opens every output, so that a bad path fails before the recording,
     /// not after.
     pub fn create(self) -> Result<Outputs> {
@@ -60,12 +65,23 @@ impl Outputs {
     /// Writes to every output the profile of its event (one of
     /// `profiles`), each named only once whole.
     pub fn write(self, profiles: &[Profile]) -> Result<()> {
-        for (path, format, event, mut file) in self.0 {
+        self.write_with(|format, event, out| {
             let profile = profiles
                 .iter()
                 .find(|profile| profile.event == event)
-                .with_context(|| format!("no {} profile for {}", event.name(), path.display()))?;
-            write_profile(profile, format, file.file())
+                .with_context(|| format!("no {} profile", event.name()))?;
+            write_profile(profile, format, out)
+        })
+    }
+
+    /// Writes every output with `write`, given its format and event, each
+    /// named only once whole.
+    pub fn write_with(
+        self,
+        write: impl Fn(Format, Event, &mut dyn Write) -> Result<()>,
+    ) -> Result<()> {
+        for (path, format, event, mut file) in self.0 {
+            write(format, event, file.file())
                 .and_then(|()| Ok(file.commit()?))
                 .with_context(|| format!("writing the profile to {}", path.display()))?;
         }

@@ -348,11 +348,12 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             measured.clone(),
             Target::judge(goal, measured, steady.cpu_share <= CPU_TARGET, || {
                 format!(
-                    "{:.2} points over: naming copies each mapped file that has addresses \
-                     not named yet whole into a sealed memfd (symbolize/copy.rs), again in \
-                     every interval with new addresses: stoke's own binary (54 MB with \
-                     debug info) and any big library sampled (rustc's, 150–200 MB) each \
-                     time; `perf record -g` of stoke put half its CPU there",
+                    "{:.2} points over: each interval names the addresses new in it, and \
+                     each file with new addresses has its symbol tables copied and indexed \
+                     again (a fresh blazesym per file, symbolize/copy.rs): on a host that \
+                     builds Rust, rustc's libraries (165k symbols) take 100–200 ms an \
+                     interval; a libc without `.symtab` is named from its debug package's \
+                     DWARF; the unwind thread (tables of new files) takes about a sixth",
                     (steady.cpu_share - CPU_TARGET) * 100.0
                 )
             }),

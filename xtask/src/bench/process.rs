@@ -6,6 +6,7 @@ use std::{
     fs::{self, File},
     io::{BufRead, BufReader, Read},
     process::{Command, Stdio},
+    str::FromStr,
     sync::mpsc::{self, Receiver, RecvTimeoutError},
     thread::{self, JoinHandle},
     time::{Duration, Instant},
@@ -125,6 +126,15 @@ impl Process {
         )
     }
 
+    /// The `key=value` field named `key` the process printed on stdout, as
+    /// the bench workloads print what they did.
+    pub fn printed<T: FromStr>(&mut self, key: &str) -> Result<T> {
+        self.stdout
+            .field(key)
+            .and_then(|value| value.parse().ok())
+            .with_context(|| format!("{} printed no {key}=", self.name))
+    }
+
     /// Sends `signal` to the process, if it has not been reaped yet.
     pub fn signal(&self, signal: libc::c_int) {
         if !self.reaped {
@@ -203,21 +213,20 @@ impl Process {
 
     /// Peak resident set size so far (VmHWM), in bytes.
     pub fn peak_rss_now(&self) -> Result<u64> {
+        self.status_bytes("VmHWM")
+    }
+
+    /// A size field of `/proc/PID/status` (`VmRSS`, `RssAnon`...), in bytes.
+    pub fn status_bytes(&self, field: &str) -> Result<u64> {
         let path = format!("/proc/{}/status", self.pid);
-        let status = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let status = fs::read_to_string(&path)
+            .with_context(|| format!("reading {path} (did {} end?)", self.name))?;
         status
             .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
-            .and_then(|value| {
-                value
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|value| value.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
             .map(|kib| kib * 1024)
-            .with_context(|| format!("no VmHWM in {path}"))
+            .with_context(|| format!("no {field} in {path}"))
     }
 }
 

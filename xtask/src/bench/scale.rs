@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 
 use super::{
     process::Process,
@@ -84,27 +84,53 @@ pub fn run(bench: &Bench) -> Result<Section> {
     Ok(section(bench, &runs))
 }
 
+/// A synthetic host `scale_host` runs: processes of threads that wake every
+/// `period_ms` (± 50%) for a burst of `burst_us`.
+pub struct Host {
+    pub processes: u32,
+    pub threads_per_process: u32,
+    pub lifetime: Duration,
+    pub burst_us: u32,
+    pub period_ms: u32,
+}
+
+/// Starts `scale_host` and waits, at most `ready_timeout`, until all of
+/// `host` runs; returns it with the processes and threads it started.
+pub fn start_host(
+    bench: &Bench,
+    host: &Host,
+    ready_timeout: Duration,
+) -> Result<(Process, u32, u32)> {
+    let mut process = Process::spawn(
+        "scale_host",
+        Command::new(&bench.workloads.scale_host)
+            .arg(host.processes.to_string())
+            .arg(host.threads_per_process.to_string())
+            .arg(host.lifetime.as_secs_f64().to_string())
+            .arg(host.burst_us.to_string())
+            .arg(host.period_ms.to_string()),
+    )?;
+    process.wait_for_stdout("ready", ready_timeout)?;
+    let processes = process.printed("processes")?;
+    let threads = process.printed("threads")?;
+    Ok((process, processes, threads))
+}
+
 fn run_once(bench: &Bench, tool: Tool) -> Result<Run> {
     let seconds = bench.settings.scale_seconds;
     let workloads = &bench.workloads;
     // The host lives longer than the recording; it is stopped at the end.
-    let mut host = Process::spawn(
-        "scale_host",
-        Command::new(&workloads.scale_host)
-            .arg(PROCESSES.to_string())
-            .arg(THREADS_PER_PROCESS.to_string())
-            .arg(format!("{}", seconds + 120.0))
-            .arg(BURST_US.to_string())
-            .arg(PERIOD_MS.to_string()),
+    let (mut host, processes, threads) = start_host(
+        bench,
+        &Host {
+            processes: PROCESSES,
+            threads_per_process: THREADS_PER_PROCESS,
+            lifetime: Duration::from_secs_f64(seconds + 120.0),
+            burst_us: BURST_US,
+            period_ms: PERIOD_MS,
+        },
+        Duration::from_secs(60),
     )?;
-    host.wait_for_stdout("ready", Duration::from_secs(60))?;
-    let mut started = |key: &str| -> Result<u32> {
-        host.stdout()
-            .field(key)
-            .and_then(|value| value.parse().ok())
-            .with_context(|| format!("scale_host printed no {key}="))
-    };
-    let (processes, threads) = (started("processes")?, started("threads")?);
 
     let recording = Recording::start(bench, &Options::new(tool, HZ, "folded"), "scale")?;
     let mut spawner = Process::spawn(
@@ -117,15 +143,8 @@ fn run_once(bench: &Bench, tool: Tool) -> Result<Run> {
     )?;
     let exit = spawner.wait(Duration::from_secs_f64(seconds + 60.0))?;
     ensure!(exit.success(), "spawner failed: {}", exit.describe());
-    let field = |spawner: &mut Process, key: &str| -> Result<f64> {
-        spawner
-            .stdout()
-            .field(key)
-            .and_then(|value| value.parse().ok())
-            .with_context(|| format!("spawner printed no {key}="))
-    };
-    let spawned = field(&mut spawner, "spawned")?;
-    let spawn_seconds = field(&mut spawner, "seconds")?;
+    let spawned: f64 = spawner.printed("spawned")?;
+    let spawn_seconds: f64 = spawner.printed("seconds")?;
     let stopped = recording.stop()?;
     // SIGTERM: scale_host kills and reaps its children, so that their CPU
     // reaches the bench's children usage and does not read as someone

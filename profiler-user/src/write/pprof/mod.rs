@@ -12,7 +12,7 @@
 //! with `-t`...). `pid` and `tid` are numeric labels: pprof's tag reports
 //! would count a sample twice under a key with both a string and a number.
 
-mod proto;
+pub(crate) mod proto;
 
 use std::{
     collections::HashMap,

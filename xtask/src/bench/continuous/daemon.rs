@@ -4,12 +4,13 @@
 
 use std::{
     fs,
-    path::Path,
+    path::PathBuf,
     process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
+use stoke_tests::cpu_time;
 
 use super::super::{
     process::{Exit, Process},
@@ -24,7 +25,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Options<'a> {
     pub hz: u64,
     pub interval: Duration,
-    pub output_dir: &'a Path,
+    /// The bench's scratch directory it writes its profiles to.
+    pub output_dir: &'a str,
     /// `--keep`: files kept per service.
     pub keep: usize,
 }
@@ -32,6 +34,8 @@ pub struct Options<'a> {
 /// A running `stoke continuous`.
 pub struct Daemon {
     process: Process,
+    /// Where it writes its profiles.
+    pub output_dir: PathBuf,
     started: Instant,
     /// Interval lines already returned by [`Daemon::next_interval`].
     taken: usize,
@@ -85,13 +89,19 @@ pub struct Stopped {
 impl Daemon {
     /// Starts `stoke continuous -a` and returns once it samples.
     pub fn start(bench: &Bench, options: &Options) -> Result<Self> {
+        let output_dir = bench.scratch(options.output_dir);
+        fs::create_dir_all(&output_dir)
+            .with_context(|| format!("creating {}", output_dir.display()))?;
         let mut command = Command::new(&bench.stoke);
         command
             .args(["continuous", "-a", "-F", &options.hz.to_string()])
+            // The bench's workloads are native; a JVM of another user of the
+            // host (a test running meanwhile) is left alone.
+            .arg("--no-jvm")
             .arg("--interval")
             .arg(options.interval.as_secs_f64().to_string())
             .arg("--output-dir")
-            .arg(options.output_dir)
+            .arg(&output_dir)
             .args(["--keep", &options.keep.to_string()]);
         let mut process = Process::spawn("stoke continuous", &mut command)?;
         let announced = process
@@ -107,6 +117,7 @@ impl Daemon {
         }
         Ok(Self {
             process,
+            output_dir,
             started: Instant::now(),
             taken: 0,
         })
@@ -114,32 +125,14 @@ impl Daemon {
 
     /// Its RSS and CPU time now.
     pub fn usage(&self) -> Result<Usage> {
-        let pid = self.process.pid();
-        let status_path = format!("/proc/{pid}/status");
-        let status = fs::read_to_string(&status_path)
-            .with_context(|| format!("reading {status_path} (did stoke end?)"))?;
-        let kib = |field: &str| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(field))
-                .and_then(|value| {
-                    value
-                        .trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                })
-                .with_context(|| format!("no {field} in {status_path}"))
-        };
-        let stat_path = format!("/proc/{pid}/stat");
-        let stat =
-            fs::read_to_string(&stat_path).with_context(|| format!("reading {stat_path}"))?;
+        let rss = self.process.status_bytes("VmRSS")?;
+        let anon = self.process.status_bytes("RssAnon")?;
+        let pid = u32::try_from(self.process.pid()).context("a child's pid")?;
         Ok(Usage {
             at: self.started.elapsed(),
-            rss: kib("VmRSS:")? * 1024,
-            anon: kib("RssAnon:")? * 1024,
-            cpu: cpu_of_stat(&stat).with_context(|| format!("parsing {stat_path}"))?,
+            rss,
+            anon,
+            cpu: cpu_time(pid),
         })
     }
 
@@ -192,20 +185,6 @@ impl Daemon {
             delivery: lines.iter().rev().find_map(|l| Delivery::parse(l)),
         })
     }
-}
-
-/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The
-/// command name (field 2) may hold spaces: fields are counted after it.
-fn cpu_of_stat(stat: &str) -> Option<Duration> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    // fields[0] is field 3 (the state).
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-        .ok()
-        .filter(|&hz| hz > 0)?;
-    Some(Duration::from_secs_f64(ticks as f64 / per_second as f64))
 }
 
 /// The number just before `label` in `text` (`197` in `197 samples`, `0`
@@ -274,14 +253,5 @@ mod tests {
         );
         assert_eq!(Interval::parse(stopped), None);
         assert_eq!(Delivery::parse(interval), None);
-    }
-
-    #[test]
-    fn cpu_time_counts_fields_after_the_command_name() {
-        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let cpu = cpu_of_stat(stat).unwrap().as_secs_f64();
-        assert!((cpu - 300.0 / hz).abs() < 1e-9, "{cpu}");
     }
 }

@@ -79,15 +79,12 @@ pub fn run(bench: &Bench) -> Result<Soak> {
     if let Err(why) = &image {
         bench.log(&format!("soak without containers: {why}"));
     }
-    let output_dir = bench.scratch("soak-profiles");
-    fs::create_dir_all(&output_dir)
-        .with_context(|| format!("creating {}", output_dir.display()))?;
     let mut daemon = Daemon::start(
         bench,
         &daemon::Options {
             hz: HZ,
             interval: INTERVAL,
-            output_dir: &output_dir,
+            output_dir: "soak-profiles",
             keep: KEEP,
         },
     )?;
@@ -129,15 +126,9 @@ pub fn run(bench: &Bench) -> Result<Soak> {
 
     let exit = spawner.wait(Duration::from_secs(120))?;
     ensure!(exit.success(), "spawner failed: {}", exit.describe());
-    let field = |spawner: &mut Process, key: &str| -> Result<f64> {
-        spawner
-            .stdout()
-            .field(key)
-            .and_then(|value| value.parse().ok())
-            .with_context(|| format!("spawner printed no {key}="))
-    };
-    let exec_rate = field(&mut spawner, "spawned")? / field(&mut spawner, "seconds")?;
+    let exec_rate = spawner.printed::<f64>("spawned")? / spawner.printed::<f64>("seconds")?;
     let containers = churn.map(ContainerChurn::stop);
+    let output_dir = daemon.output_dir.clone();
     let stopped = daemon.stop()?;
     let (service_dirs, most_files) = files_left(&output_dir)?;
     Ok(Soak {

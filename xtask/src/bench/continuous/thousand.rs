@@ -6,16 +6,12 @@
 //! of 1,000 mostly idle processes to be in every interval: this runs at
 //! 999 Hz, where each has a few samples in each.
 
-use std::{
-    fs,
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::daemon::{self, Daemon, Interval};
-use crate::bench::{process::Process, Bench};
+use crate::bench::{scale, Bench};
 
 pub const HZ: u64 = 999;
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -40,33 +36,23 @@ pub fn run(bench: &Bench) -> Result<Thousand> {
     let steady_intervals = if bench.settings.smoke { 1 } else { 4 };
     let intervals_wanted = 1 + steady_intervals;
     let lifetime = INTERVAL * (intervals_wanted + 30);
-    let mut host = Process::spawn(
-        "scale_host",
-        Command::new(&bench.workloads.scale_host)
-            .arg(PROCESSES.to_string())
-            .arg(THREADS_PER_PROCESS.to_string())
-            .arg(lifetime.as_secs().to_string())
-            .arg(BURST_US.to_string())
-            .arg(PERIOD_MS.to_string()),
+    let (mut host, processes, threads) = scale::start_host(
+        bench,
+        &scale::Host {
+            processes: PROCESSES,
+            threads_per_process: THREADS_PER_PROCESS,
+            lifetime,
+            burst_us: BURST_US,
+            period_ms: PERIOD_MS,
+        },
+        Duration::from_secs(180),
     )?;
-    host.wait_for_stdout("ready", Duration::from_secs(180))?;
-    let mut started = |key: &str| -> Result<u32> {
-        host.stdout()
-            .field(key)
-            .and_then(|value| value.parse().ok())
-            .with_context(|| format!("scale_host printed no {key}="))
-    };
-    let (processes, threads) = (started("processes")?, started("threads")?);
-
-    let output_dir = bench.scratch("thousand-profiles");
-    fs::create_dir_all(&output_dir)
-        .with_context(|| format!("creating {}", output_dir.display()))?;
     let mut daemon = Daemon::start(
         bench,
         &daemon::Options {
             hz: HZ,
             interval: INTERVAL,
-            output_dir: &output_dir,
+            output_dir: "thousand-profiles",
             keep: 2,
         },
     )?;
