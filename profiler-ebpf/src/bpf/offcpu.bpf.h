@@ -183,6 +183,8 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 		return;
 	off = now - state->off_since;
 	state->off_since = 0;
+	if (!state->pending_ns && off < offcpu_min_ns)
+		return;
 	user = (struct pt_regs *)bpf_task_pt_regs(task);
 	user_ip = BPF_CORE_READ(user, ip);
 	user_sp = BPF_CORE_READ(user, sp);
