@@ -118,7 +118,11 @@ impl Recording {
             include_idle: args.idle,
             bpf_stats: args.bpf_stats,
             unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
-            cpu: events.contains(&Event::Cpu),
+            // JVMs are found, and their agents loaded, through their CPU
+            // samples: the Java events need them too.
+            cpu: events
+                .iter()
+                .any(|event| matches!(event, Event::Cpu | Event::Alloc | Event::Lock)),
             offcpu: events.contains(&Event::Offcpu).then_some(OffCpuConfig {
                 min_ns: args.offcpu_min,
                 records_per_cpu_second: OFFCPU_RECORDS_PER_CPU_SECOND,
