@@ -226,3 +226,60 @@ fn a_context_switch_storm_keeps_its_pace_and_stokes_output_stays_in_budget() {
     let size = std::fs::metadata(&folded).unwrap().len();
     assert!(size < 64 * 1024, "the folded profile takes {size} bytes");
 }
+
+#[test]
+fn several_events_write_a_file_each_in_its_unit() {
+    let (dir, workload) = prepare("offcpu-events", "offcpu_split");
+    let running = workload.spawn(&args![60]);
+    let (folded, pprof) = (dir.join("both.folded"), dir.join("both.pb.gz"));
+    let output = Stoke::spawn(&args![
+        "record",
+        "-p",
+        running.pid(),
+        "-e",
+        "cpu,offcpu",
+        "-d",
+        2,
+        "-o",
+        folded.display(),
+        "-o",
+        pprof.display()
+    ])
+    .wait(Duration::from_secs(60));
+    output.assert_success();
+    assert!(
+        !folded.exists() && !pprof.exists(),
+        "unnamed outputs written"
+    );
+    let offcpu = read_folded(&dir.join("both.offcpu.folded"));
+    let cpu = read_folded(&dir.join("both.cpu.folded"));
+    let waited: u64 = offcpu.iter().map(|stack| stack.count).sum();
+    let samples: u64 = cpu.iter().map(|stack| stack.count).sum();
+    println!("{waited} ns off the CPU, {samples} CPU samples");
+    // Most of 2 s asleep or waiting, in nanoseconds; a few samples of CPU.
+    assert!(
+        waited > 1_000_000_000,
+        "only {waited} ns off the CPU in 2 s"
+    );
+    assert!(
+        samples < 200,
+        "{samples} CPU samples of a program that waits"
+    );
+    for (file, sample_type) in [
+        ("both.offcpu.pb.gz", "offcpu/nanoseconds"),
+        ("both.cpu.pb.gz", "samples/count"),
+    ] {
+        // Debian's golang-go links /usr/bin/go.
+        let raw = std::process::Command::new("go")
+            .args(["tool", "pprof", "-raw"])
+            .arg(dir.join(file))
+            .output()
+            .expect("go tool pprof runs (cargo xtask setup installs golang-go)");
+        let text = String::from_utf8_lossy(&raw.stdout);
+        assert!(
+            raw.status.success() && text.contains(sample_type),
+            "{file}: no {sample_type} sample type in go tool pprof -raw:\n{text}{}",
+            String::from_utf8_lossy(&raw.stderr)
+        );
+    }
+}
