@@ -32,7 +32,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// One line about how the recording went, shown under the title.
-fn subtitle(profile: &Profile) -> String {
+pub(super) fn subtitle(profile: &Profile) -> String {
     let summary: &RecordingSummary = &profile.summary;
     if profile.event != Event::Cpu {
         let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();

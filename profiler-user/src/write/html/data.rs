@@ -7,7 +7,7 @@ use std::{collections::HashMap, io, sync::Arc};
 use serde::Serialize;
 
 use super::kind::{kinds, FrameKind};
-use crate::{diff::Diff, event::Event, process::identity::host_name, profile::Profile};
+use crate::{diff::Diff, process::identity::host_name, profile::Profile, write::flamegraph};
 
 /// Rows of the table of biggest changes in a diff.
 const CHANGES: usize = 30;
@@ -61,27 +61,10 @@ pub(super) fn json(profile: &Profile) -> io::Result<String> {
             "Stoke profile".to_owned(),
             format!("{} samples", summary.samples),
         )
-    } else if profile.event != Event::Cpu {
-        let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
-        (
-            format!("Stoke {} profile of {}", profile.event.title(), host_name()),
-            format!(
-                "{total} {} in {:.1} s",
-                profile.event.unit(),
-                summary.duration.as_secs_f64()
-            ),
-        )
     } else {
         (
-            format!("Stoke CPU profile of {}", host_name()),
-            format!(
-                "{} samples in {:.1} s at {} Hz on {} CPUs, {} lost",
-                summary.samples,
-                summary.duration.as_secs_f64(),
-                summary.frequency_hz,
-                summary.cpus,
-                summary.lost(),
-            ),
+            format!("Stoke {} profile of {}", profile.event.title(), host_name()),
+            flamegraph::subtitle(profile),
         )
     };
     let entries = profile.stacks.iter().map(|stack| Entry {
