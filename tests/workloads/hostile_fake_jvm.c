@@ -1,7 +1,7 @@
 /* A fake JVM, hostile to stoke: it maps a file named libjvm.so (argv[2],
  * any small library copied under that name) and, in mode "flood", creates
  * a memfd named like Stoke's agent's with a header that looks right (the
- * layout of profiler-common/src/jvm.rs, version 3) and state Ready, then
+ * layout of profiler-common/src/jvm.rs, version 4) and state Ready, then
  * for argv[1] seconds keeps its sample ring full of stacks with future,
  * ancient and current timestamps, random thread ids and random method ids,
  * and its event log full of code loads of one method, random bytes and an
@@ -24,11 +24,14 @@
 #include "common.h"
 #include "count_signal.h"
 
-#define VERSION 3
+#define VERSION 4
 #define MAX_FRAMES 256
 #define SAMPLE_SLOTS 1024
 #define REQUEST_SLOTS 4096
 #define EVENTS_SIZE (48u << 20)
+/* The Java event ring (allocations, locks): slots of 2216 bytes. */
+#define JAVA_EVENT_SLOTS 2048
+#define JAVA_EVENT_SLOT_SIZE 2216
 
 struct header {
 	uint64_t magic;
@@ -38,7 +41,10 @@ struct header {
 	uint64_t samples_written, samples_read, samples_dropped;
 	uint64_t requests_written, requests_read;
 	uint64_t events_committed, events_dropped;
-	uint32_t activity, reserved;
+	uint32_t activity, java_events_wanted, java_events_on;
+	uint64_t alloc_interval, lock_threshold_ns;
+	uint64_t java_events_written, java_events_read, java_events_dropped;
+	uint64_t alloc_samples;
 };
 
 struct frame {
@@ -58,7 +64,8 @@ struct slot {
 #define SAMPLES_OFFSET 4096
 #define REQUESTS_OFFSET (SAMPLES_OFFSET + SAMPLE_SLOTS * sizeof(struct slot))
 #define EVENTS_OFFSET (REQUESTS_OFFSET + REQUEST_SLOTS * 8)
-#define TOTAL_SIZE (EVENTS_OFFSET + EVENTS_SIZE)
+#define JAVA_EVENTS_OFFSET (EVENTS_OFFSET + EVENTS_SIZE)
+#define TOTAL_SIZE (JAVA_EVENTS_OFFSET + JAVA_EVENT_SLOTS * JAVA_EVENT_SLOT_SIZE)
 
 static volatile sig_atomic_t sigurg_count, sigquit_count;
 
