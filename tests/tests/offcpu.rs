@@ -161,21 +161,24 @@ fn blocked_time_splits_70_30_under_the_scheduler_and_nothing_is_interrupted() {
 }
 
 /// The pace of the ping-pong while recorded with `extra`, over its pace
-/// around the recording. Its pace swings with any other load on the host:
-/// a measure whose windows before and after differ by more than a quarter
-/// is taken again, at most three times in all.
+/// around the recording. Its pace swings with any other load on the host
+/// (by half and more on a 2-CPU machine): a measure whose windows before
+/// and after differ by more than a quarter is taken again, and when none
+/// of three is steady, their median is the pace.
 fn storm_pace(running: &Running, extra: &[String], seconds: f64, outputs: &[String]) -> f64 {
-    let mut pace = 0.0;
+    let mut paces = Vec::new();
     for _ in 0..3 {
         let counts = record_paced(&[running], "tick", extra, seconds, outputs);
         let [before, during, after] = counts[0];
-        pace = 2.0 * during / (before + after);
+        let pace = 2.0 * during / (before + after);
         if (before - after).abs() <= 0.25 * before.max(after) {
-            break;
+            return pace;
         }
         println!("the host's load changed during the measure: again");
+        paces.push(pace);
     }
-    pace
+    paces.sort_by(f64::total_cmp);
+    paces[paces.len() / 2]
 }
 
 #[test]
