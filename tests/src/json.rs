@@ -29,8 +29,11 @@ pub struct JsonProfile {
 /// The counts of a recording, as the txt report's header gives them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Summary {
-    /// Samples in the profile.
+    /// Samples in the profile (for off-CPU, the waits recorded).
     pub samples: u64,
+    /// Off-CPU waits left out past the per-CPU budget.
+    #[serde(default)]
+    pub over_budget: u64,
     /// Distinct addresses named after the recording.
     pub symbolized_addresses: u64,
     /// How long naming them took, in seconds.

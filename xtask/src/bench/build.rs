@@ -65,6 +65,7 @@ pub fn workloads(root: &Path, bin_dir: &Path) -> Result<Workloads> {
         scale_host: bench_workload("scale_host")?,
         spawner: bench_workload("spawner")?,
         short_lived: bench_workload("short_lived")?,
+        switch_storm: bench_workload("switch_storm")?,
         java_fixed_work: java_workload(&sources.join("FixedWork.java"), &bin_dir.join("java"))?,
         fp_split: compile(
             &root.join("tests/workloads/fp_split.c"),

@@ -20,6 +20,7 @@ mod cost;
 mod fuzz;
 mod host;
 mod java;
+mod offcpu;
 mod overhead;
 mod process;
 mod profiler;
@@ -65,10 +66,12 @@ pub enum Part {
     /// `stoke continuous` soaked under churn; one interval of 1,000
     /// processes.
     Continuous,
+    /// Off-CPU recording's cost per context switch, beside perf's.
+    Offcpu,
 }
 
 impl Part {
-    pub const ALL: [Part; 9] = [
+    pub const ALL: [Part; 10] = [
         Part::Overhead,
         Part::Bpf,
         Part::Cost,
@@ -78,6 +81,7 @@ impl Part {
         Part::Unwind,
         Part::Fuzz,
         Part::Continuous,
+        Part::Offcpu,
     ];
 
     /// The name used by `--parts` and in the report's markers.
@@ -92,6 +96,7 @@ impl Part {
             Part::Unwind => "unwind",
             Part::Fuzz => "fuzz",
             Part::Continuous => "continuous",
+            Part::Offcpu => "offcpu",
         }
     }
 
@@ -107,6 +112,7 @@ impl Part {
             Part::Unwind => "7. Unwinding".into(),
             Part::Fuzz => "8. Fuzzing".into(),
             Part::Continuous => "9. Continuous".into(),
+            Part::Offcpu => "10. Off-CPU".into(),
         }
     }
 }
@@ -262,6 +268,8 @@ pub struct Workloads {
     pub fp_split: PathBuf,
     /// The tests' CPU burner: the work of the soak's containers.
     pub busy_other: PathBuf,
+    /// Two threads passing a byte back and forth: the off-CPU part's.
+    pub switch_storm: PathBuf,
 }
 
 /// A measurement's value and how much other processes disturbed it.
@@ -458,6 +466,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Part::Unwind => unwind::run(&bench)?,
             Part::Fuzz => fuzz::run(&bench)?,
             Part::Continuous => continuous::run(&bench)?,
+            Part::Offcpu => offcpu::run(&bench)?,
         };
         // Fuzzing measures no time against other processes, and the soak
         // only stoke's own CPU and memory: neither in rounds.

@@ -55,6 +55,11 @@ pub struct Options {
     pub frame_pointers: bool,
     /// Stoke: `-p` these processes instead of `-a`.
     pub pids: Vec<u32>,
+    /// Stoke: more arguments, e.g. `-e offcpu`.
+    pub stoke_args: Vec<String>,
+    /// Perf: record every occurrence of this event (a tracepoint such as
+    /// `sched:sched_switch`) instead of sampling at the frequency.
+    pub perf_event: Option<&'static str>,
     /// Stoke: the output's extension picks the format (`json`, `folded`).
     /// Perf always writes `perf.data` to a file next to this name.
     pub stoke_format: &'static str,
@@ -70,6 +75,8 @@ impl Options {
             threads: false,
             frame_pointers: false,
             pids: Vec::new(),
+            stoke_args: Vec::new(),
+            perf_event: None,
             stoke_format,
         }
     }
@@ -149,6 +156,7 @@ impl Recording {
                 command.arg(flag);
             }
         }
+        command.args(&options.stoke_args);
         let mut process = Process::spawn("stoke", &mut command)?;
         let announced = process
             .stderr()
@@ -195,8 +203,11 @@ impl Recording {
         let mut process = Process::spawn(
             "perf record",
             Command::new("perf")
-                .args(["record", "-a", "-g", "-F"])
-                .arg(options.frequency_hz.to_string())
+                .args(["record", "-a", "-g"])
+                .args(match options.perf_event {
+                    Some(event) => ["-e".to_owned(), event.to_owned()],
+                    None => ["-F".to_owned(), options.frequency_hz.to_string()],
+                })
                 .args(["-D", "-1", "--control"])
                 .arg(format!("fifo:{},{}", control.display(), ack.display()))
                 .arg("-o")
@@ -384,9 +395,11 @@ pub fn explain_peak_rss(runs: &[&Stopped]) -> String {
 }
 
 /// stoke's last line: `stoke: N samples from P processes in T s (L lost),
-/// written to FILE`.
+/// written to FILE`, or for another event than cpu `stoke: EVENT: N UNIT
+/// from ...`.
 #[derive(Debug, PartialEq)]
 pub struct StokeLine {
+    /// Samples, or the profile's total in its event's unit.
     pub samples: u64,
     pub processes: u64,
     pub lost: u64,
@@ -409,7 +422,11 @@ impl StokeLine {
 
     fn parse(line: &str) -> Option<Self> {
         let rest = line.strip_prefix("stoke: ")?;
-        let (samples, rest) = rest.split_once(" samples from ")?;
+        let (total, rest) = rest.split_once(" from ")?;
+        let samples = match total.split_once(": ") {
+            Some((_event, value)) => value.split_whitespace().next()?,
+            None => total.strip_suffix(" samples")?,
+        };
         let (processes, rest) = rest.split_once(" processes in ")?;
         let (_, rest) = rest.split_once(" s (")?;
         let (lost, _) = rest.split_once(" lost)")?;
@@ -561,6 +578,16 @@ mod tests {
             }
         );
         assert!(StokeLine::find(&lines[..1]).is_err());
+        let offcpu = "stoke: offcpu: 9100 nanoseconds from 3 processes in 1.0 s (7 lost), \
+                      written to x.json";
+        assert_eq!(
+            StokeLine::find(&[offcpu.to_owned()]).unwrap(),
+            StokeLine {
+                samples: 9100,
+                processes: 3,
+                lost: 7
+            }
+        );
     }
 
     #[test]

@@ -4,37 +4,35 @@
 //! frames, and the raw stacks are counted; then every distinct address is
 //! named once, and the named stacks are folded into a [`Profile`].
 
+mod events;
+mod setup;
+
 use std::{
     path::Path,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc,
-    },
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Result;
 use profiler_common::Counter;
 
-use crate::sample::sampler::{CounterTotals, OffCpuConfig};
-use signal_hook::consts::{SIGINT, SIGTERM};
-
+use self::events::EventAggregators;
+pub use self::setup::{announce, check_sampling, raise_open_file_limit, stop_on_signals};
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
     event::{self, Event},
     jvm::{
-        java_events::{JavaEventSample, JavaEventSettings},
+        java_events::JavaEventSettings,
         profiler::{JavaProfiler, JavaResults},
         MergedSample,
     },
-    preflight,
     process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
     progress::Progress,
     sample::{
         ring_record::Record,
-        sampler::{Sampler, SamplerConfig},
+        sampler::{CounterTotals, OffCpuConfig, Sampler, SamplerConfig},
     },
     symbolize::{names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
@@ -83,15 +81,8 @@ pub struct Recording {
     unwinder: Option<UnwindLoader>,
     /// Process images handed to the unwinder so far.
     images_loaded: usize,
-    options: AggregateOptions,
-    /// CPU samples.
-    aggregator: Aggregator,
-    /// Off-CPU waits, weighed by their nanoseconds.
-    offcpu: Aggregator,
-    /// Java allocations, weighed by their bytes, and contended Java
-    /// locks, by the nanoseconds waited.
-    alloc: Aggregator,
-    lock: Aggregator,
+    /// What each event counted since the start or the last cut.
+    counted: EventAggregators,
     java: JavaProfiler,
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
@@ -144,11 +135,7 @@ impl Recording {
             processes: ProcessRegistry::default(),
             unwinder,
             images_loaded: 0,
-            options,
-            aggregator: Aggregator::new(options, Event::Cpu),
-            offcpu: Aggregator::new(options, Event::Offcpu),
-            alloc: Aggregator::new(options, Event::Alloc),
-            lock: Aggregator::new(options, Event::Lock),
+            counted: EventAggregators::new(options),
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
                 .with_java_events(JavaEventSettings::of(args)?),
             symbolizer: Symbolizer::new(args.lines),
@@ -193,7 +180,7 @@ impl Recording {
                 let counters = self.sampler.counters()?;
                 progress.update(
                     self.started.elapsed(),
-                    self.aggregator.samples(),
+                    self.counted.cpu.samples(),
                     self.processes.len(),
                     counters[Counter::LostRingFull as usize],
                 );
@@ -221,10 +208,7 @@ impl Recording {
             sampler,
             processes,
             unwinder,
-            aggregator,
-            offcpu,
-            alloc,
-            lock,
+            counted,
             java,
             malformed,
             ..
@@ -237,12 +221,14 @@ impl Recording {
                 if sample.signalled {
                     java.await_java_stack(sample);
                 } else {
-                    aggregator.add(MergedSample::native(image, sample));
+                    counted.cpu.add(MergedSample::native(image, sample));
                 }
             }
             Ok(Record::OffCpu { sample, off_cpu_ns }) => {
                 let image = processes.image_for(sample.tgid, &sample.comm);
-                offcpu.add_weighted(MergedSample::native(image, sample), off_cpu_ns);
+                counted
+                    .offcpu
+                    .add_weighted(MergedSample::native(image, sample), off_cpu_ns);
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
                 processes.forget(tgid);
@@ -254,9 +240,9 @@ impl Recording {
             Err(_) => *malformed += 1,
         });
         for merged in java.collect(sampler, processes)? {
-            aggregator.add(merged);
+            counted.cpu.add(merged);
         }
-        count_java_events(alloc, lock, java.take_java_events());
+        counted.add_java_events(java.take_java_events());
         self.load_new_images();
         Ok(())
     }
@@ -284,16 +270,7 @@ impl Recording {
             *count = count.saturating_sub(before);
         }
         self.counters_before = counters;
-        let cpu = std::mem::replace(
-            &mut self.aggregator,
-            Aggregator::new(self.options, Event::Cpu),
-        );
-        let offcpu = std::mem::replace(
-            &mut self.offcpu,
-            Aggregator::new(self.options, Event::Offcpu),
-        );
-        let alloc = std::mem::replace(&mut self.alloc, Aggregator::new(self.options, Event::Alloc));
-        let lock = std::mem::replace(&mut self.lock, Aggregator::new(self.options, Event::Lock));
+        let counted = self.counted.take();
         let summary = RecordingSummary {
             duration: since.elapsed(),
             started: SystemTime::now().checked_sub(since.elapsed()),
@@ -303,17 +280,17 @@ impl Recording {
             processes: self.processes.len(),
             ..RecordingSummary::default()
         };
-        let offcpu_summary = offcpu_summary(&summary, &since_cut);
-        let alloc = self.name_and_fold(alloc, java_event_summary(&summary));
-        let lock = self.name_and_fold(lock, java_event_summary(&summary));
-        let cpu = self.name_and_fold(cpu, summary);
-        let offcpu = self.name_and_fold(offcpu, offcpu_summary);
+        let events = std::mem::take(&mut self.events);
+        let profiles = counted.fold(&events, summary, &since_cut, |aggregator, summary| {
+            self.name_and_fold(aggregator, summary)
+        });
+        self.events = events;
         self.load_new_images();
         self.processes.evict_ended();
         self.images_loaded = self.processes.len();
         self.java.release_ended();
         self.names.forget_unused();
-        Ok(per_event(&self.events, [cpu, offcpu, alloc, lock]))
+        Ok(profiles)
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names
@@ -323,10 +300,7 @@ impl Recording {
             sampler,
             mut processes,
             unwinder,
-            mut aggregator,
-            offcpu,
-            mut alloc,
-            mut lock,
+            mut counted,
             java,
             symbolizer,
             mut names,
@@ -349,16 +323,11 @@ impl Recording {
             summary: java_summary,
         } = java.finish(&mut processes);
         for merged in merged {
-            aggregator.add(merged);
+            counted.cpu.add(merged);
         }
-        count_java_events(&mut alloc, &mut lock, java_events);
+        counted.add_java_events(java_events);
         let naming = Instant::now();
-        names.resolve(
-            aggregator
-                .addresses(&processes)
-                .chain(offcpu.addresses(&processes)),
-            &symbolizer,
-        );
+        names.resolve(counted.addresses(&processes), &symbolizer);
         let summary = RecordingSummary {
             duration,
             started: SystemTime::now().checked_sub(duration),
@@ -379,16 +348,11 @@ impl Recording {
             ..RecordingSummary::default()
         };
         let java = |pid| java_symbols.get(&pid);
-        let offcpu = offcpu.fold(
-            &processes,
-            &names,
-            &java,
-            offcpu_summary(&summary, &counters),
-        );
-        let alloc = alloc.fold(&processes, &names, &java, java_event_summary(&summary));
-        let lock = lock.fold(&processes, &names, &java, java_event_summary(&summary));
-        let cpu = aggregator.fold(&processes, &names, &java, summary);
-        Ok(per_event(&events, [cpu, offcpu, alloc, lock]))
+        Ok(
+            counted.fold(&events, summary, &counters, |aggregator, summary| {
+                aggregator.fold(&processes, &names, &java, summary)
+            }),
+        )
     }
 
     /// Names the addresses of `aggregator`'s stacks and folds them.
@@ -405,108 +369,6 @@ impl Recording {
             &|pid| java.symbols_of(pid),
             summary,
         )
-    }
-}
-
-/// The profiles of `events`, in order, from those of every event (cpu,
-/// offcpu, alloc, lock).
-fn per_event(events: &[Event], profiles: [Profile; 4]) -> Vec<Profile> {
-    let mut profiles = profiles.map(Some);
-    events
-        .iter()
-        .filter_map(|&event| match event {
-            Event::Cpu => profiles[0].take(),
-            Event::Offcpu => profiles[1].take(),
-            Event::Alloc => profiles[2].take(),
-            Event::Lock => profiles[3].take(),
-        })
-        .collect()
-}
-
-/// Counts each Java event (allocation, lock) in its event's aggregation.
-fn count_java_events(alloc: &mut Aggregator, lock: &mut Aggregator, events: Vec<JavaEventSample>) {
-    for java_event in events {
-        match JavaEventSettings::event_of(java_event.kind) {
-            Event::Alloc => alloc.add_java_event(java_event),
-            _ => lock.add_java_event(java_event),
-        }
-    }
-}
-
-/// A Java event profile's summary: the recording's, without what only CPU
-/// samples have (the agents' events come with no native stack).
-fn java_event_summary(summary: &RecordingSummary) -> RecordingSummary {
-    RecordingSummary {
-        idle_skipped: 0,
-        stack_quality: Default::default(),
-        ..summary.clone()
-    }
-}
-
-/// The off-CPU profile's summary: the CPU profile's, with the off-CPU
-/// records' own losses (`counters`, over the time `summary` covers).
-fn offcpu_summary(summary: &RecordingSummary, counters: &CounterTotals) -> RecordingSummary {
-    RecordingSummary {
-        lost_ring_full: counters[Counter::OffCpuLostRingFull as usize],
-        over_budget: counters[Counter::OffCpuOverBudget as usize],
-        idle_skipped: 0,
-        stack_quality: Default::default(),
-        ..summary.clone()
-    }
-}
-
-/// The checks every command that samples makes before it starts.
-pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
-    preflight::check_frequency(args.frequency)?;
-    preflight::check_privileges()?;
-    preflight::check_btf()?;
-    preflight::check_pids(&args.pids)
-}
-
-/// The flag SIGINT and SIGTERM raise; a second one ends stoke at once,
-/// without output.
-pub fn stop_on_signals() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [SIGINT, SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 1, stop.clone())?;
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
-    Ok(stop)
-}
-
-/// Says on stderr that sampling has begun, and what it covers.
-pub fn announce(args: &SamplingArgs, duration: Option<Duration>, cpus: usize) {
-    let scope = match args.pids.as_slice() {
-        [] => "every process".to_owned(),
-        pids => {
-            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-            format!("pids {}", pids.join(","))
-        }
-    };
-    let until = match duration {
-        Some(duration) => format!("for {:.1} s", duration.as_secs_f64()),
-        None => "until Ctrl-C".to_owned(),
-    };
-    eprintln!(
-        "stoke: sampling {scope} on {cpus} CPUs at {} Hz {until}",
-        args.frequency
-    );
-}
-
-/// Every mapped file of every sampled process is held open until the end:
-/// a busy host needs more descriptors than the usual soft limit.
-pub fn raise_open_file_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
     }
 }
 

@@ -1,0 +1,299 @@
+//! Part 10, off-CPU: what recording where threads wait costs a workload
+//! that does nothing but switch, `stoke record -a -e offcpu` (its default
+//! minimum, and none) beside `perf record -a -g -e sched:sched_switch`.
+//!
+//! The workload (`switch_storm`) passes a byte back and forth between two
+//! threads for a fixed number of round trips and counts its context
+//! switches: its slowdown over its switches is the cost per switch, paid in
+//! the sched_switch hook, the stack reads and the profiler's own CPU.
+//! bcc's `offcputime` is not in the table: it compiles its program against
+//! kernel headers and hooks `finish_task_switch` with a kprobe, and this
+//! kernel has neither headers nor kprobes.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use anyhow::{ensure, Context, Result};
+
+use super::{
+    process::Process,
+    profiler::{Options, Recording, Tool},
+    report::{Section, Table, Target},
+    rotated,
+    stats::{percent, percent_signed, show, Spread},
+    Bench, Part,
+};
+
+/// Who records while the storm runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Profiler {
+    Nobody,
+    /// stoke with `--offcpu-min` in nanoseconds (`None`: its default).
+    Stoke(Option<u64>),
+    Perf,
+}
+
+const PROFILERS: [Profiler; 4] = [
+    Profiler::Nobody,
+    Profiler::Stoke(None),
+    Profiler::Stoke(Some(0)),
+    Profiler::Perf,
+];
+
+/// The slowdown stoke's default off-CPU recording may cost the storm.
+const DEFAULT_TARGET: f64 = 0.05;
+
+impl Profiler {
+    fn label(self) -> String {
+        match self {
+            Profiler::Nobody => "none".into(),
+            Profiler::Stoke(None) => "stoke record -a -e offcpu (minimum 100 µs)".into(),
+            Profiler::Stoke(Some(min)) => {
+                format!("stoke record -a -e offcpu --offcpu-min {min}")
+            }
+            Profiler::Perf => "perf record -a -g -e sched:sched_switch".into(),
+        }
+    }
+}
+
+/// One run of the storm.
+struct Run {
+    elapsed: f64,
+    switches: f64,
+    /// CPU the profiler used while the storm ran, in seconds.
+    profiler_cpu: f64,
+    /// stoke: waits recorded; perf: switches recorded.
+    records: u64,
+    /// stoke: waits left out past the budget.
+    over_budget: u64,
+}
+
+pub fn run(bench: &Bench) -> Result<Section> {
+    mount_tracefs()?;
+    let round_trips = calibrate(bench)?;
+    let mut runs: Vec<Vec<Run>> = PROFILERS.iter().map(|_| Vec::new()).collect();
+    for round in 0..bench.settings.rounds {
+        for profiler in rotated(&PROFILERS, round) {
+            let what = format!("off-CPU round {}: {}", round + 1, profiler.label());
+            let run = bench
+                .measure(&what, || run_once(bench, round_trips, profiler))?
+                .value;
+            bench.log(&format!(
+                "{what}: {:.3} s, {:.0} switches",
+                run.elapsed, run.switches
+            ));
+            let index = PROFILERS.iter().position(|&p| p == profiler);
+            runs[index.expect("a known profiler")].push(run);
+        }
+    }
+    Ok(section(round_trips, &runs))
+}
+
+/// perf opens tracepoints through tracefs, which a fresh host does not
+/// mount (stoke needs none).
+fn mount_tracefs() -> Result<()> {
+    let tracing = Path::new("/sys/kernel/tracing");
+    if tracing.join("events").is_dir() {
+        return Ok(());
+    }
+    let status = Command::new("mount")
+        .args(["-t", "tracefs", "nodev"])
+        .arg(tracing)
+        .status()
+        .context("running mount")?;
+    ensure!(
+        status.success(),
+        "could not mount tracefs on {} for perf's sched:sched_switch",
+        tracing.display()
+    );
+    Ok(())
+}
+
+/// The round trips that take about `work_seconds` without a profiler (the
+/// faster of two probes, as a disturbance only slows).
+fn calibrate(bench: &Bench) -> Result<u64> {
+    let probe = if bench.settings.smoke {
+        20_000
+    } else {
+        100_000
+    };
+    let mut fastest = f64::MAX;
+    for _ in 0..2 {
+        let run = bench.measure("off-CPU: calibrating the storm", || storm(bench, probe))?;
+        fastest = fastest.min(run.value.0);
+    }
+    let round_trips = (probe as f64 * bench.settings.work_seconds / fastest).ceil() as u64;
+    bench.log(&format!(
+        "off-CPU: {round_trips} round trips take about {:.1} s",
+        bench.settings.work_seconds
+    ));
+    Ok(round_trips.max(1))
+}
+
+/// Runs the storm once: its elapsed time and its context switches.
+fn storm(bench: &Bench, round_trips: u64) -> Result<(f64, f64)> {
+    let mut command = Command::new(&bench.workloads.switch_storm);
+    command.arg(round_trips.to_string());
+    let mut process = Process::spawn("switch_storm", &mut command)?;
+    // Generous: even a costly profiler slows it by times, not by tens.
+    let timeout = Duration::from_secs_f64(60.0 + bench.settings.work_seconds * 20.0);
+    let exit = process.wait(timeout)?;
+    ensure!(
+        exit.success(),
+        "switch_storm failed: {}: {}",
+        exit.describe(),
+        process.stderr().all().join(" / ")
+    );
+    Ok((process.printed("elapsed_s")?, process.printed("switches")?))
+}
+
+fn run_once(bench: &Bench, round_trips: u64, profiler: Profiler) -> Result<Run> {
+    let options = match profiler {
+        Profiler::Nobody => {
+            let (elapsed, switches) = storm(bench, round_trips)?;
+            return Ok(Run {
+                elapsed,
+                switches,
+                profiler_cpu: 0.0,
+                records: 0,
+                over_budget: 0,
+            });
+        }
+        Profiler::Stoke(min) => {
+            let mut args = vec!["-e".to_owned(), "offcpu".to_owned()];
+            if let Some(min) = min {
+                args.extend(["--offcpu-min".to_owned(), min.to_string()]);
+            }
+            Options {
+                stoke_args: args,
+                ..Options::new(Tool::Stoke, 99, "json")
+            }
+        }
+        Profiler::Perf => Options {
+            perf_event: Some("sched:sched_switch"),
+            ..Options::new(Tool::Perf, 99, "json")
+        },
+    };
+    let recording = Recording::start(bench, &options, "offcpu")?;
+    let cpu_before = recording.cpu_now()?;
+    let (elapsed, switches) = storm(bench, round_trips)?;
+    let profiler_cpu = (recording.cpu_now()? - cpu_before).as_secs_f64();
+    let stopped = recording.stop()?;
+    let (records, over_budget) = match stopped.tool {
+        Tool::Stoke => {
+            let summary = stopped.summary()?;
+            (summary.samples, summary.over_budget)
+        }
+        Tool::Perf => (stopped.samples, 0),
+    };
+    stopped.remove_output();
+    Ok(Run {
+        elapsed,
+        switches,
+        profiler_cpu,
+        records,
+        over_budget,
+    })
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    Spread::of(&values.collect::<Vec<_>>()).map_or(0.0, |spread| spread.median)
+}
+
+/// The section: a row per profiler, and the targets.
+fn section(round_trips: u64, runs: &[Vec<Run>]) -> Section {
+    let elapsed = |index: usize| median(runs[index].iter().map(|run| run.elapsed));
+    let base = elapsed(0);
+    let noise = Spread::of(&runs[0].iter().map(|run| run.elapsed).collect::<Vec<_>>())
+        .map_or(0.0, |spread| spread.relative_range());
+    let switches = median(runs[0].iter().map(|run| run.switches));
+    let mut body = format!(
+        "`switch_storm` (bench/workloads) passes a byte between two threads through two \
+         pipes, {round_trips} round trips, {switches:.0} context switches \
+         ({rate:.0} per second unprofiled); each profiler records the whole host. \
+         Slowdown = median / median(none) − 1; cost per switch = (median − median(none)) / \
+         switches, everything the profiler adds to a switch (its hook, the stacks it \
+         reads, its own CPU competing for the 2 CPUs the threads need). **Noise** (range \
+         of `none`): {noise}. Records: waits stoke sent (and left out past its budget of \
+         2000 per CPU per second), or switches perf wrote. bcc's `offcputime` cannot run \
+         here: it needs kernel headers and a kprobe on `finish_task_switch`, and this \
+         kernel has neither.\n\n",
+        rate = switches / base.max(f64::MIN_POSITIVE),
+        noise = percent(noise),
+    );
+    let mut table = Table::new(&[
+        "profiler",
+        "elapsed",
+        "slowdown",
+        "cost per switch",
+        "profiler CPU (of one CPU)",
+        "records (over budget)",
+    ]);
+    let mut slowdowns = Vec::new();
+    for (index, profiler) in PROFILERS.iter().enumerate() {
+        let slowdown = elapsed(index) / base - 1.0;
+        let cost_ns = (elapsed(index) - base) / switches * 1e9;
+        slowdowns.push((*profiler, slowdown, cost_ns));
+        let cpu = median(runs[index].iter().map(|run| run.profiler_cpu / run.elapsed));
+        let records = median(runs[index].iter().map(|run| run.records as f64));
+        let over = median(runs[index].iter().map(|run| run.over_budget as f64));
+        let times: Vec<f64> = runs[index].iter().map(|run| run.elapsed).collect();
+        table.row(vec![
+            profiler.label(),
+            show(&times, 3, " s"),
+            if index == 0 {
+                "–".into()
+            } else {
+                percent_signed(slowdown)
+            },
+            if index == 0 {
+                "–".into()
+            } else {
+                format!("{cost_ns:.0} ns")
+            },
+            if index == 0 {
+                "–".into()
+            } else {
+                percent(cpu)
+            },
+            match profiler {
+                Profiler::Nobody => "–".into(),
+                Profiler::Stoke(_) => format!("{records:.0} ({over:.0})"),
+                Profiler::Perf => format!("{records:.0}"),
+            },
+        ]);
+    }
+    body += &table.markdown();
+    let of = |wanted: Profiler| {
+        slowdowns
+            .iter()
+            .find(|(profiler, _, _)| *profiler == wanted)
+            .map(|&(_, slowdown, cost)| (slowdown, cost))
+            .expect("every profiler measured")
+    };
+    let (default_slowdown, _) = of(Profiler::Stoke(None));
+    let (_, stoke_cost) = of(Profiler::Stoke(Some(0)));
+    let (_, perf_cost) = of(Profiler::Perf);
+    let targets = vec![
+        Target::judge(
+            format!(
+                "stoke -e offcpu (default minimum) slows a switch storm by ≤{}",
+                percent(DEFAULT_TARGET)
+            ),
+            percent_signed(default_slowdown),
+            default_slowdown <= DEFAULT_TARGET.max(noise),
+            || "over the target by more than the noise".into(),
+        ),
+        Target::judge(
+            "stoke -e offcpu with no minimum costs a switch no more than perf's sched_switch -g",
+            format!("{stoke_cost:.0} ns against {perf_cost:.0} ns"),
+            stoke_cost <= perf_cost + noise * base / switches * 1e9,
+            || "dearer than perf by more than the noise".into(),
+        ),
+    ];
+    Section {
+        part: Part::Offcpu,
+        body,
+        targets,
+        provenance: String::new(),
+    }
+}
