@@ -363,6 +363,7 @@ mod tests {
             user,
             signalled: false,
             stop: StopReason::End,
+            off_cpu_ns: None,
         }
     }
 

@@ -33,8 +33,12 @@
  * one user address it entered the kernel at. Several waits within one
  * syscall (a read woken before its data came) add up into one record.
  *
- * Nothing here signals a thread: a JVM's threads get native and kernel
- * frames only, and no blocked syscall is ever interrupted.
+ * Java frames. A thread of a JVM whose agent waits for signals is sent
+ * one at that syscall exit, as a CPU sample does: the agent's handler runs
+ * as the thread returns to user mode, its Java stack still the one it
+ * waited in, and userspace pairs the two as it pairs CPU samples. The
+ * syscall has ended by then, with its own result: no wait is cut short,
+ * and no blocked thread is ever signalled (no EINTR).
  */
 
 /* Kernel frames kept per waiting thread: blocking kernel stacks are 10-30
@@ -48,7 +52,6 @@ const volatile __u32 offcpu_budget = 0;  /* records per CPU per second */
 struct offcpu_task {
 	__u64 off_since;   /* when it blocked; 0 while it runs */
 	__u64 pending_ns;  /* time off the CPU waiting for its user stack */
-	__u64 pending_at;  /* when that wait ended */
 	__u64 user_ip;     /* the user registers it waited with */
 	__u64 user_sp;
 	__u32 kernel_frames;
@@ -107,7 +110,9 @@ static __always_inline bool offcpu_profiled(struct task_struct *task)
 }
 
 /* Sends the wait of `task` with its kernel stack and `user_bytes` of user
- * frames already in the scratch record after them. */
+ * frames already in the scratch record after them. Its time is when it is
+ * sent, after any CPU sample of the thread since it ran again, so that its
+ * thread's signalled records reach userspace in the order of their times. */
 static __always_inline void offcpu_send(struct sample_record *record, struct offcpu_task *state,
 					struct task_struct *task, long user_bytes)
 {
@@ -117,7 +122,7 @@ static __always_inline void offcpu_send(struct sample_record *record, struct off
 	record->header.cpu = bpf_get_smp_processor_id();
 	record->header.tgid = tgid;
 	record->header.tid = task->pid;
-	record->header.time_ns = state->pending_at;
+	record->header.time_ns = bpf_ktime_get_ns();
 	record->header.off_cpu_ns = state->pending_ns;
 	record->header.kernel_frames = state->kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
@@ -192,7 +197,6 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 		/* Still in the kernel entry it waited in: the same wait. */
 		if (state->user_ip == user_ip && state->user_sp == user_sp) {
 			state->pending_ns += off;
-			state->pending_at = now;
 			return;
 		}
 		offcpu_send_without_unwinding(state, task);
@@ -214,7 +218,6 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 	}
 	state->kernel_frames = first + bytes / sizeof(__u64);
 	state->pending_ns = off;
-	state->pending_at = now;
 	state->user_ip = user_ip;
 	state->user_sp = user_sp;
 	/* A kernel thread has no user stack to wait for. */
@@ -248,7 +251,7 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
 	struct sample_record *record;
-	__u32 tgid, stop = STOKE_STOP_FRAME_POINTERS;
+	__u32 tgid, *signal, stop = STOKE_STOP_FRAME_POINTERS;
 	long kernel_bytes, user_bytes;
 
 	if (!state || !state->pending_ns)
@@ -277,6 +280,13 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 	user_bytes &= 0x3ff8;
 	if (user_bytes > FRAME_BYTES)
 		return 0;
+	signal = bpf_map_lookup_elem(&signal_tgids, &tgid);
+	if (signal) {
+		if (bpf_send_signal_thread(*signal) == 0)
+			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
+		else
+			count(STOKE_COUNTER_SIGNAL_FAILED);
+	}
 	offcpu_send(record, state, task, user_bytes);
 	return 0;
 }

@@ -4,7 +4,10 @@
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     event::Event,
-    jvm::java_events::{JavaEventSample, JavaEventSettings},
+    jvm::{
+        java_events::{JavaEventSample, JavaEventSettings},
+        MergedSample,
+    },
     process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
     sample::sampler::CounterTotals,
@@ -18,7 +21,7 @@ pub struct EventAggregators {
     /// CPU samples.
     pub cpu: Aggregator,
     /// Off-CPU waits, weighed by their nanoseconds.
-    pub offcpu: Aggregator,
+    offcpu: Aggregator,
     /// Java allocations, weighed by their bytes.
     alloc: Aggregator,
     /// Contended Java locks, weighed by the nanoseconds waited.
@@ -39,6 +42,14 @@ impl EventAggregators {
     /// What was counted so far; counting starts anew.
     pub fn take(&mut self) -> Self {
         std::mem::replace(self, Self::new(self.options))
+    }
+
+    /// Counts a CPU sample, or an off-CPU record by the time it waited.
+    pub fn add(&mut self, merged: MergedSample) {
+        match merged.sample.off_cpu_ns {
+            Some(waited) => self.offcpu.add_weighted(merged, waited),
+            None => self.cpu.add(merged),
+        }
     }
 
     /// Counts each Java event (allocation, lock) in its event's aggregation.

@@ -217,18 +217,14 @@ impl Recording {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
                 let image = processes.image_for(pid, &sample.comm);
+                // JVMs are found through their threads' waits too: an
+                // off-CPU recording gets their Java frames.
                 java.look_for_jvm(pid, processes.image(image));
                 if sample.signalled {
                     java.await_java_stack(sample);
                 } else {
-                    counted.cpu.add(MergedSample::native(image, sample));
+                    counted.add(MergedSample::native(image, sample));
                 }
-            }
-            Ok(Record::OffCpu { sample, off_cpu_ns }) => {
-                let image = processes.image_for(sample.tgid, &sample.comm);
-                counted
-                    .offcpu
-                    .add_weighted(MergedSample::native(image, sample), off_cpu_ns);
             }
             Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
                 processes.forget(tgid);
@@ -240,7 +236,7 @@ impl Recording {
             Err(_) => *malformed += 1,
         });
         for merged in java.collect(sampler, processes)? {
-            counted.cpu.add(merged);
+            counted.add(merged);
         }
         counted.add_java_events(java.take_java_events());
         self.load_new_images();
@@ -323,7 +319,7 @@ impl Recording {
             summary: java_summary,
         } = java.finish(&mut processes);
         for merged in merged {
-            counted.cpu.add(merged);
+            counted.add(merged);
         }
         counted.add_java_events(java_events);
         let naming = Instant::now();

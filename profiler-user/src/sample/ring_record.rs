@@ -9,7 +9,7 @@ use profiler_common::{
 /// One record from the sampler.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    /// A CPU sample.
+    /// A CPU sample, or a thread's wait off the CPU.
     Sample(Sample),
     /// Process `tgid` called execve: its earlier memory maps no longer apply.
     Exec {
@@ -21,17 +21,10 @@ pub enum Record {
         /// The process.
         tgid: u32,
     },
-    /// A thread's wait off the CPU, with the stacks it waited in (`time_ns`
-    /// is when the wait ended).
-    OffCpu {
-        /// The thread and its stacks.
-        sample: Sample,
-        /// How long it was off the CPU.
-        off_cpu_ns: u64,
-    },
 }
 
-/// A CPU sample with its stacks, innermost frame first.
+/// A CPU sample, or an off-CPU record (a wait, with the stacks it waited
+/// in), with its stacks, innermost frame first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
     /// Process id.
@@ -52,6 +45,9 @@ pub struct Sample {
     pub signalled: bool,
     /// Why the user stack ends where it does.
     pub stop: StopReason,
+    /// For an off-CPU record, how long the thread was off the CPU (its
+    /// `time_ns` is when the record was sent, once the wait had ended).
+    pub off_cpu_ns: Option<u64>,
 }
 
 #[cfg(test)]
@@ -69,6 +65,7 @@ impl Sample {
             user,
             signalled: true,
             stop: StopReason::End,
+            off_cpu_ns: None,
         }
     }
 }
@@ -119,15 +116,9 @@ impl Record {
                     user,
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
                     stop: StopReason::from_flags(header.flags),
+                    off_cpu_ns: (kind == RecordKind::OffCpu).then_some(header.off_cpu_ns),
                 };
-                Ok(if kind == RecordKind::OffCpu {
-                    Self::OffCpu {
-                        sample,
-                        off_cpu_ns: header.off_cpu_ns,
-                    }
-                } else {
-                    Self::Sample(sample)
-                })
+                Ok(Self::Sample(sample))
             }
             None => Err(RecordError::UnknownKind(header.kind)),
         }
@@ -187,15 +178,16 @@ mod tests {
         assert_eq!(sample.kernel, [1, 2]);
         assert_eq!(sample.user, [3, 4, 5]);
         assert!(sample.signalled);
+        assert_eq!(sample.off_cpu_ns, None);
     }
 
     #[test]
     fn off_cpu_records_carry_their_time_and_stacks() {
         let record = Record::parse(&raw(RecordKind::OffCpu, &[1], &[2, 3])).unwrap();
-        let Record::OffCpu { sample, off_cpu_ns } = record else {
+        let Record::Sample(sample) = record else {
             panic!("not an off-CPU record")
         };
-        assert_eq!(off_cpu_ns, 5_000_000);
+        assert_eq!(sample.off_cpu_ns, Some(5_000_000));
         assert_eq!((sample.kernel, sample.user), (vec![1], vec![2, 3]));
     }
 

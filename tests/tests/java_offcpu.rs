@@ -1,0 +1,96 @@
+//! `-e offcpu` on a JVM: its threads' waits come with their Java frames.
+//! A Java thread that sleeps 7 ms (Thread.sleep) then parks 3 ms
+//! (LockSupport.parkNanos) per round comes out 70:30 between its two Java
+//! methods, the scheduler's frame on top, on JDK 17 and Temurin 25, about
+//! as the thread measured its waits itself; the JVM runs on and exits 0.
+
+use std::time::Duration;
+
+use stoke_tests::{args, describe, prepare_java, read_folded, Jdk, Stack, JDK_17, TEMURIN_25};
+
+const SEVENTY: &str = "JavaWaits.sleepSeventy";
+const THIRTY: &str = "JavaWaits.parkThirty";
+const SECONDS: f64 = 5.0;
+
+/// Nanoseconds of the stacks with Java method `method`.
+fn waited_in(stacks: &[Stack], method: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|stack| stack.has_java(method))
+        .map(|stack| stack.count)
+        .sum()
+}
+
+/// The last `seventy_share=` the workload printed.
+fn measured_share(lines: &[stoke_tests::Line]) -> f64 {
+    lines
+        .iter()
+        .rev()
+        .find_map(|line| line.text.strip_prefix("round seventy_share="))
+        .and_then(|share| share.parse().ok())
+        .expect("the workload printed its share")
+}
+
+fn waits_on(jdk: Jdk) {
+    let label = jdk.label;
+    let (dir, workload) = prepare_java("java-offcpu", "JavaWaits", jdk);
+    let mut running = workload.spawn(&["12"]);
+    let out = dir.join("offcpu.folded");
+    stoke_tests::record(
+        &args![
+            "record",
+            "-p",
+            running.pid(),
+            "-e",
+            "offcpu",
+            "-d",
+            SECONDS,
+            "-o",
+            out.display()
+        ],
+        SECONDS,
+    );
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 12));
+    let seventy = waited_in(&stacks, SEVENTY);
+    let thirty = waited_in(&stacks, THIRTY);
+    let share = 100.0 * seventy as f64 / (seventy + thirty).max(1) as f64;
+    let measured = measured_share(&running.stdout_lines());
+    println!(
+        "{label}: {seventy} ns in {SEVENTY}, {thirty} ns in {THIRTY}: {share:.1}% \
+         ({measured:.1}% as the thread measured)"
+    );
+    // The thread waits all the time but for microseconds: most of the
+    // recording, less the agent's attach.
+    let with_java = seventy + thirty;
+    assert!(
+        with_java as f64 >= 0.75e9 * SECONDS,
+        "{label}: only {with_java} ns of waits with the workload's Java frames in {SECONDS} s"
+    );
+    assert!(
+        (share - 70.0).abs() <= 3.0 && (share - measured).abs() <= 2.0,
+        "{label}: {share:.1}% of the thread's waits in {SEVENTY} \
+         (70 ± 3 wanted; the thread measured {measured:.1}%)"
+    );
+    let on_top: u64 = stacks
+        .iter()
+        .filter(|stack| stack.leaf() == "__schedule_[k]")
+        .filter(|stack| stack.has_java(SEVENTY) || stack.has_java(THIRTY))
+        .map(|stack| stack.count)
+        .sum();
+    assert!(
+        on_top as f64 >= 0.95 * with_java as f64,
+        "{label}: only {on_top} of {with_java} ns have __schedule_[k] on top"
+    );
+    running.wait_success(Duration::from_secs(30));
+}
+
+#[test]
+fn java_waits_split_70_30_with_their_java_frames_on_jdk_17() {
+    waits_on(JDK_17);
+}
+
+#[test]
+fn java_waits_split_70_30_with_their_java_frames_on_temurin_25() {
+    waits_on(TEMURIN_25);
+}
