@@ -8,7 +8,10 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
 use crate::{
     event::Event,
-    jvm::{java_events::JavaEventSample, symbols::JavaSymbols, JavaStackFrame, MergedSample},
+    jvm::{
+        java_events::JavaEventSample, park::contended_lock, symbols::JavaSymbols, JavaStackFrame,
+        MergedSample,
+    },
     module_table::ModuleTable,
     process::{identity::host_name, ImageId, ProcessImage, ProcessRegistry},
     profile::{
@@ -55,6 +58,9 @@ struct RawStack {
     /// A frame above all others: the class a Java event allocated or
     /// locked.
     top: Option<Arc<str>>,
+    /// A Java thread's wait, counted if its Java frames, once named, say
+    /// it parked on a java.util.concurrent lock (whose class goes on top).
+    parked: bool,
     /// Why the user stack ends there.
     stop: StopReason,
 }
@@ -108,9 +114,42 @@ impl Aggregator {
             user: sample.user.into(),
             java: java.into(),
             top: None,
+            parked: false,
             stop: sample.stop,
         };
         self.count(stack, value);
+    }
+
+    /// Counts a Java thread's off-CPU wait of `waited` nanoseconds by its
+    /// Java frames alone, as a lock wait if it turns out to be a park on a
+    /// java.util.concurrent lock (see [`contended_lock`]); else it is left
+    /// out when the stacks are folded.
+    pub fn add_parked(&mut self, merged: &MergedSample, waited: u64) {
+        let mut java = merged.java.clone();
+        if !self.options.lines {
+            java.iter_mut().for_each(|frame| frame.bci = 0);
+        }
+        let tid = if self.options.threads {
+            merged.sample.tid
+        } else {
+            0
+        };
+        if self.options.threads {
+            self.thread_names
+                .entry((merged.image, tid))
+                .or_insert_with(|| merged.sample.comm.clone());
+        }
+        let stack = RawStack {
+            image: merged.image,
+            tid,
+            kernel: Box::default(),
+            user: Box::default(),
+            java: java.into(),
+            top: None,
+            parked: true,
+            stop: StopReason::End,
+        };
+        self.count(stack, waited);
     }
 
     /// Counts one Java event (allocation, lock) of its weight (bytes,
@@ -141,6 +180,7 @@ impl Aggregator {
             user: Box::default(),
             java: java.into(),
             top: Some(class),
+            parked: false,
             stop: StopReason::End,
         };
         self.count(stack, weight);
@@ -184,11 +224,32 @@ impl Aggregator {
         let mut folded: HashMap<Vec<Arc<str>>, (u64, usize, Labels, FrameModules)> = HashMap::new();
         let mut module_table = ModuleTable::default();
         let mut process_labels: HashMap<ImageId, Vec<(&'static str, Arc<str>)>> = HashMap::new();
+        // Waits that turned out to be no lock's.
+        let mut left_out = 0;
         for (stack, &(value, samples)) in &self.stacks {
             let image = processes.image(stack.image);
+            let symbols = java(image.pid);
+            let top = if stack.parked {
+                let lock = symbols.and_then(|symbols| {
+                    contended_lock(
+                        stack
+                            .java
+                            .iter()
+                            .map_while(|frame| symbols.method_name(frame.method_id)),
+                    )
+                });
+                match lock {
+                    Some(class) => Some(Arc::from(class)),
+                    None => {
+                        left_out += samples;
+                        continue;
+                    }
+                }
+            } else {
+                stack.top.clone()
+            };
             let mut frames = self.context_frames(stack, image);
             let context_frames = frames.len();
-            let symbols = java(image.pid);
             if let Some(symbols) = symbols {
                 frames.extend(stack.java.iter().rev().map(|frame| {
                     symbols.frame_name(&frame.frame(), frame.kind, self.options.lines)
@@ -208,7 +269,7 @@ impl Aggregator {
             for (index, &address) in stack.kernel.iter().enumerate().rev() {
                 frames.extend(names.kernel(call_site(index, address)).iter().cloned());
             }
-            frames.extend(stack.top.clone());
+            frames.extend(top);
             let frames = frames.into_iter().map(clean_frame).collect();
             let entry = folded.entry(frames).or_insert_with(|| {
                 let mut labels = process_labels
@@ -224,7 +285,7 @@ impl Aggregator {
             });
             entry.0 += value;
         }
-        summary.samples = self.samples;
+        summary.samples = self.samples - left_out;
         Profile {
             event: self.event,
             stacks: folded

@@ -183,8 +183,8 @@ pub struct SamplingArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 512 << 10, value_parser = parse_alloc_interval)]
     pub alloc_interval: u64,
 
-    /// With `-e lock`: the shortest wait for a contended Java monitor that
-    /// is recorded, in nanoseconds.
+    /// With `-e lock`: the shortest wait for a contended Java monitor or
+    /// java.util.concurrent lock that is recorded, in nanoseconds.
     #[arg(long, value_name = "NS", default_value_t = 10_000)]
     pub lock_threshold: u64,
 

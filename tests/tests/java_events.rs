@@ -2,8 +2,8 @@
 //! 70:30 bytes in two methods comes out 70 ± 3 % by bytes, with the
 //! allocated class on top, on JDK 17 and Temurin 25, and its estimated
 //! bytes agree with what it allocated; a JVM whose threads contend for a
-//! monitor shows the monitor's class on top of the waiting stacks, with
-//! about the wait the program measures itself. The JVMs work at their
+//! monitor and for a ReentrantLock shows each lock's class on top of the
+//! waiting stacks, with about the wait the program measures itself. The JVMs work at their
 //! pace before, while and after the recording and exit 0; after the
 //! recording (or a stoke killed during one), the agent's allocation
 //! sampling is off: its counter of sampled allocations stands still.
@@ -24,6 +24,8 @@ use stoke_tests::{
 const SEVENTY: &str = "JavaAlloc.seventy";
 const THIRTY: &str = "JavaAlloc.thirty";
 const RECORD_SECONDS: f64 = 5.0;
+/// The class on top of a ReentrantLock's waits.
+const REENTRANT_LOCK: &str = "java.util.concurrent.locks.ReentrantLock";
 
 /// The `rate ...` lines a workload printed between `from` and `to`, their
 /// numbers after `rate`.
@@ -240,7 +242,7 @@ fn a_stoke_killed_while_recording_allocations_leaves_sampling_off() {
 }
 
 #[test]
-fn contended_monitors_show_their_class_and_wait() {
+fn contended_monitors_and_reentrant_locks_show_their_class_and_wait() {
     let (dir, workload) = prepare_java("java-locks", "JavaLocks", JDK_17);
     let mut running = workload.spawn(&["10"]);
     let out = dir.join("locks.folded");
@@ -283,6 +285,38 @@ fn contended_monitors_show_their_class_and_wait() {
     assert!(
         (0.5..=1.2).contains(&ratio),
         "stoke counted {waited} ns of monitor waits, the program measured {measured} ns"
+    );
+
+    // The ReentrantLock's waits are parks: the lock's class on top, its
+    // threads' loop below, and no park of another kind (its hold() sleeps,
+    // its main thread sleeps between lines).
+    let reentrant: Vec<&Stack> = stacks
+        .iter()
+        .filter(|stack| stack.leaf() == REENTRANT_LOCK)
+        .collect();
+    for stack in &reentrant {
+        assert!(
+            stack.has_java("JavaLocks.reentrantLoop") && stack.frames[1].starts_with("reentrant-"),
+            "a ReentrantLock wait outside its threads' loop: {stack:?}"
+        );
+    }
+    let others: Vec<&Stack> = stacks
+        .iter()
+        .filter(|stack| ![REENTRANT_LOCK, "JavaLocks$MonitorLock"].contains(&stack.leaf()))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "waits on no lock of the program's: {others:?}"
+    );
+    let waited: u64 = reentrant.iter().map(|stack| stack.count).sum();
+    let measured: u64 = rates(&running, start, end).iter().map(|r| r[2]).sum();
+    let ratio = waited as f64 / measured as f64;
+    println!(
+        "ReentrantLock: stoke {waited} ns, the program {measured} ns while stoke ran ({ratio:.2})"
+    );
+    assert!(
+        (0.5..=1.2).contains(&ratio),
+        "stoke counted {waited} ns of ReentrantLock waits, the program measured {measured} ns"
     );
     running.wait_success(Duration::from_secs(30));
 }

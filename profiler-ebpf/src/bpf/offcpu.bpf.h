@@ -46,6 +46,9 @@
 #define OFFCPU_KERNEL_FRAMES 64
 
 const volatile __u64 offcpu_min_ns = 0;  /* shorter waits are not counted */
+/* Only the threads of JVMs whose agent takes signals: for Java lock
+ * profiling without off-CPU time, which needs their parks alone. */
+const volatile __u8 offcpu_jvms_only = 0;
 const volatile __u32 offcpu_budget = 0;  /* records per CPU per second */
 
 /* A thread's off-CPU state. */
@@ -105,6 +108,8 @@ static __always_inline bool offcpu_profiled(struct task_struct *task)
 	__u32 tgid = task->tgid;
 
 	if (tgid == 0)
+		return false;
+	if (offcpu_jvms_only && !bpf_map_lookup_elem(&signal_tgids, &tgid))
 		return false;
 	return !filter_tgids || bpf_map_lookup_elem(&target_tgids, &tgid);
 }

@@ -11,6 +11,7 @@ pub mod attach;
 pub mod java_event_ring;
 pub mod java_events;
 pub mod merge;
+pub mod park;
 pub mod profiler;
 pub mod symbols;
 pub mod thread_ids;

@@ -274,6 +274,11 @@ impl JavaSymbols {
         self.inlined_by_method.contains_key(&(method, *edge))
     }
 
+    /// A method's name, `package.Class.method`, once the agent told it.
+    pub fn method_name(&self, method_id: u64) -> Option<&str> {
+        self.methods.get(&method_id).map(|method| &*method.name)
+    }
+
     /// The name of a Java frame; `lines` adds `(File.java:LINE)`.
     pub fn frame_name(&self, frame: &JavaFrame, kind: FrameKind, lines: bool) -> Arc<str> {
         let Some(method) = self.methods.get(&frame.method_id) else {

@@ -18,6 +18,10 @@ use profiler_common::Counter;
 /// What each event has counted since the recording, or its last cut, began.
 pub struct EventAggregators {
     options: AggregateOptions,
+    /// Whether off-CPU waits make a profile of their own (`-e offcpu`).
+    offcpu_profile: bool,
+    /// With `-e lock`, the shortest Java park counted as a lock wait.
+    parks_from_ns: Option<u64>,
     /// CPU samples.
     pub cpu: Aggregator,
     /// Off-CPU waits, weighed by their nanoseconds.
@@ -29,9 +33,13 @@ pub struct EventAggregators {
 }
 
 impl EventAggregators {
-    pub fn new(options: AggregateOptions) -> Self {
+    /// Aggregations for `events`; with `lock`, JVM threads' parks on locks
+    /// of `lock_threshold_ns` or more are lock waits.
+    pub fn new(options: AggregateOptions, events: &[Event], lock_threshold_ns: u64) -> Self {
         Self {
             options,
+            offcpu_profile: events.contains(&Event::Offcpu),
+            parks_from_ns: events.contains(&Event::Lock).then_some(lock_threshold_ns),
             cpu: Aggregator::new(options, Event::Cpu),
             offcpu: Aggregator::new(options, Event::Offcpu),
             alloc: Aggregator::new(options, Event::Alloc),
@@ -41,14 +49,31 @@ impl EventAggregators {
 
     /// What was counted so far; counting starts anew.
     pub fn take(&mut self) -> Self {
-        std::mem::replace(self, Self::new(self.options))
+        let fresh = Self {
+            cpu: Aggregator::new(self.options, Event::Cpu),
+            offcpu: Aggregator::new(self.options, Event::Offcpu),
+            alloc: Aggregator::new(self.options, Event::Alloc),
+            lock: Aggregator::new(self.options, Event::Lock),
+            ..*self
+        };
+        std::mem::replace(self, fresh)
     }
 
-    /// Counts a CPU sample, or an off-CPU record by the time it waited.
+    /// Counts a CPU sample, or an off-CPU record by the time it waited
+    /// (and a Java thread's as a lock wait, if it parked on a lock).
     pub fn add(&mut self, merged: MergedSample) {
-        match merged.sample.off_cpu_ns {
-            Some(waited) => self.offcpu.add_weighted(merged, waited),
-            None => self.cpu.add(merged),
+        let Some(waited) = merged.sample.off_cpu_ns else {
+            self.cpu.add(merged);
+            return;
+        };
+        if self
+            .parks_from_ns
+            .is_some_and(|least| waited >= least && !merged.java.is_empty())
+        {
+            self.lock.add_parked(&merged, waited);
+        }
+        if self.offcpu_profile {
+            self.offcpu.add_weighted(merged, waited);
         }
     }
 

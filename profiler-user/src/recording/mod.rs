@@ -114,10 +114,7 @@ impl Recording {
             cpu: events
                 .iter()
                 .any(|event| matches!(event, Event::Cpu | Event::Alloc | Event::Lock)),
-            offcpu: events.contains(&Event::Offcpu).then_some(OffCpuConfig {
-                min_ns: args.offcpu_min,
-                records_per_cpu_second: OFFCPU_RECORDS_PER_CPU_SECOND,
-            }),
+            offcpu: offcpu_config(args, &events),
         })?;
         let unwinder = if args.frame_pointers {
             None
@@ -135,7 +132,7 @@ impl Recording {
             processes: ProcessRegistry::default(),
             unwinder,
             images_loaded: 0,
-            counted: EventAggregators::new(options),
+            counted: EventAggregators::new(options, &events, args.lock_threshold),
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
                 .with_java_events(JavaEventSettings::of(args)?),
             symbolizer: Symbolizer::new(args.lines),
@@ -365,6 +362,25 @@ impl Recording {
             &|pid| java.symbols_of(pid),
             summary,
         )
+    }
+}
+
+/// What off-CPU waits the sampler records: with `-e offcpu`, every
+/// profiled thread's longer than `--offcpu-min`; with `-e lock` alone, the
+/// JVMs' longer than `--lock-threshold`, for their parks on
+/// java.util.concurrent locks.
+fn offcpu_config(args: &SamplingArgs, events: &[Event]) -> Option<OffCpuConfig> {
+    let config = |min_ns, jvms_only| OffCpuConfig {
+        min_ns,
+        records_per_cpu_second: OFFCPU_RECORDS_PER_CPU_SECOND,
+        jvms_only,
+    };
+    if events.contains(&Event::Offcpu) {
+        Some(config(args.offcpu_min, false))
+    } else if events.contains(&Event::Lock) {
+        Some(config(args.lock_threshold, true))
+    } else {
+        None
     }
 }
 

@@ -45,6 +45,8 @@ pub struct OffCpuConfig {
     /// Most off-CPU records each CPU sends per second; longer waits past it
     /// are counted as over budget.
     pub records_per_cpu_second: u32,
+    /// Only the waits of JVMs whose agent takes signals (for their parks).
+    pub jvms_only: bool,
 }
 
 /// The running BPF sampler. Sampling stops when it is dropped.
@@ -84,6 +86,7 @@ impl Sampler {
         let offcpu_budget = config
             .offcpu
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
+        let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
 
         // The off-CPU task storage is used only by the BPF side: aya has no
         // type for it, which is no matter.
@@ -94,6 +97,7 @@ impl Sampler {
             .override_global("wakeup_bytes", &wakeup_bytes, true)
             .override_global("offcpu_min_ns", &offcpu_min_ns, true)
             .override_global("offcpu_budget", &offcpu_budget, true)
+            .override_global("offcpu_jvms_only", &offcpu_jvms_only, true)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
