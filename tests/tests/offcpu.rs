@@ -3,7 +3,9 @@
 //! out 70:30 with the scheduler's frame on top, unharmed (no call
 //! interrupted, its pace kept); in a context-switch storm, the waits
 //! shorter than the minimum are left out, and with no minimum stoke's
-//! output stays within the per-CPU budget, the waits past it counted.
+//! output stays within the per-CPU budget, the waits past it counted; a
+//! whole-host recording stays within the budget, counts no idle CPU, and
+//! keeps the split.
 
 use std::{
     path::Path,
@@ -299,4 +301,67 @@ fn several_events_write_a_file_each_in_its_unit() {
             String::from_utf8_lossy(&raw.stderr)
         );
     }
+}
+
+/// A whole-host off-CPU recording of a host with nothing but its daemons
+/// and one waiting workload: every process's waits, never an idle CPU's,
+/// within the budget, in a small profile; the workload's 70:30 split is
+/// there as when it is recorded alone.
+#[test]
+fn a_whole_host_recording_stays_within_its_budget_and_keeps_the_split() {
+    let (dir, workload) = prepare("offcpu-host", "offcpu_split");
+    let running = workload.spawn(&args![60]);
+    let (folded, text) = (dir.join("host.folded"), dir.join("host.txt"));
+    let seconds = 4.0;
+    Stoke::spawn(&args![
+        "record",
+        "-a",
+        "-e",
+        "offcpu",
+        "-d",
+        seconds,
+        "-o",
+        folded.display(),
+        "-o",
+        text.display()
+    ])
+    .wait_recording(seconds);
+    let stacks = read_folded(&folded);
+    println!("{}", describe(&stacks, 8));
+    let summary = std::fs::read_to_string(&text).unwrap();
+    let records: u64 = summary
+        .lines()
+        .find_map(|line| line.strip_prefix("Total samples:"))
+        .and_then(|rest| rest.trim().parse().ok())
+        .expect("a sample count in the summary");
+    let cpus = thread::available_parallelism().unwrap().get() as u64;
+    let most = BUDGET_PER_CPU_SECOND * cpus * (seconds as u64 + 1);
+    let size = std::fs::metadata(&folded).unwrap().len();
+    let processes = stacks
+        .iter()
+        .map(|stack| stack.root())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    println!("{records} records, {processes} processes, {size} bytes of folded profile");
+    assert!(records <= most, "{records} records (budget {most})");
+    // At most the budget's records, each a few hundred bytes of stack.
+    assert!(size < 4 << 20, "the folded profile takes {size} bytes");
+    assert!(processes >= 2, "the waits of {processes} process(es) only");
+    assert!(
+        stacks.iter().all(|stack| !stack.root().ends_with(" [0]")),
+        "an idle CPU's time was counted"
+    );
+    let root = running.root_frame();
+    let main: Vec<Stack> = stacks
+        .into_iter()
+        .filter(|stack| stack.root() == root && stack.contains("main"))
+        .collect();
+    let seventy = weight_with(&main, "sleep_seventy");
+    let thirty = weight_with(&main, "wait_thirty");
+    let share = 100.0 * seventy as f64 / (seventy + thirty).max(1) as f64;
+    println!("sleep_seventy {share:.1}% of {root}'s main thread's waits");
+    assert!(
+        (share - 70.0).abs() <= 3.0,
+        "sleep_seventy has {share:.1}% of {root}'s main thread's waits (70 ± 3 wanted)"
+    );
 }
