@@ -31,6 +31,9 @@
 /* Settings, fixed by userspace at load time. */
 const volatile __u8 filter_tgids = 0;     /* sample only tgids in target_tgids */
 const volatile __u8 include_idle = 0;     /* keep samples of the idle task */
+/* CPU samples of JVMs take their Java stacks (off when CPU samples only
+ * find the JVMs, for Java events: no signal is then worth its cost). */
+const volatile __u8 cpu_java_stacks = 1;
 const volatile __u64 wakeup_bytes = 0;     /* wake the consumer past this fill */
 
 struct {
@@ -506,7 +509,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	/* The agent's handler takes the Java stack when the thread next
 	 * returns to user mode; the record's tid and time let userspace pair
 	 * the two. */
-	signal = bpf_map_lookup_elem(&signal_tgids, &tgid);
+	signal = cpu_java_stacks ? bpf_map_lookup_elem(&signal_tgids, &tgid) : NULL;
 	if (signal && !(task->flags & PF_KTHREAD)) {
 		if (bpf_send_signal_thread(*signal) == 0)
 			record->header.flags |= STOKE_SAMPLE_SIGNALLED;

@@ -114,6 +114,7 @@ impl Recording {
             cpu: events
                 .iter()
                 .any(|event| matches!(event, Event::Cpu | Event::Alloc | Event::Lock)),
+            cpu_java_stacks: events.contains(&Event::Cpu),
             offcpu: offcpu_config(args, &events),
         })?;
         let unwinder = if args.frame_pointers {

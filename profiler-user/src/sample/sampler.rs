@@ -33,6 +33,9 @@ pub struct SamplerConfig {
     pub unwind_rows: u32,
     /// Sample CPUs (`-e cpu`).
     pub cpu: bool,
+    /// CPU samples of JVMs take their Java stacks (with `-e cpu`; not when
+    /// CPU samples only find the JVMs for their Java events).
+    pub cpu_java_stacks: bool,
     /// Record off-CPU time (`-e offcpu`).
     pub offcpu: Option<OffCpuConfig>,
 }
@@ -81,6 +84,7 @@ impl Sampler {
         let wakeup_bytes = u64::from(ring_bytes / 4 * 3);
         let filter_tgids = u8::from(config.pids.is_some());
         let include_idle = u8::from(config.include_idle);
+        let cpu_java_stacks = u8::from(config.cpu_java_stacks);
         let target_count = config.pids.as_ref().map_or(1, |pids| pids.len().max(1));
         let offcpu_min_ns = config.offcpu.map_or(0, |offcpu| offcpu.min_ns);
         let offcpu_budget = config
@@ -94,6 +98,7 @@ impl Sampler {
             .allow_unsupported_maps()
             .override_global("filter_tgids", &filter_tgids, true)
             .override_global("include_idle", &include_idle, true)
+            .override_global("cpu_java_stacks", &cpu_java_stacks, true)
             .override_global("wakeup_bytes", &wakeup_bytes, true)
             .override_global("offcpu_min_ns", &offcpu_min_ns, true)
             .override_global("offcpu_budget", &offcpu_budget, true)

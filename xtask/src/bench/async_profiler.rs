@@ -72,6 +72,17 @@ impl AsyncProfiler {
         )
     }
 
+    /// The JVM option that starts allocation profiling every
+    /// `interval_bytes` on average from the JVM's start, writing collapsed
+    /// stacks (sample counts) to `output` when it exits.
+    pub fn alloc_agent_option(&self, interval_bytes: u64, output: &Path) -> String {
+        format!(
+            "-agentpath:{}=start,alloc={interval_bytes},collapsed,file={}",
+            self.library.display(),
+            output.display()
+        )
+    }
+
     /// Attaches to the running JVM `pid` and starts CPU profiling at
     /// `frequency_hz`, a frame per thread; returns how long `asprof start` took (attach, load,
     /// start), the figure a user waits for.

@@ -139,8 +139,8 @@ fn soak_text(soak: &Soak) -> String {
         spread(|i| i.processes),
     );
     row(
-        "services per interval (after warm-up)",
-        spread(|i| i.services),
+        "profiles per interval, one per service and event (after warm-up)",
+        spread(|i| i.profiles),
     );
     row(
         "named and encoded in: first interval",
@@ -236,7 +236,7 @@ fn thousand_text(thousand: &Thousand) -> String {
         "interval",
         "processes",
         "samples",
-        "services",
+        "profiles",
         "named and encoded in",
         "stoke CPU in the interval",
     ]);
@@ -250,7 +250,7 @@ fn thousand_text(thousand: &Thousand) -> String {
             label,
             interval.processes.to_string(),
             interval.samples.to_string(),
-            interval.services.to_string(),
+            interval.profiles.to_string(),
             format!("{:.0} ms", interval.encode_ms),
             format!("{:.2} s", cpu.as_secs_f64()),
         ]);

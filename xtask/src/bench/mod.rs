@@ -19,8 +19,8 @@ mod continuous;
 mod cost;
 mod fuzz;
 mod host;
+mod events;
 mod java;
-mod offcpu;
 mod overhead;
 mod process;
 mod profiler;
@@ -66,8 +66,9 @@ pub enum Part {
     /// `stoke continuous` soaked under churn; one interval of 1,000
     /// processes.
     Continuous,
-    /// Off-CPU recording's cost per context switch, beside perf's.
-    Offcpu,
+    /// What recording beyond CPU costs: off-CPU time per context switch
+    /// beside perf's, Java allocations beside async-profiler's.
+    Events,
 }
 
 impl Part {
@@ -81,7 +82,7 @@ impl Part {
         Part::Unwind,
         Part::Fuzz,
         Part::Continuous,
-        Part::Offcpu,
+        Part::Events,
     ];
 
     /// The name used by `--parts` and in the report's markers.
@@ -96,7 +97,7 @@ impl Part {
             Part::Unwind => "unwind",
             Part::Fuzz => "fuzz",
             Part::Continuous => "continuous",
-            Part::Offcpu => "offcpu",
+            Part::Events => "events",
         }
     }
 
@@ -112,7 +113,7 @@ impl Part {
             Part::Unwind => "7. Unwinding".into(),
             Part::Fuzz => "8. Fuzzing".into(),
             Part::Continuous => "9. Continuous".into(),
-            Part::Offcpu => "10. Off-CPU".into(),
+            Part::Events => "10. Events beyond CPU".into(),
         }
     }
 }
@@ -466,7 +467,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Part::Unwind => unwind::run(&bench)?,
             Part::Fuzz => fuzz::run(&bench)?,
             Part::Continuous => continuous::run(&bench)?,
-            Part::Offcpu => offcpu::run(&bench)?,
+            Part::Events => events::run(&bench)?,
         };
         // Fuzzing measures no time against other processes, and the soak
         // only stoke's own CPU and memory: neither in rounds.

@@ -35,7 +35,7 @@ const ASYNC_PROFILER: &str = "async-profiler 4.5, measured earlier on this machi
 
 /// Which fixed-work program.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Workload {
+pub(super) enum Workload {
     Native,
     Java,
 }
@@ -149,7 +149,7 @@ pub fn run(bench: &Bench) -> Result<Section> {
 /// Picks the number of work units that take about `work_seconds` without a
 /// profiler: times a short run (the faster of two, as a disturbance only
 /// slows) and scales.
-fn calibrate(bench: &Bench, workload: Workload) -> Result<u64> {
+pub(super) fn calibrate(bench: &Bench, workload: Workload) -> Result<u64> {
     let probe_units: u64 = match (workload, bench.settings.smoke) {
         (Workload::Native, false) => 20_000,
         (Workload::Native, true) => 3_000,
@@ -175,7 +175,12 @@ fn calibrate(bench: &Bench, workload: Workload) -> Result<u64> {
 
 /// Runs the fixed work once (a JVM with `jvm_options`) and returns its own
 /// elapsed time.
-fn work(bench: &Bench, workload: Workload, units: u64, jvm_options: &[String]) -> Result<f64> {
+pub(super) fn work(
+    bench: &Bench,
+    workload: Workload,
+    units: u64,
+    jvm_options: &[String],
+) -> Result<f64> {
     let threads = bench.cpus.to_string();
     let mut command = match workload {
         Workload::Native => Command::new(&bench.workloads.fixed_work),

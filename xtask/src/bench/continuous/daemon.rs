@@ -56,13 +56,14 @@ pub struct Usage {
 }
 
 /// One interval as stoke logs it: `interval: 197 samples (0 lost), 1
-/// processes, 1 services, named and encoded in 129 ms; output-dir: ...`.
+/// processes, 1 profiles, named and encoded in 129 ms; output-dir: ...`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interval {
     pub samples: u64,
     pub lost: u64,
     pub processes: u64,
-    pub services: u64,
+    /// A profile per service and event.
+    pub profiles: u64,
     /// Milliseconds from the interval's end to its profiles handed to the
     /// exporter: naming the frames, folding, encoding one pprof per service.
     pub encode_ms: f64,
@@ -202,7 +203,7 @@ impl Interval {
             samples: count(" samples")?,
             lost: count(" lost)")?,
             processes: count(" processes")?,
-            services: count(" services")?,
+            profiles: count(" profiles")?,
             encode_ms: number_before(text, " ms;")?,
         })
     }
@@ -228,7 +229,7 @@ mod tests {
     #[test]
     fn parses_the_interval_and_stopped_lines() {
         let interval = "2026-11-23T19:33:53.724038Z  INFO interval: 197 samples (3 lost), \
-                        12 processes, 4 services, named and encoded in 129 ms; output-dir: 2 \
+                        12 processes, 4 profiles, named and encoded in 129 ms; output-dir: 2 \
                         delivered, 0 refused, 0 failed attempts, 0 batches dropped";
         assert_eq!(
             Interval::parse(interval),
@@ -236,7 +237,7 @@ mod tests {
                 samples: 197,
                 lost: 3,
                 processes: 12,
-                services: 4,
+                profiles: 4,
                 encode_ms: 129.0
             })
         );

@@ -1,4 +1,4 @@
-//! Part 10, off-CPU: what recording where threads wait costs a workload
+//! Off-CPU time: what recording where threads wait costs a workload
 //! that does nothing but switch, `stoke record -a -e offcpu` (its default
 //! minimum, and none) beside `perf record -a -g -e sched:sched_switch`.
 //!
@@ -14,13 +14,13 @@ use std::{path::Path, process::Command, time::Duration};
 
 use anyhow::{ensure, Context, Result};
 
-use super::{
+use super::super::{
     process::Process,
     profiler::{Options, Recording, Tool},
-    report::{Section, Table, Target},
+    report::{Table, Target},
     rotated,
     stats::{percent, percent_signed, show, Spread},
-    Bench, Part,
+    Bench,
 };
 
 /// Who records while the storm runs.
@@ -67,7 +67,8 @@ struct Run {
     over_budget: u64,
 }
 
-pub fn run(bench: &Bench) -> Result<Section> {
+/// The off-CPU section's text and targets.
+pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
     mount_tracefs()?;
     let round_trips = calibrate(bench)?;
     let mut runs: Vec<Vec<Run>> = PROFILERS.iter().map(|_| Vec::new()).collect();
@@ -199,15 +200,15 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     Spread::of(&values.collect::<Vec<_>>()).map_or(0.0, |spread| spread.median)
 }
 
-/// The section: a row per profiler, and the targets.
-fn section(round_trips: u64, runs: &[Vec<Run>]) -> Section {
+/// The text: a row per profiler; and the targets.
+fn section(round_trips: u64, runs: &[Vec<Run>]) -> (String, Vec<Target>) {
     let elapsed = |index: usize| median(runs[index].iter().map(|run| run.elapsed));
     let base = elapsed(0);
     let noise = Spread::of(&runs[0].iter().map(|run| run.elapsed).collect::<Vec<_>>())
         .map_or(0.0, |spread| spread.relative_range());
     let switches = median(runs[0].iter().map(|run| run.switches));
     let mut body = format!(
-        "`switch_storm` (bench/workloads) passes a byte between two threads through two \
+        "### Off-CPU time\n\n`switch_storm` (bench/workloads) passes a byte between two threads through two \
          pipes, {round_trips} round trips, {switches:.0} context switches \
          ({rate:.0} per second unprofiled); each profiler records the whole host. \
          Slowdown = median / median(none) − 1; cost per switch = (median − median(none)) / \
@@ -290,10 +291,5 @@ fn section(round_trips: u64, runs: &[Vec<Run>]) -> Section {
             || "dearer than perf by more than the noise".into(),
         ),
     ];
-    Section {
-        part: Part::Offcpu,
-        body,
-        targets,
-        provenance: String::new(),
-    }
+    (body, targets)
 }
