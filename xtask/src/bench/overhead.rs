@@ -181,6 +181,23 @@ pub(super) fn work(
     units: u64,
     jvm_options: &[String],
 ) -> Result<f64> {
+    work_after(
+        bench,
+        workload,
+        units,
+        jvm_options,
+        bench.settings.java_warmup_seconds,
+    )
+}
+
+/// [`work`], the JVM warming up for `warmup_seconds`.
+pub(super) fn work_after(
+    bench: &Bench,
+    workload: Workload,
+    units: u64,
+    jvm_options: &[String],
+    warmup_seconds: f64,
+) -> Result<f64> {
     let threads = bench.cpus.to_string();
     let mut command = match workload {
         Workload::Native => Command::new(&bench.workloads.fixed_work),
@@ -188,7 +205,7 @@ pub(super) fn work(
     };
     command.arg(units.to_string()).arg(threads);
     if workload == Workload::Java {
-        command.arg(bench.settings.java_warmup_seconds.to_string());
+        command.arg(warmup_seconds.to_string());
     }
     let mut process = Process::spawn(workload.label(), &mut command)?;
     // Generous: a profiler slows it by percents, not by tens of times.

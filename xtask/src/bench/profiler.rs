@@ -60,6 +60,9 @@ pub struct Options {
     /// Perf: record every occurrence of this event (a tracepoint such as
     /// `sched:sched_switch`) instead of sampling at the frequency.
     pub perf_event: Option<&'static str>,
+    /// An empty recording is no failure: what it records may not happen
+    /// (a JVM's allocations, when it ends before stoke's agent is in).
+    pub may_be_empty: bool,
     /// Stoke: the output's extension picks the format (`json`, `folded`).
     /// Perf always writes `perf.data` to a file next to this name.
     pub stoke_format: &'static str,
@@ -77,6 +80,7 @@ impl Options {
             pids: Vec::new(),
             stoke_args: Vec::new(),
             perf_event: None,
+            may_be_empty: false,
             stoke_format,
         }
     }
@@ -92,6 +96,7 @@ pub struct Recording {
     cpu_started: Duration,
     /// perf's control and ack FIFOs, kept open until perf ends.
     _perf_control: Option<(File, File)>,
+    may_be_empty: bool,
 }
 
 /// A recording that has ended and written its output.
@@ -177,6 +182,7 @@ impl Recording {
             output,
             started: Instant::now(),
             _perf_control: None,
+            may_be_empty: options.may_be_empty,
         })
     }
 
@@ -234,6 +240,7 @@ impl Recording {
             output,
             started: Instant::now(),
             _perf_control: Some((control_fifo, ack_fifo)),
+            may_be_empty: options.may_be_empty,
         })
     }
 
@@ -277,7 +284,7 @@ impl Recording {
             Tool::Perf => (perf_samples(&stderr)?, perf_lost(&self.output)?, None),
         };
         ensure!(
-            samples > 0,
+            samples > 0 || self.may_be_empty,
             "{} recorded no samples: {}",
             self.tool,
             stderr.join(" / ")

@@ -7,7 +7,7 @@
 use anyhow::Result;
 
 use super::super::{
-    overhead::{calibrate, work, Workload},
+    overhead::{calibrate, work_after, Workload},
     profiler::{Options, Recording, Tool},
     report::{Table, Target, Verdict},
     rotated,
@@ -17,6 +17,11 @@ use super::super::{
 
 /// stoke's and async-profiler's default: a sample every 512 KiB on average.
 const INTERVAL: u64 = 512 << 10;
+
+/// The least warm-up: stoke must have found the JVM, attached its agent and
+/// turned its allocation sampling on before the clock starts, even in a
+/// smoke run.
+const LEAST_WARMUP_SECONDS: f64 = 1.5;
 
 /// The issue's target for stoke's slowdown.
 const TARGET: f64 = 0.02;
@@ -77,20 +82,23 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
 }
 
 fn run_once(bench: &Bench, units: u64, profiler: Recorder) -> Result<Run> {
+    let warmup = bench.settings.java_warmup_seconds.max(LEAST_WARMUP_SECONDS);
+    let work = |options: &[String]| work_after(bench, Workload::Java, units, options, warmup);
     match profiler {
         Recorder::Nobody => Ok(Run {
-            elapsed: work(bench, Workload::Java, units, &[])?,
+            elapsed: work(&[])?,
             profiler_cpu: 0.0,
             recorded: 0,
         }),
         Recorder::Stoke => {
             let options = Options {
                 stoke_args: vec!["-e".into(), "alloc".into()],
+                may_be_empty: true,
                 ..Options::new(Tool::Stoke, 99, "folded")
             };
             let recording = Recording::start(bench, &options, "alloc")?;
             let cpu_before = recording.cpu_now()?;
-            let elapsed = work(bench, Workload::Java, units, &[])?;
+            let elapsed = work(&[])?;
             let profiler_cpu = (recording.cpu_now()? - cpu_before).as_secs_f64();
             let stopped = recording.stop()?;
             stopped.remove_output();
@@ -108,7 +116,7 @@ fn run_once(bench: &Bench, units: u64, profiler: Recorder) -> Result<Run> {
             let output = bench.scratch("alloc-async-profiler.collapsed");
             let _ = std::fs::remove_file(&output);
             let option = async_profiler.alloc_agent_option(INTERVAL, &output);
-            let elapsed = work(bench, Workload::Java, units, &[option])?;
+            let elapsed = work(&[option])?;
             let recorded = AsyncProfiler::samples(&output)?;
             let _ = std::fs::remove_file(&output);
             Ok(Run {
@@ -132,8 +140,18 @@ fn section(
 ) -> (String, Vec<Target>) {
     let elapsed = |index: usize| median(runs[index].iter().map(|run| run.elapsed));
     let base = elapsed(0);
-    let times = |index: usize| runs[index].iter().map(|run| run.elapsed).collect::<Vec<_>>();
+    let times = |index: usize| {
+        runs[index]
+            .iter()
+            .map(|run| run.elapsed)
+            .collect::<Vec<_>>()
+    };
     let noise = Spread::of(&times(0)).map_or(0.0, |spread| spread.relative_range());
+    let stoke_runs = profilers
+        .iter()
+        .position(|&profiler| profiler == Recorder::Stoke)
+        .map_or(&[][..], |index| &runs[index][..]);
+    let unattached = stoke_runs.iter().filter(|run| run.recorded == 0).count();
     let mut body = format!(
         "### Java allocations\n\n`FixedWork` (the overhead part's Java workload: orders, \
          strings and maps allocated all along), {units} units on each of {cpus} threads after \
@@ -142,7 +160,7 @@ fn section(
          **Noise** (range of `none`): {noise}. Recorded: stoke's estimate of the bytes \
          allocated (JVM start-up and warm-up included), async-profiler's samples.\n\n",
         cpus = bench.cpus,
-        warmup = bench.settings.java_warmup_seconds,
+        warmup = bench.settings.java_warmup_seconds.max(LEAST_WARMUP_SECONDS),
         noise = percent(noise),
     );
     let mut table = Table::new(&[
@@ -182,6 +200,14 @@ fn section(
         ]);
     }
     body += &table.markdown();
+    if unattached > 0 {
+        body += &format!(
+            "\n**In {unattached} of {} stoke runs no allocation was recorded**: the JVM \
+             ended before stoke's agent was in (its attach retried too late), and the run \
+             measured sampling alone.\n",
+            stoke_runs.len()
+        );
+    }
     if bench.async_profiler.is_none() {
         body += "\nasync-profiler: not measured in this run (`--async-profiler DIR`).\n";
     }
