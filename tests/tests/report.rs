@@ -1,10 +1,17 @@
 //! `stoke report`: a whole-host sweep into one HTML file, with a workload
 //! in a real docker container and a process on the host; the tables name
 //! both, with the CPU each was measured to use, and the terminal headline
-//! says the same. Against a baseline of another workload, the function
-//! that took over and the one that went away head the changes table.
+//! says the same; in Chromium, the drawn tables list the process with its
+//! container and sort by a click, and the flame graph draws. Against a
+//! baseline of another workload, the function that took over and the one
+//! that went away head the changes table.
 
-use std::{fs, thread, time::Duration};
+mod browser;
+
+use std::{fs, path::Path, thread, time::Duration};
+
+use browser::{number, Browser};
+use serde_json::Value;
 
 use stoke_tests::docker::{Container, Engine, Image, Rootfs};
 use stoke_tests::{args, cpu_time, prepare, record_to, require_root, Stoke, TempDir, Workload};
@@ -126,6 +133,105 @@ fn a_report_names_a_container_and_a_host_process_with_their_cpu() {
         output.stderr.contains("by container:") && output.stderr.contains(container.name()),
         "the headline does not name the container:\n{}",
         output.stderr
+    );
+    assert_drawn_in_chromium(&out, container.pid(), container.name(), host.pid());
+}
+
+/// The cells' text of each row of the report's table `id`, as drawn.
+fn table_rows(browser: &Browser, id: &str) -> Vec<Vec<String>> {
+    let rows = browser.js(&format!(
+        "return Array.from(document.querySelectorAll('#{id} tbody tr'))\
+         .map(row => Array.from(row.cells).map(cell => cell.innerText.trim()));"
+    ));
+    let Value::Array(rows) = rows else {
+        panic!("no rows in #{id}: {rows}")
+    };
+    rows.iter()
+        .map(|row| {
+            row.as_array()
+                .expect("a row of cells")
+                .iter()
+                .map(|cell| cell.as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// The report in Chromium, from file:// with the network off: the process
+/// tables list the containerized process with its container and the host
+/// process, the containers table the container; a click on `samples`
+/// sorts the processes by it, most first; the flame graph draws.
+fn assert_drawn_in_chromium(report: &Path, in_container: u32, container: &str, on_host: u32) {
+    let browser = Browser::start();
+    browser.load(
+        &format!("file://{}", report.display()),
+        "document.readyState === 'complete'",
+    );
+    let processes = table_rows(&browser, "processes");
+    let row_of = |pid: u32| {
+        processes
+            .iter()
+            .find(|row| row.first().map(String::as_str) == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("no drawn row for pid {pid} in {processes:?}"))
+    };
+    assert_eq!(
+        row_of(in_container)[2],
+        container,
+        "the drawn row of the containerized process names no container"
+    );
+    row_of(on_host);
+    let containers = table_rows(&browser, "containers");
+    assert!(
+        containers.iter().any(|row| row[0] == container),
+        "no drawn row for {container} in {containers:?}"
+    );
+
+    let header = browser.js(
+        "return Array.from(document.querySelectorAll('#processes th'))\
+         .findIndex(th => th.innerText.trim() === 'samples');",
+    );
+    let column = number(&header) as usize;
+    browser.js(&format!(
+        "document.querySelectorAll('#processes th')[{column}].click(); return true;"
+    ));
+    let samples: Vec<f64> = browser
+        .js(
+            "return Array.from(document.querySelectorAll('#processes tbody tr'))\
+             .map(row => Number(row.getAttribute('data-samples')));",
+        )
+        .as_array()
+        .expect("the rows' samples")
+        .iter()
+        .map(number)
+        .collect();
+    assert!(
+        samples.windows(2).all(|pair| pair[0] >= pair[1]),
+        "a click on `samples` did not sort the processes by it, most first: {samples:?}"
+    );
+
+    // The flame graph's frame draws its own page.
+    browser.wait_for(
+        "(() => { const frame = document.querySelector('iframe.flamegraph'); \
+         frame.scrollIntoView(); \
+         return frame.contentDocument && frame.contentDocument.querySelector('canvas'); })()",
+        Duration::from_secs(30),
+    );
+    thread::sleep(Duration::from_millis(500));
+    let frame = browser.js(
+        "const r = document.querySelector('iframe.flamegraph').getBoundingClientRect(); \
+         return [r.x, r.y, r.width, r.height];",
+    );
+    let [x, y, width, height] = [0, 1, 2, 3].map(|at| number(&frame[at]).max(0.0) as u32);
+    let shot = browser.screenshot("report.png");
+    let coloured = shot.coloured_share(x, y, width, height.min(400));
+    println!(
+        "the flame graph colours {:.1}% of its frame's first 400 pixels",
+        coloured * 100.0
+    );
+    assert!(
+        coloured > 0.05,
+        "the report's flame graph drew nothing ({:.1}% coloured)",
+        coloured * 100.0
     );
 }
 

@@ -113,6 +113,11 @@ impl Browser {
 
     /// Loads `url` and waits for the flame graph's first draw.
     pub fn goto(&self, url: &str) {
+        self.load(url, "window.stoke !== undefined");
+    }
+
+    /// Loads `url` and waits until the JS expression `ready` is true.
+    pub fn load(&self, url: &str, ready: &str) {
         let client = self.client();
         // about:blank first, so that a URL differing only in its fragment
         // loads the page again.
@@ -122,7 +127,7 @@ impl Browser {
                 client.goto(url).await
             })
             .unwrap_or_else(|e| panic!("loading {url}: {e}"));
-        self.wait_for("window.stoke !== undefined", Duration::from_secs(30));
+        self.wait_for(ready, Duration::from_secs(30));
     }
 
     /// Runs `script` (a function body: `return ...`) in the page.

@@ -126,6 +126,12 @@ function draw() {
   if (firstDrawMs === null) {
     firstDrawMs = performance.now();
     timings.draw = firstDrawMs - drawStarted;
+    // One deep stack makes the graph taller than the window: its roots,
+    // where the wide frames are, are shown first.
+    const bottom = canvas.getBoundingClientRect().bottom;
+    if (!view.reversed && bottom > window.innerHeight) {
+      window.scrollBy(0, bottom - window.innerHeight);
+    }
   }
   showStatus();
 }
