@@ -31,6 +31,7 @@ mod pipes;
 mod running;
 mod stacks;
 mod stoke;
+mod synthetic;
 mod temp_dir;
 mod workload;
 
@@ -50,6 +51,7 @@ pub use stacks::{
 pub use stoke::{
     contains_word, record, record_args, record_process, record_to, Stoke, StokeOutput,
 };
+pub use synthetic::synthetic_profile;
 pub use temp_dir::TempDir;
 pub use workload::{prepare, Workload, FRAME_POINTER_FLAGS};
 

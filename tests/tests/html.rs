@@ -14,7 +14,8 @@ use std::time::Duration;
 use browser::{convert, number, Browser, WIDTH};
 use serde_json::Value;
 use stoke_tests::{
-    args, prepare, read_folded, record_to, samples_where, total_samples, Stack, TempDir,
+    args, prepare, read_folded, record_to, samples_where, synthetic_profile, total_samples, Stack,
+    TempDir,
 };
 
 /// Samples under the frames named `name` that the page draws.
@@ -204,36 +205,6 @@ fn recorded_workload_in_the_browser() {
         serde_json::json!(["spin", true])
     );
     drop(running);
-}
-
-/// A synthetic profile of `count` distinct stacks, shaped like a real one:
-/// a few processes, call paths that repeat near the root and spread out
-/// towards the leaves, counts skewed so that some paths are hot.
-fn synthetic_profile(count: usize) -> String {
-    let mut state = 0x2545_f491_4f6c_dd1d_u64;
-    let mut random = move |n: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % n
-    };
-    let mut seen = std::collections::HashSet::new();
-    let mut text = String::new();
-    while seen.len() < count {
-        let mut stack = format!("app{} [{}]", random(4), 1000 + random(4));
-        let depth = 6 + random(30);
-        for level in 0..depth {
-            // Few choices near the root, more further down; low indices hot.
-            let choices = 2 + level * level;
-            let pick = random(choices).min(random(choices));
-            let kind = ["", "_[j]", "_[i]", "_[k]"][(pick % 4) as usize];
-            stack.push_str(&format!(";pkg.Class{level}.method{pick}{kind}"));
-        }
-        if seen.insert(stack.clone()) {
-            text.push_str(&format!("{stack} {}\n", 1 + random(10) * random(10)));
-        }
-    }
-    text
 }
 
 #[test]

@@ -20,6 +20,7 @@ mod cost;
 mod events;
 mod fuzz;
 mod host;
+mod html;
 mod java;
 mod overhead;
 mod process;
@@ -69,10 +70,12 @@ pub enum Part {
     /// What recording beyond CPU costs: off-CPU time per context switch
     /// beside perf's, Java allocations beside async-profiler's.
     Events,
+    /// Load and first draw of a 100,000-stack HTML flame graph in Chromium.
+    Html,
 }
 
 impl Part {
-    pub const ALL: [Part; 10] = [
+    pub const ALL: [Part; 11] = [
         Part::Overhead,
         Part::Bpf,
         Part::Cost,
@@ -83,6 +86,7 @@ impl Part {
         Part::Fuzz,
         Part::Continuous,
         Part::Events,
+        Part::Html,
     ];
 
     /// The name used by `--parts` and in the report's markers.
@@ -98,6 +102,7 @@ impl Part {
             Part::Fuzz => "fuzz",
             Part::Continuous => "continuous",
             Part::Events => "events",
+            Part::Html => "html",
         }
     }
 
@@ -114,6 +119,7 @@ impl Part {
             Part::Fuzz => "8. Fuzzing".into(),
             Part::Continuous => "9. Continuous".into(),
             Part::Events => "10. Events beyond CPU".into(),
+            Part::Html => "11. HTML flame graph".into(),
         }
     }
 }
@@ -468,6 +474,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Part::Fuzz => fuzz::run(&bench)?,
             Part::Continuous => continuous::run(&bench)?,
             Part::Events => events::run(&bench)?,
+            Part::Html => html::run(&bench)?,
         };
         // Fuzzing measures no time against other processes, and the soak
         // only stoke's own CPU and memory: neither in rounds.
