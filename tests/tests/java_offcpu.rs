@@ -6,20 +6,13 @@
 
 use std::time::Duration;
 
-use stoke_tests::{args, describe, prepare_java, read_folded, Jdk, Stack, JDK_17, TEMURIN_25};
+use stoke_tests::{
+    args, describe, prepare_java, read_folded, samples_where, Jdk, JDK_17, TEMURIN_25,
+};
 
 const SEVENTY: &str = "JavaWaits.sleepSeventy";
 const THIRTY: &str = "JavaWaits.parkThirty";
 const SECONDS: f64 = 5.0;
-
-/// Nanoseconds of the stacks with Java method `method`.
-fn waited_in(stacks: &[Stack], method: &str) -> u64 {
-    stacks
-        .iter()
-        .filter(|stack| stack.has_java(method))
-        .map(|stack| stack.count)
-        .sum()
-}
 
 /// The last `seventy_share=` the workload printed.
 fn measured_share(lines: &[stoke_tests::Line]) -> f64 {
@@ -52,8 +45,8 @@ fn waits_on(jdk: Jdk) {
     );
     let stacks = read_folded(&out);
     println!("{}", describe(&stacks, 12));
-    let seventy = waited_in(&stacks, SEVENTY);
-    let thirty = waited_in(&stacks, THIRTY);
+    let seventy = samples_where(&stacks, |stack| stack.has_java(SEVENTY));
+    let thirty = samples_where(&stacks, |stack| stack.has_java(THIRTY));
     let share = 100.0 * seventy as f64 / (seventy + thirty).max(1) as f64;
     let measured = measured_share(&running.stdout_lines());
     println!(

@@ -13,7 +13,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use stoke_tests::{args, describe, prepare, read_folded, Running, Stack, Stoke};
+use stoke_tests::{
+    args, describe, prepare, read_folded, samples_where, total_samples, Running, Stack, Stoke,
+};
 
 /// Stoke's budget of off-CPU records per CPU per second.
 const BUDGET_PER_CPU_SECOND: u64 = 2000;
@@ -26,15 +28,6 @@ fn lines_in(running: &[&Running], prefix: &str, window: Duration) -> Vec<f64> {
         .iter()
         .map(|running| running.lines_since(prefix, since) as f64)
         .collect()
-}
-
-/// Nanoseconds of the stacks with `frame`.
-fn weight_with(stacks: &[Stack], frame: &str) -> u64 {
-    stacks
-        .iter()
-        .filter(|stack| stack.contains(frame))
-        .map(|stack| stack.count)
-        .sum()
 }
 
 /// `key=value` from the last `prefix` line of `running`.
@@ -136,8 +129,8 @@ fn blocked_time_splits_70_30_under_the_scheduler_and_nothing_is_interrupted() {
         .into_iter()
         .filter(|stack| stack.contains("main"))
         .collect();
-    let seventy = weight_with(&main, "sleep_seventy");
-    let thirty = weight_with(&main, "wait_thirty");
+    let seventy = samples_where(&main, |stack| stack.contains("sleep_seventy"));
+    let thirty = samples_where(&main, |stack| stack.contains("wait_thirty"));
     let share = 100.0 * seventy as f64 / (seventy + thirty) as f64;
     let measured = last_value(&running, "round", "seventy_share");
     println!("sleep_seventy {share:.1}% by stoke, {measured:.1}% as the workload measured");
@@ -163,15 +156,23 @@ fn blocked_time_splits_70_30_under_the_scheduler_and_nothing_is_interrupted() {
     );
 }
 
-/// Records `running` with `-e offcpu` and `extra` options for `seconds`
-/// into `folded` and a summary; returns the summary's records sent and
-/// waits over budget, and the nanoseconds of the folded profile.
-fn record_storm(running: &Running, extra: &[String], seconds: f64, dir: &Path) -> (u64, u64, u64) {
-    let (folded, text) = (dir.join("storm.folded"), dir.join("storm.txt"));
-    let mut command = args![
-        "record",
-        "-p",
-        running.pid(),
+/// What an off-CPU recording's summary and folded profile say.
+struct OffCpuRecording {
+    /// Records sent.
+    records: u64,
+    /// Waits left out past the budget.
+    over_budget: u64,
+    /// The folded profile's stacks.
+    stacks: Vec<Stack>,
+}
+
+/// Records `select` (`-a`, `-p PID`) with `-e offcpu` and `extra` options
+/// for `seconds` into a folded profile and a summary in `dir`.
+fn record_offcpu(select: &[String], extra: &[String], seconds: f64, dir: &Path) -> OffCpuRecording {
+    let (folded, text) = (dir.join("offcpu.folded"), dir.join("offcpu.txt"));
+    let mut command = args!["record"].to_vec();
+    command.extend_from_slice(select);
+    command.extend(args![
         "-e",
         "offcpu",
         "-d",
@@ -180,8 +181,7 @@ fn record_storm(running: &Running, extra: &[String], seconds: f64, dir: &Path) -
         folded.display(),
         "-o",
         text.display()
-    ]
-    .to_vec();
+    ]);
     command.extend_from_slice(extra);
     Stoke::spawn(&command).wait_recording(seconds);
     let summary = std::fs::read_to_string(&text).unwrap();
@@ -193,13 +193,14 @@ fn record_storm(running: &Running, extra: &[String], seconds: f64, dir: &Path) -
             .unwrap_or_else(|| panic!("no {label:?} in\n{summary}"))
     };
     let size = std::fs::metadata(&folded).unwrap().len();
-    assert!(size < 64 * 1024, "the folded profile takes {size} bytes");
-    let nanoseconds = read_folded(&folded).iter().map(|stack| stack.count).sum();
-    (
-        count("Total samples:"),
-        count("Off-CPU waits left out (over budget):"),
-        nanoseconds,
-    )
+    println!("a folded profile of {size} bytes");
+    // At most the budget's records, each a few hundred bytes of stack.
+    assert!(size < 4 << 20, "the folded profile takes {size} bytes");
+    OffCpuRecording {
+        records: count("Total samples:"),
+        over_budget: count("Off-CPU waits left out (over budget):"),
+        stacks: read_folded(&folded),
+    }
 }
 
 // The storm's pace while recorded is a cost, measured by the bench beside
@@ -215,8 +216,10 @@ fn a_context_switch_storm_is_cut_at_the_minimum_and_kept_to_the_budget_without_o
     // With the default minimum (100 µs), its waits of microseconds are
     // left out before any stack is taken: only the longer ones (when the
     // other thread was slow to run) come out.
-    let (records, _, nanoseconds) = record_storm(&running, &[], seconds, dir.path());
-    let mean = nanoseconds as f64 / records.max(1) as f64;
+    let pid = args!["-p", running.pid()];
+    let recorded = record_offcpu(&pid, &[], seconds, dir.path());
+    let records = recorded.records;
+    let mean = total_samples(&recorded.stacks) as f64 / records.max(1) as f64;
     println!("default minimum: {records} records sent, a mean wait of {mean:.0} ns");
     assert!(
         mean >= 100_000.0,
@@ -224,9 +227,9 @@ fn a_context_switch_storm_is_cut_at_the_minimum_and_kept_to_the_budget_without_o
     );
     // No minimum: every one of its waits would be recorded but for the
     // budget.
-    let (records, over, nanoseconds) =
-        record_storm(&running, &args!["--offcpu-min", 0], seconds, dir.path());
-    let mean = nanoseconds as f64 / records.max(1) as f64;
+    let recorded = record_offcpu(&pid, &args!["--offcpu-min", 0], seconds, dir.path());
+    let (records, over) = (recorded.records, recorded.over_budget);
+    let mean = total_samples(&recorded.stacks) as f64 / records.max(1) as f64;
     println!(
         "no minimum: {records} records sent, {over} waits over budget, a mean of {mean:.0} ns"
     );
@@ -311,41 +314,20 @@ fn several_events_write_a_file_each_in_its_unit() {
 fn a_whole_host_recording_stays_within_its_budget_and_keeps_the_split() {
     let (dir, workload) = prepare("offcpu-host", "offcpu_split");
     let running = workload.spawn(&args![60]);
-    let (folded, text) = (dir.join("host.folded"), dir.join("host.txt"));
     let seconds = 4.0;
-    Stoke::spawn(&args![
-        "record",
-        "-a",
-        "-e",
-        "offcpu",
-        "-d",
-        seconds,
-        "-o",
-        folded.display(),
-        "-o",
-        text.display()
-    ])
-    .wait_recording(seconds);
-    let stacks = read_folded(&folded);
+    let OffCpuRecording {
+        records, stacks, ..
+    } = record_offcpu(&args!["-a"], &[], seconds, dir.path());
     println!("{}", describe(&stacks, 8));
-    let summary = std::fs::read_to_string(&text).unwrap();
-    let records: u64 = summary
-        .lines()
-        .find_map(|line| line.strip_prefix("Total samples:"))
-        .and_then(|rest| rest.trim().parse().ok())
-        .expect("a sample count in the summary");
     let cpus = thread::available_parallelism().unwrap().get() as u64;
     let most = BUDGET_PER_CPU_SECOND * cpus * (seconds as u64 + 1);
-    let size = std::fs::metadata(&folded).unwrap().len();
     let processes = stacks
         .iter()
         .map(|stack| stack.root())
         .collect::<std::collections::HashSet<_>>()
         .len();
-    println!("{records} records, {processes} processes, {size} bytes of folded profile");
+    println!("{records} records, {processes} processes");
     assert!(records <= most, "{records} records (budget {most})");
-    // At most the budget's records, each a few hundred bytes of stack.
-    assert!(size < 4 << 20, "the folded profile takes {size} bytes");
     assert!(processes >= 2, "the waits of {processes} process(es) only");
     assert!(
         stacks.iter().all(|stack| !stack.root().ends_with(" [0]")),
@@ -356,8 +338,8 @@ fn a_whole_host_recording_stays_within_its_budget_and_keeps_the_split() {
         .into_iter()
         .filter(|stack| stack.root() == root && stack.contains("main"))
         .collect();
-    let seventy = weight_with(&main, "sleep_seventy");
-    let thirty = weight_with(&main, "wait_thirty");
+    let seventy = samples_where(&main, |stack| stack.contains("sleep_seventy"));
+    let thirty = samples_where(&main, |stack| stack.contains("wait_thirty"));
     let share = 100.0 * seventy as f64 / (seventy + thirty).max(1) as f64;
     println!("sleep_seventy {share:.1}% of {root}'s main thread's waits");
     assert!(

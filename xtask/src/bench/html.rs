@@ -52,7 +52,10 @@ pub fn run(bench: &Bench) -> Result<Section> {
     let convert_ms = converted.elapsed().as_secs_f64() * 1e3;
     let (mut first_draws, mut walls) = (Vec::new(), Vec::new());
     for round in 0..bench.settings.rounds {
-        let what = format!("HTML round {}: a page of {STACKS} stacks in Chromium", round + 1);
+        let what = format!(
+            "HTML round {}: a page of {STACKS} stacks in Chromium",
+            round + 1
+        );
         let (first_draw, wall) = bench.measure(&what, || load(&page))?.value;
         bench.log(&format!("{what}: first draw after {first_draw:.0} ms"));
         first_draws.push(first_draw);
@@ -139,12 +142,7 @@ fn first_draw_ms(dom: &str) -> Option<f64> {
 }
 
 fn section(body: String, targets: Vec<Target>) -> Section {
-    Section {
-        part: Part::Html,
-        body,
-        targets,
-        provenance: String::new(),
-    }
+    Section::new(Part::Html, body, targets)
 }
 
 #[cfg(test)]

@@ -68,6 +68,18 @@ pub struct Section {
     pub provenance: String,
 }
 
+impl Section {
+    /// A part's section; `cargo xtask bench` adds its provenance.
+    pub fn new(part: Part, body: String, targets: Vec<Target>) -> Self {
+        Self {
+            part,
+            body,
+            targets,
+            provenance: String::new(),
+        }
+    }
+}
+
 /// A markdown table built row by row.
 pub struct Table {
     header: Vec<String>,

@@ -15,10 +15,9 @@ pub fn run(bench: &Bench) -> Result<Section> {
     let (offcpu, mut targets) = offcpu::run(bench)?;
     let (alloc, alloc_targets) = alloc::run(bench)?;
     targets.extend(alloc_targets);
-    Ok(Section {
-        part: Part::Events,
-        body: format!("{offcpu}\n{alloc}"),
+    Ok(Section::new(
+        Part::Events,
+        format!("{offcpu}\n{alloc}"),
         targets,
-        provenance: String::new(),
-    })
+    ))
 }
