@@ -42,7 +42,9 @@ use std::{
     time::Duration,
 };
 
-use profiler_common::jvm::{AgentState, Event, MethodInfo, RECOMPILE_REQUEST};
+use profiler_common::jvm::{
+    AgentStartError as StartError, AgentState, Event, MethodInfo, RECOMPILE_REQUEST,
+};
 
 use crate::{
     event_control::EventControl,
@@ -53,17 +55,6 @@ use crate::{
     },
     shared::SharedMemory,
 };
-
-/// `Agent_OnLoad`/`Agent_OnAttach` results, for stoke to explain.
-#[repr(i32)]
-enum StartError {
-    NoAsyncGetCallTrace = 1,
-    NoJvmti = 2,
-    Capabilities = 3,
-    SharedMemory = 4,
-    Events = 5,
-    Panicked = 6,
-}
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
@@ -108,7 +99,13 @@ fn start(vm: *mut JavaVM, options: *mut c_char, live: bool) -> jint {
     }
     match catch_unwind(|| unsafe { start_agent(vm, live) }) {
         Ok(Ok(())) => 0,
-        Ok(Err(error)) => error as jint,
+        Ok(Err(error)) => {
+            // Nothing was set up yet: the next attach may start it.
+            if error == StartError::NoJvmti {
+                STARTED.store(false, Ordering::Release);
+            }
+            error as jint
+        }
         Err(_) => StartError::Panicked as jint,
     }
 }

@@ -97,6 +97,55 @@ impl AgentState {
     }
 }
 
+/// Why the agent did not start: `Agent_OnAttach`'s return value (0 when
+/// it started), which the JVM hands back to stoke in its attach reply.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentStartError {
+    /// libjvm.so exports no `AsyncGetCallTrace`.
+    NoAsyncGetCallTrace = 1,
+    /// The JVM gave no JVMTI environment: it is still starting (JVMTI
+    /// environments exist only once the VM is live), so a later attach
+    /// can succeed; the agent stays ready for it.
+    NoJvmti = 2,
+    /// The JVM refused the JVMTI capabilities the agent needs.
+    Capabilities = 3,
+    /// The agent could not create the memory it shares with stoke.
+    SharedMemory = 4,
+    /// The JVM refused the JVMTI events the agent needs.
+    Events = 5,
+    /// The agent hit a bug while starting.
+    Panicked = 6,
+}
+
+impl AgentStartError {
+    /// The error a raw return value names.
+    pub fn from_raw(raw: i32) -> Option<Self> {
+        [
+            Self::NoAsyncGetCallTrace,
+            Self::NoJvmti,
+            Self::Capabilities,
+            Self::SharedMemory,
+            Self::Events,
+            Self::Panicked,
+        ]
+        .into_iter()
+        .find(|error| *error as i32 == raw)
+    }
+
+    /// What happened, in a few words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::NoAsyncGetCallTrace => "this JVM has no AsyncGetCallTrace",
+            Self::NoJvmti => "the JVM is still starting and has no JVMTI yet",
+            Self::Capabilities => "the JVM refused the JVMTI capabilities it needs",
+            Self::SharedMemory => "it could not create the memory it shares with stoke",
+            Self::Events => "the JVM refused the JVMTI events it needs",
+            Self::Panicked => "it failed (a bug in stoke's agent)",
+        }
+    }
+}
+
 /// The start of the shared memory.
 #[repr(C)]
 pub struct Header {

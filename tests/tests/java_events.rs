@@ -17,8 +17,8 @@ use std::{
 
 use profiler_common::jvm::{Header, MEMFD_NAME};
 use stoke_tests::{
-    args, describe, prepare_java, read_folded, record_args, Jdk, Line, Running, Stack, Stoke,
-    JDK_17, TEMURIN_25,
+    args, describe, prepare_java, read_folded, record_args, stacks_of, total_samples, Jdk, Line,
+    Running, Stack, Stoke, JDK_17, TEMURIN_25,
 };
 
 const SEVENTY: &str = "JavaAlloc.seventy";
@@ -204,6 +204,43 @@ fn allocations_split_70_30_by_bytes_on_jdk_17() {
 #[test]
 fn allocations_split_70_30_by_bytes_on_temurin_25() {
     allocations_on(TEMURIN_25);
+}
+
+/// JVMs started while a whole-host allocation recording runs: stoke may
+/// first try one before its VM is live, when JVMTI has no environment to
+/// give (the agent then says so and stays ready for the retry); every JVM
+/// still gets its agent and most of its allocations recorded.
+#[test]
+fn jvms_started_during_a_whole_host_alloc_recording_get_their_allocations() {
+    let (dir, workload) = prepare_java("java-alloc-starting", "JavaAlloc", JDK_17);
+    let out = dir.join("starting.folded");
+    let seconds = 9.0;
+    let mut stoke = Stoke::spawn(&record_args(&args!["-a", "-e", "alloc"], 99, seconds, &out));
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(10));
+    // One after the other: each waits for the previous one's `ready`, a
+    // second of warm-up after its start, and then allocates ~330 MB/s.
+    let jvms: Vec<Running> = (0..3).map(|_| workload.spawn(&["4"])).collect();
+    let output = stoke.wait_recording(seconds);
+    println!("{}", output.stderr);
+    let stacks = read_folded(&out);
+    for jvm in &jvms {
+        assert!(
+            !output
+                .stderr
+                .contains(&format!("stoke: warning: JVM {}:", jvm.pid())),
+            "stoke warned about JVM {} started mid-recording:\n{}",
+            jvm.pid(),
+            output.stderr
+        );
+        let bytes = total_samples(stacks_of(&stacks, &jvm.root_frame()));
+        println!("JVM {}: {bytes} bytes estimated", jvm.pid());
+        // Over 4 s after its attach, at ~330 MB/s: well over 500 MB.
+        assert!(
+            bytes >= 500 << 20,
+            "JVM {} started mid-recording has only {bytes} bytes of allocations",
+            jvm.pid()
+        );
+    }
 }
 
 #[test]

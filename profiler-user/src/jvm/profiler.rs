@@ -258,6 +258,13 @@ impl JavaProfiler {
         self.attaching > 0
     }
 
+    /// Whether agents are recording Java events: their rings fill
+    /// between two reads at the JVMs' pace, not the sampler's, so the
+    /// caller should read them more often.
+    pub fn recording_java_events(&self) -> bool {
+        self.event_settings.wanted != 0 && !self.jvms.is_empty()
+    }
+
     /// A sample that signalled a JVM thread: it waits for its Java stack.
     pub fn await_java_stack(&mut self, sample: Sample) {
         self.merger.add_native(sample);
@@ -457,10 +464,9 @@ impl JavaProfiler {
                 );
             }
             Err(error) => {
-                let starting = matches!(
-                    error.downcast_ref::<attach::AttachError>(),
-                    Some(attach::AttachError::SigquitUnsafe { .. })
-                );
+                let starting = error
+                    .downcast_ref::<attach::AttachError>()
+                    .is_some_and(attach::AttachError::jvm_starting);
                 // Attach errors name the JVM themselves: name it once.
                 let message = format!("{error:#}");
                 let own_name = format!("JVM {pid}");
@@ -470,7 +476,8 @@ impl JavaProfiler {
                 let named = format!("{own_name}: {reason}");
                 let (attempts, last) = self.attach_retries.entry(pid).or_default();
                 if starting && *attempts < MAX_ATTACH_RETRIES {
-                    // A JVM still starting has no SIGQUIT handler yet.
+                    // A JVM still starting has no SIGQUIT handler or no
+                    // JVMTI yet.
                     *attempts += 1;
                     *last = named;
                     self.considered.insert(pid, Recheck::after(*attempts));

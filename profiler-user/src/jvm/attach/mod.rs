@@ -40,6 +40,8 @@ pub(crate) mod vm_flags;
 
 use std::{io, os::fd::AsFd, time::Duration};
 
+use profiler_common::jvm::AgentStartError;
+
 pub use self::target::is_libjvm;
 use self::{
     connection::open_connection,
@@ -264,7 +266,7 @@ pub enum AttachError {
         message: String,
         hint: &'static str,
     },
-    #[error("JVM {pid} loaded the agent {path}, but its Agent_OnAttach returned {code}: the agent did not start")]
+    #[error("JVM {pid} loaded the agent {path}, but it did not start: {}", describe_start_error(*code))]
     AgentInit { pid: u32, path: String, code: i32 },
     #[error("JVM {pid} forbids loading agents at run time (-XX:-EnableDynamicAgentLoading): restart it without that flag")]
     DynamicLoadingDisabled { pid: u32 },
@@ -291,6 +293,28 @@ pub enum AttachError {
     InvalidRequest(String),
     #[error("the attach thread for JVM {pid} panicked")]
     ThreadPanicked { pid: u32 },
+}
+
+impl AttachError {
+    /// Whether the JVM was still starting: an attach a little later can
+    /// succeed.
+    pub fn jvm_starting(&self) -> bool {
+        match self {
+            Self::SigquitUnsafe { .. } => true,
+            Self::AgentInit { code, .. } => {
+                AgentStartError::from_raw(*code) == Some(AgentStartError::NoJvmti)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// An `Agent_OnAttach` return value, said.
+fn describe_start_error(code: i32) -> String {
+    AgentStartError::from_raw(code).map_or_else(
+        || format!("Agent_OnAttach returned {code}"),
+        |error| error.describe().to_owned(),
+    )
 }
 
 #[cfg(test)]

@@ -215,6 +215,13 @@ mod tests {
             load_outcome(1, path, "return code: 42\n"),
             Err(AttachError::AgentInit { code: 42, .. })
         ));
+        // A JVM attached before it is live: said, and worth a retry.
+        let starting = load_outcome(1, path, "return code: 2\n").unwrap_err();
+        assert!(starting.jvm_starting());
+        assert!(
+            starting.to_string().contains("still starting"),
+            "{starting}"
+        );
         // JDK 21+: status 0, the loader's error as the answer.
         let answer = "/tmp/a.so was not loaded.\n/tmp/a.so: cannot open shared object file: No such file or directory\n";
         let error = load_outcome(1, path, answer).unwrap_err();
