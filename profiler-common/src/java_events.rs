@@ -26,8 +26,8 @@ pub const WANT_ALLOC: u32 = 1;
 pub const WANT_LOCK: u32 = 2;
 
 /// Slots of the Java event ring: a second of events of a thread allocating
-/// 1 GB/s at the default interval, between two of stoke's reads (every
-/// 0.25 s at most).
+/// 1 GB/s at the default interval; stoke reads it every 50 ms at most
+/// while events are wanted.
 pub const JAVA_EVENT_SLOTS: usize = 2048;
 /// Most Java frames one event keeps (the outermost are cut).
 pub const MAX_EVENT_FRAMES: usize = 128;

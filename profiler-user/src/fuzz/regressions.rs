@@ -110,7 +110,8 @@ fn churn_time(count: u64) -> std::time::Duration {
 /// `uncompiled`), so a JVM that compiles one method many times over, then
 /// unloads, cost stoke quadratic time: 40,000 of each took 1.16 s, and the
 /// log has room for 1.5 million (about 27 min, while stoke's Java thread
-/// drained nothing else). At most 64 versions per method are kept now.
+/// drained nothing else). A method's blobs are a set now, and at most 4096
+/// versions per method are kept.
 #[test]
 fn unloads_of_one_method_take_linear_time() {
     let small = churn_time(10_000);

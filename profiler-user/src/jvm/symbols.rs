@@ -14,9 +14,12 @@ use profiler_common::jvm::{inline_edges, Event, InlineEdge, JavaFrame, MethodInf
 const MAX_CODE_BLOBS: usize = 1 << 19;
 
 /// Most compiled versions of one method alive at once: HotSpot keeps a few
-/// (tiers, OSR versions, not-entrant ones not flushed yet; over 16 seen on
-/// JavaBusy), a forged log as many as it likes.
-const MAX_BLOBS_PER_METHOD: usize = 64;
+/// of an ordinary method (tiers, OSR versions, not-entrant ones not flushed
+/// yet; over 16 seen on JavaBusy), but one per signature of a
+/// signature-polymorphic intrinsic (`MethodHandle.linkToStatic` and kin:
+/// over 64 32-byte adapters in a JVM doing little else); a forged log as
+/// many as it likes.
+const MAX_BLOBS_PER_METHOD: usize = 4096;
 
 /// Most inlined calls kept per compiled blob, and in all.
 const MAX_EDGES_PER_BLOB: usize = 4096;
@@ -67,7 +70,7 @@ pub struct JavaSymbols {
     methods: HashMap<u64, JavaMethod>,
     code: BTreeMap<u64, CodeBlob>,
     /// Methods with compiled code now: where each of their blobs starts.
-    compiled: HashMap<u64, Vec<u64>>,
+    compiled: HashMap<u64, HashSet<u64>>,
     /// The calls inlined into each compiled blob, by its start (distinct).
     inlined: HashMap<u64, Vec<InlineEdge>>,
     /// For each method and call, how many compiled blobs of the method
@@ -98,7 +101,7 @@ impl JavaSymbols {
                 start,
                 size,
             } => {
-                let versions = self.compiled.get(&method_id).map_or(0, Vec::len);
+                let versions = self.compiled.get(&method_id).map_or(0, HashSet::len);
                 if versions >= MAX_BLOBS_PER_METHOD || !self.has_room(start) {
                     self.dropped += 1;
                     return;
@@ -110,7 +113,7 @@ impl JavaSymbols {
                 {
                     self.uncompiled(old, start);
                 }
-                self.compiled.entry(method_id).or_default().push(start);
+                self.compiled.entry(method_id).or_default().insert(start);
             }
             Event::CodeInline { start, edges } => {
                 if let Some(&CodeBlob::Compiled { method_id, .. }) = self.code.get(&start) {
@@ -170,7 +173,7 @@ impl JavaSymbols {
     fn uncompiled(&mut self, method_id: u64, start: u64) {
         self.forget_inlined(method_id, start);
         if let Some(starts) = self.compiled.get_mut(&method_id) {
-            starts.retain(|&blob| blob != start);
+            starts.remove(&start);
             if starts.is_empty() {
                 self.compiled.remove(&method_id);
             }
@@ -585,8 +588,9 @@ mod tests {
     #[test]
     fn a_forged_log_cannot_grow_the_symbols_past_their_bounds() {
         let mut symbols = JavaSymbols::default();
-        // Many versions of one method: a few kept, unloads stay cheap.
-        for start in 0..1000u64 {
+        // Many versions of one method: a bounded number kept.
+        let versions = MAX_BLOBS_PER_METHOD as u64 + 1000;
+        for start in 0..versions {
             symbols.apply(Event::CodeLoad {
                 method_id: 1,
                 start: start * 16,
@@ -594,12 +598,12 @@ mod tests {
             });
         }
         assert_eq!(symbols.compiled[&1].len(), MAX_BLOBS_PER_METHOD);
-        assert_eq!(symbols.dropped(), 1000 - MAX_BLOBS_PER_METHOD as u64);
+        assert_eq!(symbols.dropped(), 1000);
         // Many methods: the code map stops at its bound.
         for start in 0..MAX_CODE_BLOBS as u64 + 10 {
             symbols.apply(Event::CodeLoad {
                 method_id: start + 2,
-                start: (start + 1000) * 16,
+                start: (start + versions) * 16,
                 size: 16,
             });
         }

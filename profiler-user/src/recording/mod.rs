@@ -56,6 +56,12 @@ const OFFCPU_RECORDS_PER_CPU_SECOND: u32 = 2000;
 /// as soon as it is ready.
 const ATTACH_POLL_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Longest wait between two reads of the agents' Java event rings while
+/// they record allocations or locks: a ring holds 2048 events, which a JVM
+/// allocating 4 GB/s fills in a quarter of a second at the default
+/// interval.
+const JAVA_EVENTS_DRAIN_INTERVAL: Duration = Duration::from_millis(50);
+
 /// How long an interval's cut waits for the JVM agents to name the methods
 /// its samples need: they answer within milliseconds, and sampling waits
 /// meanwhile.
@@ -185,6 +191,8 @@ impl Recording {
             }
             let interval = if self.java.attaching() {
                 ATTACH_POLL_INTERVAL
+            } else if self.java.recording_java_events() {
+                JAVA_EVENTS_DRAIN_INTERVAL
             } else {
                 DRAIN_INTERVAL
             };
