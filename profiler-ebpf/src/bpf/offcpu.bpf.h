@@ -13,7 +13,8 @@
  * it was off; only then, and only if that is at least offcpu_min_ns and the
  * CPU's budget of records this second is not spent, is any stack taken: a
  * context-switch storm of short waits costs two task-storage lookups per
- * switch and no unwinding.
+ * switch and no unwinding, and its syscalls one read of the count of
+ * records waiting for a user stack (below), none.
  *
  * Where the stacks come from. The kernel stack is the switched-in thread's
  * own, still where it blocked: bpf_get_task_stack reads it at switch-in,
@@ -68,6 +69,26 @@ struct {
 	__type(key, int);
 	__type(value, struct offcpu_task);
 } offcpu_tasks SEC(".maps");
+
+/* Waits whose record waits for its thread's syscall exit, all threads
+ * together: while there is none (a storm of waits too short to record, a
+ * quiet host), the syscall-exit hook, which every syscall on the host
+ * runs, returns after one read of it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} offcpu_pending SEC(".maps");
+
+static __always_inline void offcpu_pending_add(__s64 delta)
+{
+	__u32 zero = 0;
+	__s64 *pending = bpf_map_lookup_elem(&offcpu_pending, &zero);
+
+	if (pending)
+		__sync_fetch_and_add(pending, delta);
+}
 
 /* Records sent in the current second, per CPU. */
 struct offcpu_window {
@@ -132,6 +153,8 @@ static __always_inline void offcpu_send(struct sample_record *record, struct off
 	record->header.kernel_frames = state->kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
+	if (state->pending_ns)
+		offcpu_pending_add(-1);
 	state->pending_ns = 0;
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) +
@@ -223,6 +246,8 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 	}
 	state->kernel_frames = first + bytes / sizeof(__u64);
 	state->pending_ns = off;
+	if (off)
+		offcpu_pending_add(1);
 	state->user_ip = user_ip;
 	state->user_sp = user_sp;
 	/* A kernel thread has no user stack to wait for. */
@@ -253,12 +278,17 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sys_exit")
 int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
+	struct task_struct *task;
+	struct offcpu_task *state;
 	struct sample_record *record;
-	__u32 tgid, *signal, stop = STOKE_STOP_FRAME_POINTERS;
+	__u32 tgid, *signal, stop = STOKE_STOP_FRAME_POINTERS, zero = 0;
+	__s64 *pending = bpf_map_lookup_elem(&offcpu_pending, &zero);
 	long kernel_bytes, user_bytes;
 
+	if (!pending || *pending <= 0)
+		return 0;
+	task = bpf_get_current_task_btf();
+	state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
 	if (!state || !state->pending_ns)
 		return 0;
 	record = offcpu_record(state);
@@ -293,5 +323,20 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 			count(STOKE_COUNTER_SIGNAL_FAILED);
 	}
 	offcpu_send(record, state, task, user_bytes);
+	return 0;
+}
+
+/* A thread ending with a record still waiting for its syscall exit (it
+ * blocked outside a syscall, then exited): out it goes, as when it blocks
+ * again, so that no wait is lost and the count of pending ones stays
+ * true. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(offcpu_thread_exit, struct task_struct *exiting)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
+
+	if (state && state->pending_ns)
+		offcpu_send_without_unwinding(state, task);
 	return 0;
 }

@@ -136,6 +136,7 @@ impl Sampler {
             // Syscall exits first: no wait's record is left without its
             // user stack.
             tracepoints.push(("offcpu_syscall_exit", "sys_exit"));
+            tracepoints.push(("offcpu_thread_exit", "sched_process_exit"));
             tracepoints.push(("offcpu_switch", "sched_switch"));
         }
         for (program, event) in tracepoints {
