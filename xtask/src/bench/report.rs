@@ -57,6 +57,43 @@ impl Target {
             },
         }
     }
+
+    /// A target `value ≤ limit`, judged against the `noise` of the
+    /// measurement (in the value's unit): over the limit is missed, by less
+    /// than the noise said so; under it, met, unless the noise is wider than
+    /// the limit itself. `shown` formats a value as the table does.
+    pub fn at_most(
+        goal: impl Into<String>,
+        measured: impl Into<String>,
+        (value, limit, noise): (f64, f64, f64),
+        shown: impl Fn(f64) -> String,
+    ) -> Self {
+        let verdict = if value > limit + noise {
+            Verdict::Missed(format!(
+                "over by {}, more than the noise ({})",
+                shown(value - limit),
+                shown(noise)
+            ))
+        } else if value > limit {
+            Verdict::Missed(format!(
+                "within noise: over by {}, less than the noise ({})",
+                shown(value - limit),
+                shown(noise)
+            ))
+        } else if noise > limit.abs() {
+            Verdict::MetBut(format!(
+                "not resolved: the noise ({}) is wider than the limit",
+                shown(noise)
+            ))
+        } else {
+            Verdict::Met
+        };
+        Self {
+            goal: goal.into(),
+            measured: measured.into(),
+            verdict,
+        }
+    }
 }
 
 /// One part's results: markdown (without its heading) and its targets.
