@@ -13,6 +13,7 @@ fn main() {
     for watched in [
         SOURCE,
         "src/bpf/offcpu.bpf.h",
+        "src/bpf/offcpu_waiting.bpf.h",
         "src/bpf/vmlinux.h",
         "../profiler-common/include/stoke_abi.h",
     ] {

@@ -122,6 +122,9 @@ pub struct RecordingSummary {
     /// Off-CPU waits long enough to count but left out because their CPU
     /// had sent its budget of off-CPU records that second.
     pub over_budget: u64,
+    /// Off-CPU waits still going on when the recording ended, counted
+    /// until then, with their kernel stack and one user address.
+    pub waits_in_progress: u64,
     /// Process images sampled (an exec starts a new one).
     pub processes: usize,
     /// Mean run time of the BPF sampler per sample, when the kernel's BPF

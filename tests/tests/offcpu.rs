@@ -347,3 +347,69 @@ fn a_whole_host_recording_stays_within_its_budget_and_keeps_the_split() {
         "sleep_seventy has {share:.1}% of {root}'s main thread's waits (70 ± 3 wanted)"
     );
 }
+
+/// Waits still going on when the recording ends count until its end: a
+/// thread blocked since before stoke started for about the whole
+/// recording, one that blocked during it from then on, each under the
+/// function it blocked in and the scheduler; neither read is interrupted.
+#[test]
+fn waits_still_going_on_at_the_end_count_until_then() {
+    let (dir, workload) = prepare("offcpu-blocked", "blocked_threads");
+    let (seconds, spin) = (3.0, 1.5);
+    let mut running = workload.spawn(&args![seconds + 4.0, spin]);
+    let spinning_since = Instant::now();
+    let out = dir.join("blocked.folded");
+    let mut stoke = Stoke::spawn(&stoke_tests::record_args(
+        &args!["-p", running.pid(), "-e", "offcpu"],
+        99,
+        seconds,
+        &out,
+    ));
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
+    let sampling_since = Instant::now();
+    let output = stoke.wait_recording(seconds);
+    println!("{}", output.stderr);
+    let woke = running.wait_for_line("woke", Duration::from_secs(30));
+    running.wait_success(Duration::from_secs(10));
+    assert_eq!(
+        woke.trim(),
+        "woke stuck=1 late=1",
+        "a blocked read was interrupted"
+    );
+
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 8));
+    let in_function = |function: &str| -> f64 {
+        let blocked: Vec<&Stack> = stacks
+            .iter()
+            .filter(|stack| stack.contains(function))
+            .collect();
+        for stack in &blocked {
+            assert!(
+                stack.leaf() == "__schedule_[k]" && stack.joined().contains("pipe_read"),
+                "{function} is not waiting in a pipe read under the scheduler: {}",
+                stack.joined()
+            );
+        }
+        total_samples(blocked) as f64 / 1e9
+    };
+    let stuck = in_function("stuck_from_start");
+    let late = in_function("blocked_later");
+    // The late thread blocked `spin` seconds after it started, which was
+    // before stoke's start-up; the recording ended `seconds` after its
+    // "sampling" line.
+    let late_expected =
+        seconds - (spinning_since + Duration::from_secs_f64(spin) - sampling_since).as_secs_f64();
+    println!(
+        "stuck_from_start waited {stuck:.3} s of a {seconds} s recording; \
+         blocked_later {late:.3} s, {late_expected:.3} s expected"
+    );
+    assert!(
+        (0.95 * seconds..=1.15 * seconds).contains(&stuck),
+        "the thread blocked since before the recording waited {stuck:.3} s in it, not ~{seconds} s"
+    );
+    assert!(
+        (late - late_expected).abs() <= 0.3,
+        "the thread that blocked during the recording waited {late:.3} s in it, not ~{late_expected:.3} s"
+    );
+}

@@ -135,12 +135,12 @@ static __always_inline bool offcpu_profiled(struct task_struct *task)
 	return !filter_tgids || bpf_map_lookup_elem(&target_tgids, &tgid);
 }
 
-/* Sends the wait of `task` with its kernel stack and `user_bytes` of user
- * frames already in the scratch record after them. Its time is when it is
+/* Sends `off_ns` of waiting by `task` with its `kernel_frames` and
+ * `user_bytes` of user frames already in `record`. Its time is when it is
  * sent, after any CPU sample of the thread since it ran again, so that its
  * thread's signalled records reach userspace in the order of their times. */
-static __always_inline void offcpu_send(struct sample_record *record, struct offcpu_task *state,
-					struct task_struct *task, long user_bytes)
+static __always_inline void offcpu_output(struct sample_record *record, struct task_struct *task,
+					  __u64 off_ns, __u32 kernel_frames, long user_bytes)
 {
 	__u32 tgid = task->tgid;
 
@@ -149,22 +149,54 @@ static __always_inline void offcpu_send(struct sample_record *record, struct off
 	record->header.tgid = tgid;
 	record->header.tid = task->pid;
 	record->header.time_ns = bpf_ktime_get_ns();
-	record->header.off_cpu_ns = state->pending_ns;
-	record->header.kernel_frames = state->kernel_frames;
+	record->header.off_cpu_ns = off_ns;
+	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
-	if (state->pending_ns)
-		offcpu_pending_add(-1);
-	state->pending_ns = 0;
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) +
-				       (state->kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) *
-					       sizeof(__u64) +
+				       (kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64) +
 				       user_bytes,
 			       ring_flags(announce(tgid))) == 0)
 		count(STOKE_COUNTER_OFF_CPU_SENT);
 	else
 		count(STOKE_COUNTER_OFF_CPU_LOST_RING_FULL);
+}
+
+/* offcpu_output for the wait pending in `state`, which it ends. */
+static __always_inline void offcpu_send(struct sample_record *record, struct offcpu_task *state,
+					struct task_struct *task, long user_bytes)
+{
+	__u64 off_ns = state->pending_ns;
+
+	if (off_ns)
+		offcpu_pending_add(-1);
+	state->pending_ns = 0;
+	offcpu_output(record, task, off_ns, state->kernel_frames, user_bytes);
+}
+
+/* The kernel stack of `task`, off the CPU, into `frames` (at most
+ * OFFCPU_KERNEL_FRAMES): how many frames. The kernel leaves the
+ * scheduler's own functions (__sched: schedule, do_nanosleep...) out of a
+ * sleeping task's stack; the innermost, __schedule, is put back from where
+ * it saved its return address. */
+static __always_inline __u32 offcpu_kernel_stack(struct task_struct *task, __u64 *frames)
+{
+	struct inactive_task_frame *frame =
+		(struct inactive_task_frame *)BPF_CORE_READ(task, thread.sp);
+	__u32 first;
+	long bytes;
+
+	if (bpf_probe_read_kernel(&frames[0], sizeof(__u64), &frame->ret_addr) != 0)
+		frames[0] = 0;
+	first = frames[0] ? 1 : 0;
+	bytes = bpf_get_task_stack(task, &frames[first], (OFFCPU_KERNEL_FRAMES - 1) * sizeof(__u64),
+				   0);
+	if (bytes < 0) {
+		count(STOKE_COUNTER_KERNEL_STACK_FAILED);
+		bytes = 0;
+	}
+	return first + bytes / sizeof(__u64);
 }
 
 /* The scratch record with the waiting kernel stack copied in; NULL if
@@ -206,11 +238,8 @@ static __always_inline void offcpu_send_without_unwinding(struct offcpu_task *st
 static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 now)
 {
 	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
-	struct inactive_task_frame *frame;
 	struct pt_regs *user;
 	__u64 off, user_ip, user_sp;
-	__u32 first;
-	long bytes;
 
 	if (!state || !state->off_since)
 		return;
@@ -231,20 +260,7 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 	}
 	if (off < offcpu_min_ns || !offcpu_token(now))
 		return;
-	/* The kernel leaves the scheduler's own functions (__sched: schedule,
-	 * do_nanosleep...) out of a sleeping task's stack; the innermost,
-	 * __schedule, is put back from where it saved its return address. */
-	frame = (struct inactive_task_frame *)BPF_CORE_READ(task, thread.sp);
-	if (bpf_probe_read_kernel(&state->kernel[0], sizeof(__u64), &frame->ret_addr) != 0)
-		state->kernel[0] = 0;
-	first = state->kernel[0] ? 1 : 0;
-	bytes = bpf_get_task_stack(task, &state->kernel[first],
-				   sizeof(state->kernel) - sizeof(__u64), 0);
-	if (bytes < 0) {
-		count(STOKE_COUNTER_KERNEL_STACK_FAILED);
-		bytes = 0;
-	}
-	state->kernel_frames = first + bytes / sizeof(__u64);
+	state->kernel_frames = offcpu_kernel_stack(task, state->kernel);
 	state->pending_ns = off;
 	if (off)
 		offcpu_pending_add(1);

@@ -575,5 +575,6 @@ int BPF_PROG(process_exit, struct task_struct *task)
 }
 
 #include "offcpu.bpf.h"
+#include "offcpu_waiting.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -29,7 +29,7 @@ use super::{
 use crate::{
     process::{procfs::age, ProcessImage, ProcessRegistry},
     profile::JavaSummary,
-    sample::{ring_record::Sample, sampler::Sampler},
+    sample::{monotonic_ns, ring_record::Sample, sampler::Sampler},
 };
 
 /// The agent, built from `agent/` by build.rs.
@@ -748,14 +748,4 @@ fn agent_file_name() -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     AGENT.hash(&mut hasher);
     format!("libstoke_agent-{:016x}.so", hasher.finish())
-}
-
-fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }

@@ -138,6 +138,9 @@ fn summary_of(
     counters: &CounterTotals,
 ) -> RecordingSummary {
     let mut summary = summary.clone();
+    if event != Event::Offcpu {
+        summary.waits_in_progress = 0;
+    }
     if event == Event::Cpu {
         return summary;
     }

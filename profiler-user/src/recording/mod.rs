@@ -297,7 +297,8 @@ impl Recording {
 
     /// Stops sampling, waits for the Java side's last answers, and names
     /// and folds the stacks: a profile per event, in `-e` order.
-    pub fn finish(self) -> Result<Vec<Profile>> {
+    pub fn finish(mut self) -> Result<Vec<Profile>> {
+        let waits_in_progress = self.take_waits_in_progress()?;
         let Self {
             sampler,
             mut processes,
@@ -347,6 +348,7 @@ impl Recording {
             unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
             symbolize_time: naming.elapsed(),
             symbolized_addresses: names.len(),
+            waits_in_progress,
             ..RecordingSummary::default()
         };
         let java = |pid| java_symbols.get(&pid);
@@ -355,6 +357,20 @@ impl Recording {
                 aggregator.fold(&processes, &names, &java, summary)
             }),
         )
+    }
+
+    /// With off-CPU time recorded, takes in the waits still going on now
+    /// ([`crate::sample::waiting`]), the ring drained between batches:
+    /// how many.
+    fn take_waits_in_progress(&mut self) -> Result<u64> {
+        let Some(mut waits) = self.sampler.waits_in_progress()? else {
+            return Ok(0);
+        };
+        while waits.next_batch()? {
+            self.take_in()?;
+        }
+        self.take_in()?;
+        Ok(waits.waits)
     }
 
     /// Names the addresses of `aggregator`'s stacks and folds them.

@@ -18,6 +18,11 @@ use aya::{
 };
 use profiler_common::COUNTER_COUNT;
 
+use super::{
+    monotonic_ns,
+    waiting::{self, WaitsInProgress},
+};
+
 /// What to sample.
 #[derive(Clone, Debug)]
 pub struct SamplerConfig {
@@ -91,6 +96,7 @@ impl Sampler {
             .offcpu
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
         let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
+        let offcpu_recording_start = monotonic_ns();
 
         // The off-CPU task storage is used only by the BPF side: aya has no
         // type for it, which is no matter.
@@ -103,6 +109,7 @@ impl Sampler {
             .override_global("offcpu_min_ns", &offcpu_min_ns, true)
             .override_global("offcpu_budget", &offcpu_budget, true)
             .override_global("offcpu_jvms_only", &offcpu_jvms_only, true)
+            .override_global("offcpu_recording_start", &offcpu_recording_start, true)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
@@ -138,6 +145,9 @@ impl Sampler {
             tracepoints.push(("offcpu_syscall_exit", "sys_exit"));
             tracepoints.push(("offcpu_thread_exit", "sched_process_exit"));
             tracepoints.push(("offcpu_switch", "sched_switch"));
+        }
+        if config.offcpu.is_some_and(|offcpu| !offcpu.jvms_only) {
+            waiting::load(&mut ebpf, &btf)?;
         }
         for (program, event) in tracepoints {
             let tracepoint: &mut BtfTracePoint = ebpf
@@ -195,6 +205,19 @@ impl Sampler {
         // SAFETY: one valid pollfd for the duration of the call. EINTR (a
         // signal asking us to stop) only ends the wait early, as wanted.
         unsafe { libc::poll(&mut poll_fd, 1, millis) };
+    }
+
+    /// With off-CPU time recorded, starts sending the waits still going on
+    /// now into the ring ([`waiting`]); `None` otherwise.
+    pub fn waits_in_progress(&mut self) -> Result<Option<WaitsInProgress>> {
+        if self
+            .ebpf
+            .program("offcpu_waiting")
+            .is_none_or(|program| program.fd().is_err())
+        {
+            return Ok(None);
+        }
+        WaitsInProgress::start(&mut self.ebpf).map(Some)
     }
 
     /// Hands every record waiting in the ring buffer to `take`, in order.

@@ -41,6 +41,10 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
             summary.over_budget.to_string(),
         ),
         (
+            "Off-CPU waits still going on at the end",
+            summary.waits_in_progress.to_string(),
+        ),
+        (
             "Duration",
             format!("{:.1} s", summary.duration.as_secs_f64()),
         ),

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Waits still going on when a recording ends. sched_switch sees a wait
+ * only when it ends: a thread blocked past the end of the recording (a
+ * deadlock, a hung read, an idle worker), and above all one blocked since
+ * before it began, would not be counted at all. So at the end, userspace
+ * runs this task iterator once: every profiled thread asleep now (off the
+ * run queue, interruptible or not) sends one off-CPU record, weighed from
+ * when it blocked (or from the recording's start) until now, with its
+ * kernel stack and, for its user side, only the address it entered the
+ * kernel at: its user stack cannot be unwound from outside the thread, and
+ * it is not to be woken or signalled. Included after offcpu.bpf.h.
+ *
+ * Each record sent also writes its weight to the iterator's output, so
+ * that a read() of N bytes returns after N/8 records and userspace drains
+ * the ring between reads: a host with many sleeping threads cannot fill it.
+ */
+
+#define OFFCPU_TASK_INTERRUPTIBLE 0x1
+#define OFFCPU_TASK_UNINTERRUPTIBLE 0x2
+
+/* When the recording began (bpf_ktime_get_ns's clock). */
+const volatile __u64 offcpu_recording_start = 0;
+
+SEC("iter/task")
+int offcpu_waiting(struct bpf_iter__task *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct task_struct *task = ctx->task;
+	struct offcpu_task *state;
+	struct sample_record *record;
+	struct pt_regs *user;
+	__u64 now = bpf_ktime_get_ns(), since = offcpu_recording_start, off, user_ip;
+	__u32 zero = 0, frames;
+	long user_bytes = 0;
+
+	if (!task || !offcpu_profiled(task))
+		return 0;
+	if (!(BPF_CORE_READ(task, __state) &
+	      (OFFCPU_TASK_INTERRUPTIBLE | OFFCPU_TASK_UNINTERRUPTIBLE)) ||
+	    BPF_CORE_READ(task, on_rq))
+		return 0;
+	/* A thread that blocked during the recording has the time it did;
+	 * one without that time blocked before it (or is about to run). */
+	state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
+	off = 0;
+	if (state) {
+		if (!state->off_since)
+			return 0;
+		if (state->off_since > since)
+			since = state->off_since;
+		off = state->pending_ns;
+	}
+	if (now <= since)
+		return 0;
+	off += now - since;
+	if (off < offcpu_min_ns)
+		return 0;
+	record = bpf_map_lookup_elem(&scratch, &zero);
+	if (!record)
+		return 0;
+	frames = offcpu_kernel_stack(task, record->frames);
+	if (frames > OFFCPU_KERNEL_FRAMES - 1)
+		frames = OFFCPU_KERNEL_FRAMES - 1;
+	record->header.flags = STOKE_SAMPLE_IN_KERNEL;
+	if (!(task->flags & PF_KTHREAD)) {
+		user = (struct pt_regs *)bpf_task_pt_regs(task);
+		user_ip = BPF_CORE_READ(user, ip);
+		if (user_ip) {
+			record->frames[frames] = user_ip;
+			user_bytes = sizeof(__u64);
+		}
+	}
+	offcpu_output(record, task, off, frames, user_bytes);
+	bpf_seq_write(seq, &off, sizeof(off));
+	return 0;
+}

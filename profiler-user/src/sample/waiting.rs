@@ -1,0 +1,68 @@
+//! Off-CPU waits still going on when a recording ends: the BPF task
+//! iterator `offcpu_waiting` (profiler-ebpf's `offcpu_waiting.bpf.h`) sends
+//! one off-CPU record into the ring for each profiled thread asleep at the
+//! end, weighed from when it blocked (or from the recording's start), with
+//! its kernel stack and the user address it entered the kernel at.
+//! Without it, a thread blocked past the end, or since before the start
+//! (the deadlocked thread an incident is about), would not show at all.
+
+use std::{fs::File, io::Read};
+
+use anyhow::{Context, Result};
+use aya::{programs::Iter, Btf, Ebpf};
+
+const PROGRAM: &str = "offcpu_waiting";
+
+/// Records the iterator sends between two reads (it writes 8 bytes of
+/// output per record, and a read returns once it has the bytes asked
+/// for): the ring is drained in between, so that a host with thousands of
+/// sleeping threads cannot fill it.
+const RECORDS_PER_READ: usize = 256;
+
+/// Loads the iterator (before sampling starts, so that a kernel refusing
+/// it fails the recording at once, not at its end).
+pub fn load(ebpf: &mut Ebpf, btf: &Btf) -> Result<()> {
+    let iter: &mut Iter = ebpf
+        .program_mut(PROGRAM)
+        .with_context(|| format!("no {PROGRAM} program in the BPF object"))?
+        .try_into()?;
+    iter.load("task", btf)
+        .context("loading the task iterator for waits in progress")?;
+    Ok(())
+}
+
+/// One run of the iterator over every thread of the host.
+pub struct WaitsInProgress {
+    output: File,
+    /// Records sent so far.
+    pub waits: u64,
+}
+
+impl WaitsInProgress {
+    /// Starts a run of the loaded iterator.
+    pub fn start(ebpf: &mut Ebpf) -> Result<Self> {
+        let iter: &mut Iter = ebpf
+            .program_mut(PROGRAM)
+            .with_context(|| format!("no {PROGRAM} program in the BPF object"))?
+            .try_into()?;
+        let link = iter.attach().context("attaching the task iterator")?;
+        let output = iter
+            .take_link(link)?
+            .into_file()
+            .context("creating the task iterator")?;
+        Ok(Self { output, waits: 0 })
+    }
+
+    /// Lets the iterator send its next records into the ring; false once
+    /// it has visited every thread.
+    pub fn next_batch(&mut self) -> Result<bool> {
+        // Each record's weight, 8 bytes: only their number matters here.
+        let mut weights = [0u8; RECORDS_PER_READ * 8];
+        let read = self
+            .output
+            .read(&mut weights)
+            .context("running the task iterator")?;
+        self.waits += (read / 8) as u64;
+        Ok(read > 0)
+    }
+}
