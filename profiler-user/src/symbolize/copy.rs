@@ -31,7 +31,10 @@ use object::{
     ReadCache,
 };
 
-use super::read_parts::{self, ReadParts};
+use super::{
+    read_parts::{self, ReadParts},
+    segments::Segments,
+};
 use crate::process::MappedFile;
 use crate::{
     rootfs,
@@ -68,6 +71,10 @@ pub struct Copy {
     _debug_file: Option<File>,
     /// Whether blazesym is to read DWARF (else the copy has none).
     pub dwarf: bool,
+    /// For a copy of a debug file's symbols in place of the file's own
+    /// (see [`debug_symbols`]): the file's segments, which turn its
+    /// offsets into the addresses the symbols have.
+    pub segments: Option<Segments>,
 }
 
 impl Copy {
@@ -91,19 +98,24 @@ pub fn for_blazesym(mapped: &MappedFile, lines: bool) -> io::Result<Copy> {
     )?;
     let links = links_of(&file, deadline)?;
     // Only a `.gnu_debuglink` can name the debug file to blazesym.
-    let debug_file = mapped
+    let found = mapped
         .origin
         .as_ref()
         .filter(|_| dwarf && links.debuglink.is_some())
         .and_then(|origin| {
-            let found = debug_file::find_until(
+            debug_file::find_until(
                 &origin.root,
                 Some(&origin.path),
                 &links.as_links(),
                 deadline,
-            )?;
-            debug_copy(found.file, deadline).ok()
+            )
         });
+    if let Some(found) = found.as_ref().filter(|_| !lines) {
+        if let Some(copy) = debug_symbols(&file, &found.file, deadline)? {
+            return Ok(copy);
+        }
+    }
+    let debug_file = found.and_then(|found| debug_copy(found.file, deadline).ok());
     let crc_and_fd = debug_file
         .as_ref()
         .map(|(debug, crc)| (*crc, debug.as_raw_fd()));
@@ -114,7 +126,41 @@ pub fn for_blazesym(mapped: &MappedFile, lines: bool) -> io::Result<Copy> {
         file,
         _debug_file: debug_file.map(|(debug, _)| debug),
         dwarf,
+        segments: None,
     })
+}
+
+/// For a file without a symbol table (`original`, its copy) whose separate
+/// debug file `debug` has one: a copy of the debug file's symbol tables
+/// alone, which blazesym reads in place of the file, by address (the
+/// debug file's segments have addresses but no bytes). Its DWARF, most of
+/// it and compressed, is neither copied nor inflated: naming a stripped
+/// libc from Debian's debug package took 83 ms this way, every time a new
+/// address of it came. `None` when the debug file has no symbol table.
+fn debug_symbols(original: &File, debug: &File, deadline: Instant) -> io::Result<Option<Copy>> {
+    let Some(segments) = Segments::of(original, deadline)? else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(format!("/proc/self/fd/{}", debug.as_raw_fd()));
+    let (file, dwarf) = copy_of(
+        &path,
+        c"stoke-debug-symbols",
+        Parts::ReadForNames { lines: false },
+        deadline,
+    )?;
+    if dwarf {
+        return Ok(None);
+    }
+    let links = links_of(&file, deadline)?;
+    rewrite_links(&file, &links, None)?;
+    check_links(&file, None, deadline)?;
+    seal(&file)?;
+    Ok(Some(Copy {
+        file,
+        _debug_file: None,
+        dwarf: false,
+        segments: Some(segments),
+    }))
 }
 
 /// A copy of a separate debug file, without links, sealed; and its CRC32.
@@ -340,7 +386,7 @@ mod tests {
 
     use object::{
         read::elf::{ElfFile64, ProgramHeader},
-        Object, ObjectSymbol,
+        Object, ObjectSection, ObjectSymbol,
     };
 
     use super::*;
@@ -422,10 +468,33 @@ mod tests {
         // (blazesym names it from its DWARF, whatever name that gives.)
         let reference = reference_name(&program, offset).expect("named from the debug file");
         let mapped = MappedFile::on_host(&program);
-        let names = Symbolizer::new(false).file(&mapped, &[offset]);
-        assert_eq!(&*names[0][0], reference);
-        // Its link now names the copy of the debug file, by descriptor.
+        for lines in [false, true] {
+            let names = Symbolizer::new(lines).file(&mapped, &[offset]);
+            assert!(names[0][0].starts_with(&reference), "{}", names[0][0]);
+        }
+        // Names alone come from the debug file's symbol table, copied
+        // without its DWARF and with no link, read by address.
         let copy = for_blazesym(&mapped, false).unwrap();
+        assert!(copy.segments.is_some() && !copy.dwarf);
+        let bytes = std::fs::read(copy.path()).unwrap();
+        let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        assert!(elf.section_by_name(".symtab").is_some());
+        assert!(elf.gnu_debuglink().unwrap().is_none());
+        // Its DWARF sections are holes.
+        let dwarf: Vec<_> = elf
+            .sections()
+            .filter(|section| section.name().is_ok_and(|name| name.starts_with(".debug_")))
+            .filter_map(|section| section.file_range())
+            .collect();
+        assert!(!dwarf.is_empty());
+        for (start, size) in dwarf {
+            let range = start as usize..(start + size) as usize;
+            assert!(bytes[range].iter().all(|&byte| byte == 0));
+        }
+        drop(copy);
+        // With source lines, blazesym reads the debug file's DWARF: the
+        // copy's link names a copy of it, by descriptor.
+        let copy = for_blazesym(&mapped, true).unwrap();
         let bytes = std::fs::read(copy.path()).unwrap();
         let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
         let (name, _) = elf.gnu_debuglink().unwrap().unwrap();
@@ -498,6 +567,55 @@ mod tests {
             .collect()
     }
 
+    /// The debug file of `elf` that Debian's debug packages install, by
+    /// build ID.
+    fn debug_file_of(elf: &ElfFile64<object::Endianness>) -> PathBuf {
+        let id: String = elf
+            .build_id()
+            .unwrap()
+            .expect("a build ID")
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect();
+        let path = PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &id[..2],
+            &id[2..]
+        ));
+        assert!(path.exists(), "no {} (libc6-dbg)", path.display());
+        path
+    }
+
+    /// The function blazesym finds at file offset `offset` of `program`
+    /// in the symbol table of `symbols` (the program or its debug file),
+    /// by address.
+    fn symbol_table_name(program: &Path, symbols: &Path, offset: u64) -> Option<String> {
+        use blazesym::symbolize::{
+            source::{Elf, Source},
+            Input, Symbolizer as Blazesym,
+        };
+        let bytes = std::fs::read(program).unwrap();
+        let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+        let endian = file.endian();
+        let load = file.elf_program_headers().iter().find(|header| {
+            let start = header.p_offset(endian);
+            header.p_type(endian) == elf::PT_LOAD
+                && (start..start + header.p_filesz(endian)).contains(&offset)
+        })?;
+        let address = load.p_vaddr(endian) + offset - load.p_offset(endian);
+        let blazesym = Blazesym::new();
+        let results = blazesym
+            .symbolize(
+                &Source::Elf(Elf {
+                    debug_syms: false,
+                    ..Elf::new(symbols)
+                }),
+                Input::VirtOffset(&[address][..]),
+            )
+            .unwrap();
+        results[0].as_sym().map(|sym| sym.name.to_string())
+    }
+
     #[test]
     fn copies_hold_what_names_need_and_little_else() {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
@@ -516,16 +634,18 @@ mod tests {
             let mapped = MappedFile::on_host(&program);
             let names = Symbolizer::new(false).file(&mapped, &offsets);
             // Named as from the file itself, from its symbol table if it has
-            // one (this test is built with DWARF too: not read).
+            // one (this test is built with DWARF too: not read); Debian's
+            // libc has none: from its debug file's (libc6-dbg).
             let copy = for_blazesym(&mapped, false).unwrap();
-            let has_symtab =
-                ElfFile64::<object::Endianness>::parse(&*std::fs::read(&program).unwrap())
-                    .unwrap()
-                    .section_by_name(".symtab")
-                    .is_some();
-            assert_eq!(copy.dwarf, !has_symtab);
+            let bytes = std::fs::read(&program).unwrap();
+            let elf = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+            let symbols = match elf.section_by_name(".symtab") {
+                Some(_) => program.clone(),
+                None => debug_file_of(&elf),
+            };
+            assert!(!copy.dwarf && (copy.segments.is_some() == (symbols != program)));
             for (offset, name) in offsets.iter().zip(&names) {
-                let reference = reference_name_from(&program, *offset, copy.dwarf)
+                let reference = symbol_table_name(&program, &symbols, *offset)
                     .unwrap_or_else(|| format!("{}+{offset:#x}", mapped.name));
                 assert_eq!(*name[0], *reference, "{} at {offset:#x}", program.display());
             }
@@ -537,7 +657,7 @@ mod tests {
             );
             // The copy has the file's size; its code is holes.
             let metadata = copy.file.metadata().unwrap();
-            let size = std::fs::metadata(&program).unwrap().len();
+            let size = std::fs::metadata(&symbols).unwrap().len();
             assert_eq!(metadata.len(), size);
             let stored = std::os::unix::fs::MetadataExt::blocks(&metadata) * 512;
             let code_bytes: u64 = code.iter().map(|&(_, size)| size).sum();

@@ -10,6 +10,7 @@
 pub mod copy;
 pub mod names;
 pub mod read_parts;
+pub mod segments;
 
 use std::{cell::OnceCell, io, path::Path, sync::Arc};
 
@@ -52,6 +53,7 @@ impl Symbolizer {
             self.kernel.get_or_init(|| self.blazesym()),
             &Source::Kernel(kernel),
             Input::AbsAddr(addresses),
+            addresses,
             |address| format!("{address:#x}"),
         )
         .into_iter()
@@ -92,14 +94,20 @@ impl Symbolizer {
             debug_syms: copy.dwarf,
             ..Elf::new(copy.path())
         });
+        // A debug file's symbols in place of the file's are read by address.
+        let addresses: Option<Vec<u64>> = copy.segments.as_ref().map(|segments| {
+            offsets
+                .iter()
+                .map(|&offset| segments.address_of(offset).unwrap_or(u64::MAX))
+                .collect()
+        });
+        let input = match &addresses {
+            Some(addresses) => Input::VirtOffset(&addresses[..]),
+            None => Input::FileOffset(offsets),
+        };
         // blazesym keeps every file it parsed mapped and indexed: a fresh one
         // per file bounds stoke's memory by the largest file, not their sum.
-        self.batch(
-            &self.blazesym(),
-            &source,
-            Input::FileOffset(offsets),
-            unnamed,
-        )
+        self.batch(&self.blazesym(), &source, input, offsets, unnamed)
     }
 
     fn blazesym(&self) -> BlazeSymbolizer {
@@ -111,14 +119,17 @@ impl Symbolizer {
             .build()
     }
 
+    /// Names `input`'s addresses; one that cannot be named is named
+    /// `unnamed` of its key, the same place in `keys`.
     fn batch(
         &self,
         blazesym: &BlazeSymbolizer,
         source: &Source,
         input: Input<&[u64]>,
+        keys: &[u64],
         unnamed: impl Fn(u64) -> String,
     ) -> Vec<Frames> {
-        let addresses = *input.as_inner_ref();
+        let addresses = keys;
         match blazesym.symbolize(source, input) {
             Ok(results) => results
                 .iter()
@@ -215,6 +226,35 @@ mod tests {
             "{}",
             names[0][0]
         );
+        assert_eq!(&*names[1][0], format!("{}+{:#x}", file.name, u64::MAX / 2));
+    }
+
+    /// Debian's libc has no `.symtab`; its debug package's file has one
+    /// (`cargo xtask setup` installs libc6-dbg): that is what names it,
+    /// by address, with none of the file's DWARF copied.
+    #[test]
+    fn a_stripped_libc_is_named_from_its_debug_files_symbol_table() {
+        let mut table = crate::process::ProcessRegistry::default();
+        let id = table.image_for(std::process::id(), "self");
+        let image = table.image(id);
+        let (mapping, offset) = image.locate(libc::getpid as *const () as u64).unwrap();
+        let crate::process::MappingTarget::File(file) = &mapping.target else {
+            panic!("libc is not a file mapping")
+        };
+        let copy = copy::for_blazesym(file, false).unwrap();
+        assert!(
+            copy.segments.is_some() && !copy.dwarf,
+            "{} is not named from its debug file's symbols alone",
+            file.name
+        );
+        let copied = copy.path().metadata().unwrap().len();
+        let names = Symbolizer::new(false).file(file, &[offset, u64::MAX / 2]);
+        assert!(
+            names[0][0].contains("getpid"),
+            "{} ({copied} bytes)",
+            names[0][0]
+        );
+        // An offset no segment loads has no address: named by its offset.
         assert_eq!(&*names[1][0], format!("{}+{:#x}", file.name, u64::MAX / 2));
     }
 }
