@@ -348,12 +348,13 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             measured.clone(),
             Target::judge(goal, measured, steady.cpu_share <= CPU_TARGET, || {
                 format!(
-                    "{:.2} points over: each interval names the addresses new in it, and \
-                     each file with new addresses has its symbol tables copied and indexed \
-                     again (a fresh blazesym per file, symbolize/copy.rs): on a host that \
-                     builds Rust, rustc's libraries (165k symbols) take 100–200 ms an \
-                     interval; a libc without `.symtab` is named from its debug package's \
-                     DWARF; the unwind thread (tables of new files) takes about a sixth",
+                    "{:.2} points over: each process sampled for the first time has its \
+                     /proc files read (maps, cgroup, comm, exe) and its unwind tables \
+                     placed by the unwind thread, which each new process wakes; each \
+                     interval names the addresses new in it, each file with new ones \
+                     copied and indexed again (a fresh blazesym per file, \
+                     symbolize/copy.rs): cheap for most, 100–200 ms for rustc's \
+                     libraries (165k symbols) on a host that builds Rust",
                     (steady.cpu_share - CPU_TARGET) * 100.0
                 )
             }),
