@@ -145,6 +145,18 @@ fn diff_colours_growth_red_and_shrinkage_blue() {
         0,
         "gone has no width after"
     );
+    // Sized by BEFORE (a link's fragment), what is gone is drawn, and each
+    // frame has its BEFORE width: gone 20, shrinks 100 of main's 200.
+    browser.open(&page, "before=1");
+    let main = number(&frame("main")["width"]);
+    let gone = number(&frame("gone")["width"]);
+    let shrinks = number(&frame("shrinks")["width"]);
+    println!("sized by BEFORE: main {main}, gone {gone}, shrinks {shrinks}");
+    assert!(
+        (gone / main - 0.1).abs() < 0.01 && (shrinks / main - 0.5).abs() < 0.01,
+        "not sized by BEFORE: main {main}, gone {gone}, shrinks {shrinks}"
+    );
+    browser.open(&page, "");
 
     let table = browser.js(
         "return [...document.querySelectorAll('#changes tbody tr')].map((row) => [...row.cells].map((cell) => cell.textContent));",

@@ -16,7 +16,8 @@ const KINDS = [
   ['process', 208, 222, 60, 66],
   ['thread', 192, 204, 35, 76],
 ];
-const VIEW_KEYS = ['search', 'keep', 'remove', 'replace', 'with', 'collapse', 'reversed', 'zoom'];
+const VIEW_KEYS = ['search', 'keep', 'remove', 'replace', 'with', 'collapse', 'reversed', 'before', 'zoom'];
+const CHECKBOX_KEYS = ['collapse', 'reversed', 'before'];
 const TRANSFORM_KEYS = ['keep', 'remove', 'replace', 'with', 'collapse', 'reversed'];
 
 /** Milliseconds each step of the first draw took, for the curious and for tests. */
@@ -77,6 +78,14 @@ function percent(part, whole) {
 }
 
 /** Draws the tree with `zoom` spanning the full width. */
+/**
+ * How wide a node is drawn: its samples, or in a diff sized by BEFORE, its
+ * BEFORE samples (scaled), where frames gone since have their width.
+ */
+function widthOf(node) {
+  return view.before && tree.before ? tree.before[node] : tree.total[node];
+}
+
 function draw() {
   const drawStarted = performance.now();
   // What the tooltip showed may not be drawn any more.
@@ -92,15 +101,15 @@ function draw() {
   ctx.font = '12px sans-serif';
   ctx.textBaseline = 'middle';
   const charWidth = ctx.measureText('abcdefghijklmnopqrstuvwxyz_ABCDEF').width / 32;
-  const left = offsetOf(tree, zoom);
-  const span = tree.total[zoom];
+  const left = offsetOf(tree, zoom, widthOf);
+  const span = widthOf(zoom);
   const scale = span > 0 ? width / span : 0;
   boxes = [];
   const pending = [0, 0];
   while (pending.length > 0) {
     const x = pending.pop();
     const node = pending.pop();
-    const total = tree.total[node];
+    const total = widthOf(node);
     if (x + total <= left || x >= left + span) continue;
     const from = Math.max((x - left) * scale, 0);
     const to = Math.min((x + total - left) * scale, width);
@@ -119,7 +128,7 @@ function draw() {
     let childX = x;
     for (const child of childrenOf(tree, node)) {
       pending.push(child, childX);
-      childX += tree.total[child];
+      childX += widthOf(child);
     }
   }
   renders++;
@@ -244,7 +253,7 @@ function loadView() {
   for (const key of VIEW_KEYS) {
     const value = params.get(key) || '';
     if (key === 'zoom') view.zoom = value ? value.split(';') : [];
-    else if (key === 'collapse' || key === 'reversed') view[key] = value === '1';
+    else if (CHECKBOX_KEYS.includes(key)) view[key] = value === '1';
     else view[key] = value;
     const input = element(key);
     if (!input) continue;
@@ -301,7 +310,8 @@ element('subtitle').textContent = data.subtitle;
 document.title = data.title;
 legend();
 changesTable();
-for (const key of VIEW_KEYS) element(key)?.addEventListener(key === 'collapse' || key === 'reversed' ? 'change' : 'input', onInput);
+for (const key of VIEW_KEYS) element(key)?.addEventListener(CHECKBOX_KEYS.includes(key) ? 'change' : 'input', onInput);
+element('before-control').hidden = !data.before;
 element('controls').addEventListener('submit', (event) => event.preventDefault());
 element('reset').addEventListener('click', () => setZoom(0));
 canvas.addEventListener('click', (event) => {

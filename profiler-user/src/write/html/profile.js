@@ -271,13 +271,16 @@ function nodeAt(tree, path) {
   return node;
 }
 
-/** Where `node` starts, in samples from the left edge of the whole graph. */
-function offsetOf(tree, node) {
+/**
+ * Where `node` starts from the left edge of the whole graph, measured by
+ * `widthOf` (samples, or a diff's BEFORE samples).
+ */
+function offsetOf(tree, node, widthOf) {
   let x = 0;
   for (let n = node; n > 0; n = tree.parent[n]) {
     for (const sibling of childrenOf(tree, tree.parent[n])) {
       if (sibling === n) break;
-      x += tree.total[sibling];
+      x += widthOf(sibling);
     }
   }
   return x;
