@@ -368,3 +368,59 @@ fn an_output_directory_keeps_the_last_files_of_each_service() {
         assert!(samples > 0, "{} has no samples", file.display());
     }
 }
+
+/// Off-CPU time in `stoke continuous`: a thread blocked for the whole run
+/// counts in every interval, up to each cut, and once only: its time over
+/// all the files is the run's.
+#[test]
+fn a_thread_blocked_all_along_counts_in_every_interval_once() {
+    let (dir, workload) = prepare("continuous-offcpu", "blocked_threads");
+    let running = workload.spawn(&args![60, 0.5]);
+    let out = TempDir::new("continuous-offcpu-files");
+    let mut stoke = Stoke::spawn(&args![
+        "continuous",
+        "-p",
+        running.pid(),
+        "-e",
+        "offcpu",
+        "--interval",
+        2,
+        "--output-dir",
+        out.path().display(),
+        "--keep",
+        100
+    ]);
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+    let started = Instant::now();
+    thread::sleep(Duration::from_secs_f64(7.5));
+    let ran = started.elapsed().as_secs_f64();
+    stop(stoke);
+    let service = out.path().join("blocked_threads");
+    let mut files: Vec<_> = fs::read_dir(&service)
+        .unwrap_or_else(|e| panic!("{}: {e}", service.display()))
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    let stuck: Vec<f64> = files
+        .iter()
+        .map(|file| {
+            let (_, functions) =
+                pprof_samples(dir.path(), "offcpu.pb.gz", &fs::read(file).unwrap());
+            functions.get("stuck_from_start").copied().unwrap_or(0) as f64 / 1e9
+        })
+        .collect();
+    let total: f64 = stuck.iter().sum();
+    println!("stuck_from_start per interval: {stuck:?} s; {total:.3} s in all of a {ran:.3} s run");
+    assert!(stuck.len() >= 4, "{} files: {files:?}", stuck.len());
+    // Every interval but the last (cut short by SIGTERM) is 2 s long.
+    for (index, seconds) in stuck[..stuck.len() - 1].iter().enumerate() {
+        assert!(
+            (1.8..=2.3).contains(seconds),
+            "interval {index}: the blocked thread has {seconds:.3} s, not ~2 s"
+        );
+    }
+    assert!(
+        (0.97 * ran..=ran + 0.3).contains(&total),
+        "the blocked thread has {total:.3} s over all intervals of a {ran:.3} s run"
+    );
+}

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Waits still going on when a recording ends. sched_switch sees a wait
- * only when it ends: a thread blocked past the end of the recording (a
- * deadlock, a hung read, an idle worker), and above all one blocked since
- * before it began, would not be counted at all. So at the end, userspace
- * runs this task iterator once: every profiled thread asleep now (off the
- * run queue, interruptible or not) sends one off-CPU record, weighed from
- * when it blocked (or from the recording's start) until now, with its
- * kernel stack and, for its user side, only the address it entered the
- * kernel at: its user stack cannot be unwound from outside the thread, and
- * it is not to be woken or signalled. Included after offcpu.bpf.h.
+ * Waits still going on when a recording ends, or an interval of `stoke
+ * continuous` is cut. sched_switch sees a wait only when it ends: a thread
+ * blocked past the end of the recording (a deadlock, a hung read, an idle
+ * worker), and above all one blocked since before it began, would not be
+ * counted at all, or, in `stoke continuous`, not before the interval it
+ * ends in. So at each end, userspace runs this task iterator: every
+ * profiled thread asleep now (off the run queue, interruptible or not)
+ * sends one off-CPU record, weighed from when it blocked (or from the
+ * recording's start, or the last cut) until now, with its kernel stack
+ * and, for its user side, only the address it entered the kernel at: its
+ * user stack cannot be unwound from outside the thread, and it is not to
+ * be woken or signalled. The time sent is then taken off the wait (it is
+ * counted from now on), so that the record of its end, or the next cut's,
+ * counts only the rest. Included after offcpu.bpf.h.
  *
  * Each record sent also writes its weight to the iterator's output, so
  * that a read() of N bytes returns after N/8 records and userspace drains
@@ -40,22 +44,31 @@ int offcpu_waiting(struct bpf_iter__task *ctx)
 	      (OFFCPU_TASK_INTERRUPTIBLE | OFFCPU_TASK_UNINTERRUPTIBLE)) ||
 	    BPF_CORE_READ(task, on_rq))
 		return 0;
-	/* A thread that blocked during the recording has the time it did;
-	 * one without that time blocked before it (or is about to run). */
+	/* A thread that blocked during the recording has the time it did (or
+	 * that of the last cut); one without storage blocked before it. */
 	state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
-	off = 0;
 	if (state) {
 		if (!state->off_since)
 			return 0;
 		if (state->off_since > since)
 			since = state->off_since;
-		off = state->pending_ns;
+	} else {
+		state = bpf_task_storage_get(&offcpu_tasks, task, 0,
+					     BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!state)
+			return 0;
+		state->off_since = since;
 	}
 	if (now <= since)
 		return 0;
-	off += now - since;
+	off = state->pending_ns + now - since;
 	if (off < offcpu_min_ns)
 		return 0;
+	/* Counted up to now: the rest of the wait from now on. */
+	state->off_since = now;
+	if (state->pending_ns)
+		offcpu_pending_add(-1);
+	state->pending_ns = 0;
 	record = bpf_map_lookup_elem(&scratch, &zero);
 	if (!record)
 		return 0;

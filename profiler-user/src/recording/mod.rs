@@ -265,6 +265,7 @@ impl Recording {
     /// stays bounded by what is alive. Samples still waiting for their
     /// Java stacks go into the next interval.
     pub fn cut(&mut self, since: Instant) -> Result<Vec<Profile>> {
+        let waits_in_progress = self.take_waits_in_progress()?;
         self.java.await_names(INTERVAL_NAMES_WAIT);
         let counters = self.sampler.counters()?;
         let mut since_cut = counters;
@@ -280,6 +281,7 @@ impl Recording {
             cpus: self.cpus(),
             lost_ring_full: since_cut[Counter::LostRingFull as usize],
             processes: self.processes.len(),
+            waits_in_progress,
             ..RecordingSummary::default()
         };
         let events = std::mem::take(&mut self.events);
@@ -359,9 +361,10 @@ impl Recording {
         )
     }
 
-    /// With off-CPU time recorded, takes in the waits still going on now
-    /// ([`crate::sample::waiting`]), the ring drained between batches:
-    /// how many.
+    /// With off-CPU time recorded, takes in the waits still going on now,
+    /// up to now (the rest of each counts at its end or the next cut:
+    /// [`crate::sample::waiting`]), the ring drained between batches: how
+    /// many.
     fn take_waits_in_progress(&mut self) -> Result<u64> {
         let Some(mut waits) = self.sampler.waits_in_progress()? else {
             return Ok(0);

@@ -1,10 +1,12 @@
-//! Off-CPU waits still going on when a recording ends: the BPF task
-//! iterator `offcpu_waiting` (profiler-ebpf's `offcpu_waiting.bpf.h`) sends
-//! one off-CPU record into the ring for each profiled thread asleep at the
-//! end, weighed from when it blocked (or from the recording's start), with
-//! its kernel stack and the user address it entered the kernel at.
-//! Without it, a thread blocked past the end, or since before the start
-//! (the deadlocked thread an incident is about), would not show at all.
+//! Off-CPU waits still going on when a recording ends or an interval of
+//! `stoke continuous` is cut: the BPF task iterator `offcpu_waiting`
+//! (profiler-ebpf's `offcpu_waiting.bpf.h`) sends one off-CPU record into
+//! the ring for each profiled thread asleep then, weighed from when it
+//! blocked (or from the recording's start, or the last cut), with its
+//! kernel stack and the user address it entered the kernel at; the rest of
+//! the wait counts at its end or the next cut. Without it, a thread blocked
+//! past the end, or since before the start (the deadlocked thread an
+//! incident is about), would not show at all.
 
 use std::{fs::File, io::Read};
 
