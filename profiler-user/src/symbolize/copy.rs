@@ -384,6 +384,11 @@ fn seal(file: &File) -> io::Result<()> {
 mod tests {
     use std::{ffi::CString, os::unix::ffi::OsStrExt, sync::mpsc, time::Duration};
 
+    use blazesym::symbolize::{
+        source::{Elf, Source},
+        Input,
+    };
+
     use object::{
         read::elf::{ElfFile64, ProgramHeader},
         Object, ObjectSection, ObjectSymbol,
@@ -429,18 +434,19 @@ mod tests {
 
     /// [`reference_name`], reading DWARF or not.
     fn reference_name_from(program: &Path, offset: u64, dwarf: bool) -> Option<String> {
-        use blazesym::symbolize::{
-            source::{Elf, Source},
-            Input, Symbolizer as Blazesym,
-        };
-        let blazesym = Blazesym::new();
+        blazesym_name(program, dwarf, Input::FileOffset(&[offset][..]))
+    }
+
+    /// What blazesym names the one address of `input` in the file at `path`.
+    fn blazesym_name(path: &Path, dwarf: bool, input: Input<&[u64]>) -> Option<String> {
+        let blazesym = blazesym::symbolize::Symbolizer::new();
         let results = blazesym
             .symbolize(
                 &Source::Elf(Elf {
                     debug_syms: dwarf,
-                    ..Elf::new(program)
+                    ..Elf::new(path)
                 }),
-                Input::FileOffset(&[offset][..]),
+                input,
             )
             .unwrap();
         results[0].as_sym().map(|sym| sym.name.to_string())
@@ -590,10 +596,6 @@ mod tests {
     /// in the symbol table of `symbols` (the program or its debug file),
     /// by address.
     fn symbol_table_name(program: &Path, symbols: &Path, offset: u64) -> Option<String> {
-        use blazesym::symbolize::{
-            source::{Elf, Source},
-            Input, Symbolizer as Blazesym,
-        };
         let bytes = std::fs::read(program).unwrap();
         let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
         let endian = file.endian();
@@ -603,17 +605,7 @@ mod tests {
                 && (start..start + header.p_filesz(endian)).contains(&offset)
         })?;
         let address = load.p_vaddr(endian) + offset - load.p_offset(endian);
-        let blazesym = Blazesym::new();
-        let results = blazesym
-            .symbolize(
-                &Source::Elf(Elf {
-                    debug_syms: false,
-                    ..Elf::new(symbols)
-                }),
-                Input::VirtOffset(&[address][..]),
-            )
-            .unwrap();
-        results[0].as_sym().map(|sym| sym.name.to_string())
+        blazesym_name(symbols, false, Input::VirtOffset(&[address][..]))
     }
 
     #[test]

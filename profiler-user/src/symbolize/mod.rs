@@ -210,16 +210,23 @@ mod tests {
         assert!(names[1][0].ends_with("_[k]") && !names[1][0].is_empty());
     }
 
-    #[test]
-    fn native_frames_are_named_or_fall_back_to_file_and_offset() {
+    /// The file this process maps at `address`, and the address's offset
+    /// in it.
+    fn own_file_at(address: u64) -> (std::sync::Arc<MappedFile>, u64) {
         let mut table = crate::process::ProcessRegistry::default();
         let id = table.image_for(std::process::id(), "self");
-        let image = table.image(id);
+        let (mapping, offset) = table.image(id).locate(address).unwrap();
+        match &mapping.target {
+            crate::process::MappingTarget::File(file) => (file.clone(), offset),
+            crate::process::MappingTarget::Named(name) => panic!("{name} is no file"),
+        }
+    }
+
+    #[test]
+    fn native_frames_are_named_or_fall_back_to_file_and_offset() {
         let here = native_frames_are_named_or_fall_back_to_file_and_offset as *const () as u64;
-        let (mapping, offset) = image.locate(here).unwrap();
-        let crate::process::MappingTarget::File(file) = &mapping.target else {
-            panic!("not a file")
-        };
+        let (file, offset) = own_file_at(here);
+        let file = &*file;
         let names = Symbolizer::new(false).file(file, &[offset, u64::MAX / 2]);
         assert!(
             names[0][0].contains("native_frames_are_named"),
@@ -234,13 +241,8 @@ mod tests {
     /// by address, with none of the file's DWARF copied.
     #[test]
     fn a_stripped_libc_is_named_from_its_debug_files_symbol_table() {
-        let mut table = crate::process::ProcessRegistry::default();
-        let id = table.image_for(std::process::id(), "self");
-        let image = table.image(id);
-        let (mapping, offset) = image.locate(libc::getpid as *const () as u64).unwrap();
-        let crate::process::MappingTarget::File(file) = &mapping.target else {
-            panic!("libc is not a file mapping")
-        };
+        let (file, offset) = own_file_at(libc::getpid as *const () as u64);
+        let file = &*file;
         let copy = copy::for_blazesym(file, false).unwrap();
         assert!(
             copy.segments.is_some() && !copy.dwarf,
