@@ -31,7 +31,8 @@ use profiler_common::unwind::ROOT_FUNCTIONS;
 use stoke_tests::{
     args, contains_word, describe, is_kernel_frame, perf_script, read_folded, read_json,
     record_args, record_process, record_to, require_root, run_tool, samples_where, stacks_of,
-    stacks_of_thread, stoke_bin, total_samples, Stack, Stoke, TempDir, Workload,
+    stacks_of_thread, stoke_bin, synthetic_profile, total_samples, Running, Stack, Stoke, TempDir,
+    Workload,
 };
 
 /// Optimized, and no frame pointer in any function: only unwind tables can
@@ -1142,5 +1143,42 @@ fn assert_fraction(part: u64, whole: u64, fraction: f64, what: impl std::fmt::Di
         "only {part} of {whole} samples ({:.1}%, at least {:.0}% expected) {what}",
         percent(part, whole),
         fraction * 100.0
+    );
+}
+
+/// A Rust program linked by lld, Rust's default linker (stoke itself,
+/// converting a large profile): lld starts the code segment inside a page
+/// of read-only data, one page further in memory than in the file; its
+/// stacks reach their root as a C program's do (9.6% did, before the load
+/// bias took that page into account).
+#[test]
+fn an_lld_linked_rust_program_reaches_its_root() {
+    let dir = TempDir::new("unwind-lld");
+    let input = dir.join("big.folded");
+    fs::write(&input, synthetic_profile(200_000)).unwrap();
+    let mut command = Command::new("sh");
+    command.arg("-c").arg(format!(
+        "echo ready; exec {} convert {} -o {}",
+        stoke_bin().display(),
+        input.display(),
+        dir.join("big.svg").display()
+    ));
+    let running = Running::start(command, "stoke convert", "stoke");
+    let out = dir.join("lld.json");
+    record_to(&args!["-p", running.pid()], 499, 2.0, &out);
+    let profile = read_json(&out);
+    let quality = &profile.summary.stack_quality;
+    println!("{quality:?}");
+    assert!(
+        quality.samples > 300,
+        "only {} stacks of stoke convert in 2 s at 499 Hz:\n{}",
+        quality.samples,
+        profile.describe()
+    );
+    assert_fraction(
+        quality.reached_root,
+        quality.samples,
+        0.95,
+        format_args!("of stoke convert reach a root:\n{}", profile.describe()),
     );
 }

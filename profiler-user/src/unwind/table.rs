@@ -33,6 +33,9 @@ pub use profiler_common::unwind::{RbpRule, RowKind, UnwindRow};
 // The BPF map's value size: a change here is a change of the BPF side.
 const _: () = assert!(std::mem::size_of::<UnwindRow>() == 12);
 
+/// The page size the kernel maps segments by (x86_64).
+const PAGE_SIZE: u64 = 4096;
+
 /// A row without its address: what merging compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Rule {
@@ -124,14 +127,25 @@ impl UnwindTable {
         (row.kind != RowKind::NoCfi).then_some(row)
     }
 
-    /// The virtual address that a file offset is loaded at, from the
-    /// `PT_LOAD` segments: a mapping at `start` with file offset `offset`
-    /// has load bias `start - vaddr_of_offset(offset)`.
+    /// The virtual address that the file offset of an executable mapping
+    /// is loaded at, from the `PT_LOAD` segments: a mapping at `start` with
+    /// file offset `offset` has load bias `start - vaddr_of_offset(offset)`.
+    /// The kernel maps a segment from its offset rounded down to a page, so
+    /// a mapping can begin in a page the segment shares with the one before
+    /// it: lld (Rust's default linker) starts the code segment 0xb80 bytes
+    /// into a page of read-only data, one page further in memory than in
+    /// the file. Executable segments are matched first, by that page.
     pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|s| offset >= s.offset && offset - s.offset < s.file_size)
-            .and_then(|s| s.vaddr.checked_add(offset - s.offset))
+        let (executable, others): (Vec<&LoadSegment>, Vec<&LoadSegment>) =
+            self.segments.iter().partition(|s| s.executable);
+        executable
+            .into_iter()
+            .chain(others)
+            .find(|s| {
+                offset >= s.offset & !(PAGE_SIZE - 1)
+                    && offset < s.offset.saturating_add(s.file_size)
+            })
+            .and_then(|s| s.vaddr.checked_add(offset)?.checked_sub(s.offset))
     }
 
     /// The table's size as the BPF map will hold it.
