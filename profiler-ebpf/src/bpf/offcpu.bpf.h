@@ -163,15 +163,24 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 		count(STOKE_COUNTER_OFF_CPU_LOST_RING_FULL);
 }
 
-/* offcpu_output for the wait pending in `state`, which it ends. */
-static __always_inline void offcpu_send(struct sample_record *record, struct offcpu_task *state,
-					struct task_struct *task, long user_bytes)
+/* Takes the wait pending in `state` out of it (and of the count of pending
+ * ones): its nanoseconds, 0 if none. */
+static __always_inline __u64 offcpu_take_pending(struct offcpu_task *state)
 {
 	__u64 off_ns = state->pending_ns;
 
 	if (off_ns)
 		offcpu_pending_add(-1);
 	state->pending_ns = 0;
+	return off_ns;
+}
+
+/* offcpu_output for the wait pending in `state`, which it ends. */
+static __always_inline void offcpu_send(struct sample_record *record, struct offcpu_task *state,
+					struct task_struct *task, long user_bytes)
+{
+	__u64 off_ns = offcpu_take_pending(state);
+
 	offcpu_output(record, task, off_ns, state->kernel_frames, user_bytes);
 }
 

@@ -61,14 +61,11 @@ int offcpu_waiting(struct bpf_iter__task *ctx)
 	}
 	if (now <= since)
 		return 0;
-	off = state->pending_ns + now - since;
-	if (off < offcpu_min_ns)
+	if (state->pending_ns + now - since < offcpu_min_ns)
 		return 0;
 	/* Counted up to now: the rest of the wait from now on. */
+	off = offcpu_take_pending(state) + now - since;
 	state->off_since = now;
-	if (state->pending_ns)
-		offcpu_pending_add(-1);
-	state->pending_ns = 0;
 	record = bpf_map_lookup_elem(&scratch, &zero);
 	if (!record)
 		return 0;

@@ -24,13 +24,17 @@ const RECORDS_PER_READ: usize = 256;
 /// Loads the iterator (before sampling starts, so that a kernel refusing
 /// it fails the recording at once, not at its end).
 pub fn load(ebpf: &mut Ebpf, btf: &Btf) -> Result<()> {
-    let iter: &mut Iter = ebpf
-        .program_mut(PROGRAM)
-        .with_context(|| format!("no {PROGRAM} program in the BPF object"))?
-        .try_into()?;
-    iter.load("task", btf)
+    program(ebpf)?
+        .load("task", btf)
         .context("loading the task iterator for waits in progress")?;
     Ok(())
+}
+
+fn program(ebpf: &mut Ebpf) -> Result<&mut Iter> {
+    Ok(ebpf
+        .program_mut(PROGRAM)
+        .with_context(|| format!("no {PROGRAM} program in the BPF object"))?
+        .try_into()?)
 }
 
 /// One run of the iterator over every thread of the host.
@@ -43,10 +47,7 @@ pub struct WaitsInProgress {
 impl WaitsInProgress {
     /// Starts a run of the loaded iterator.
     pub fn start(ebpf: &mut Ebpf) -> Result<Self> {
-        let iter: &mut Iter = ebpf
-            .program_mut(PROGRAM)
-            .with_context(|| format!("no {PROGRAM} program in the BPF object"))?
-            .try_into()?;
+        let iter = program(ebpf)?;
         let link = iter.attach().context("attaching the task iterator")?;
         let output = iter
             .take_link(link)?

@@ -31,17 +31,15 @@ use object::{
     ReadCache,
 };
 
-use super::{
-    read_parts::{self, ReadParts},
-    segments::Segments,
-};
+use super::read_parts::{self, ReadParts};
 use crate::process::MappedFile;
 use crate::{
     rootfs,
     unwind::{
         bounded::BoundedFile,
         debug_file::{self, DebugLinks},
-        elf_file, table,
+        elf_file::{self, ElfFile, LoadSegment},
+        table,
     },
 };
 
@@ -73,8 +71,9 @@ pub struct Copy {
     pub dwarf: bool,
     /// For a copy of a debug file's symbols in place of the file's own
     /// (see [`debug_symbols`]): the file's segments, which turn its
-    /// offsets into the addresses the symbols have.
-    pub segments: Option<Segments>,
+    /// offsets into the addresses the symbols have
+    /// ([`elf_file::vaddr_of_offset`]).
+    pub segments: Option<Vec<LoadSegment>>,
 }
 
 impl Copy {
@@ -138,7 +137,12 @@ pub fn for_blazesym(mapped: &MappedFile, lines: bool) -> io::Result<Copy> {
 /// libc from Debian's debug package took 83 ms this way, every time a new
 /// address of it came. `None` when the debug file has no symbol table.
 fn debug_symbols(original: &File, debug: &File, deadline: Instant) -> io::Result<Option<Copy>> {
-    let Some(segments) = Segments::of(original, deadline)? else {
+    let cache = ReadCache::new(BoundedFile::for_debug_file(original.try_clone()?, deadline));
+    let Some(segments) = ElfFile::parse(&cache)
+        .and_then(|elf| elf.load_segments())
+        .ok()
+        .filter(|segments| !segments.is_empty())
+    else {
         return Ok(None);
     };
     let path = PathBuf::from(format!("/proc/self/fd/{}", debug.as_raw_fd()));
@@ -151,10 +155,7 @@ fn debug_symbols(original: &File, debug: &File, deadline: Instant) -> io::Result
     if dwarf {
         return Ok(None);
     }
-    let links = links_of(&file, deadline)?;
-    rewrite_links(&file, &links, None)?;
-    check_links(&file, None, deadline)?;
-    seal(&file)?;
+    unlink_and_seal(&file, deadline)?;
     Ok(Some(Copy {
         file,
         _debug_file: None,
@@ -167,12 +168,18 @@ fn debug_symbols(original: &File, debug: &File, deadline: Instant) -> io::Result
 fn debug_copy(found: File, deadline: Instant) -> io::Result<(File, u32)> {
     let path = PathBuf::from(format!("/proc/self/fd/{}", found.as_raw_fd()));
     let (file, _) = copy_of(&path, c"stoke-debug-symbols", Parts::Whole, deadline)?;
-    let links = links_of(&file, deadline)?;
-    rewrite_links(&file, &links, None)?;
-    check_links(&file, None, deadline)?;
-    seal(&file)?;
+    unlink_and_seal(&file, deadline)?;
     let crc = debug_file::checksum(&file, deadline)?;
     Ok((file, crc))
+}
+
+/// Removes every link of a debug file's copy, checks that none is left, and
+/// seals it.
+fn unlink_and_seal(file: &File, deadline: Instant) -> io::Result<()> {
+    let links = links_of(file, deadline)?;
+    rewrite_links(file, &links, None)?;
+    check_links(file, None, deadline)?;
+    seal(file)
 }
 
 /// Which parts of a file a copy holds.

@@ -10,7 +10,6 @@
 pub mod copy;
 pub mod names;
 pub mod read_parts;
-pub mod segments;
 
 use std::{cell::OnceCell, io, path::Path, sync::Arc};
 
@@ -19,7 +18,7 @@ use blazesym::symbolize::{
     CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
 };
 
-use crate::process::MappedFile;
+use crate::{process::MappedFile, unwind::elf_file};
 
 /// The frames one address stands for, outermost first: the function, then
 /// the functions inlined into it at that address (with `--lines`).
@@ -98,7 +97,7 @@ impl Symbolizer {
         let addresses: Option<Vec<u64>> = copy.segments.as_ref().map(|segments| {
             offsets
                 .iter()
-                .map(|&offset| segments.address_of(offset).unwrap_or(u64::MAX))
+                .map(|&offset| elf_file::vaddr_of_offset(segments, offset).unwrap_or(u64::MAX))
                 .collect()
         });
         let input = match &addresses {

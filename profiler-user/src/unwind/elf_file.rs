@@ -64,6 +64,28 @@ pub struct LoadSegment {
     pub executable: bool,
 }
 
+/// The page size the kernel maps segments by (x86_64).
+const PAGE_SIZE: u64 = 4096;
+
+/// The virtual address that file offset `offset` (of code, or where an
+/// executable mapping begins) is loaded at, from a file's `PT_LOAD`
+/// `segments`. The kernel maps a segment from its offset rounded down to a
+/// page, so a mapping can begin in a page the segment shares with the one
+/// before it: lld (Rust's default linker) starts the code segment 0xb80
+/// bytes into a page of read-only data, one page further in memory than in
+/// the file. Executable segments are matched first, by that page.
+pub fn vaddr_of_offset(segments: &[LoadSegment], offset: u64) -> Option<u64> {
+    let (executable, others): (Vec<&LoadSegment>, Vec<&LoadSegment>) =
+        segments.iter().partition(|s| s.executable);
+    executable
+        .into_iter()
+        .chain(others)
+        .find(|s| {
+            offset >= s.offset & !(PAGE_SIZE - 1) && offset < s.offset.saturating_add(s.file_size)
+        })
+        .and_then(|s| s.vaddr.checked_add(offset)?.checked_sub(s.offset))
+}
+
 impl LoadSegment {
     /// Whether the code at `start..end` lies in this segment, which is
     /// executable.

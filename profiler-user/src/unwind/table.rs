@@ -23,7 +23,7 @@ use super::{
     cfi::{Collected, Collector, Source},
     debug_file::{DebugFile, DebugLinks},
     elf_file::{
-        debug_file_sections, ElfError, ElfFile, LoadSegment, SectionContents, SectionError,
+        self, debug_file_sections, ElfError, ElfFile, LoadSegment, SectionContents, SectionError,
         Sections,
     },
 };
@@ -32,9 +32,6 @@ pub use profiler_common::unwind::{RbpRule, RowKind, UnwindRow};
 
 // The BPF map's value size: a change here is a change of the BPF side.
 const _: () = assert!(std::mem::size_of::<UnwindRow>() == 12);
-
-/// The page size the kernel maps segments by (x86_64).
-const PAGE_SIZE: u64 = 4096;
 
 /// A row without its address: what merging compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,24 +125,10 @@ impl UnwindTable {
     }
 
     /// The virtual address that the file offset of an executable mapping
-    /// is loaded at, from the `PT_LOAD` segments: a mapping at `start` with
-    /// file offset `offset` has load bias `start - vaddr_of_offset(offset)`.
-    /// The kernel maps a segment from its offset rounded down to a page, so
-    /// a mapping can begin in a page the segment shares with the one before
-    /// it: lld (Rust's default linker) starts the code segment 0xb80 bytes
-    /// into a page of read-only data, one page further in memory than in
-    /// the file. Executable segments are matched first, by that page.
+    /// is loaded at ([`elf_file::vaddr_of_offset`]): a mapping at `start`
+    /// with file offset `offset` has load bias `start - vaddr_of_offset(offset)`.
     pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
-        let (executable, others): (Vec<&LoadSegment>, Vec<&LoadSegment>) =
-            self.segments.iter().partition(|s| s.executable);
-        executable
-            .into_iter()
-            .chain(others)
-            .find(|s| {
-                offset >= s.offset & !(PAGE_SIZE - 1)
-                    && offset < s.offset.saturating_add(s.file_size)
-            })
-            .and_then(|s| s.vaddr.checked_add(offset)?.checked_sub(s.offset))
+        elf_file::vaddr_of_offset(&self.segments, offset)
     }
 
     /// The table's size as the BPF map will hold it.

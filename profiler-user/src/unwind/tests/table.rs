@@ -8,7 +8,10 @@ use object::{read::elf::ElfFile64, Object, ObjectSection, ObjectSymbol};
 use super::support::{
     check_invariants, compile_file, read, symbol_address, temp_dir, LIBC, STOPPER_C,
 };
-use crate::unwind::table::{compile, RbpRule, RowKind, UnwindTable};
+use crate::unwind::{
+    elf_file::{self, ElfFile},
+    table::{compile, RbpRule, RowKind, UnwindTable},
+};
 
 const LIBJVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
 const LIBLZMA: &str = "/lib/x86_64-linux-gnu/liblzma.so.5";
@@ -314,4 +317,34 @@ fn a_mapping_that_begins_in_a_page_shared_with_read_only_data_gets_its_bias() {
             .is_some_and(|name| name.contains("shared_with_read_only_data")),
         "the code at {here:#x} (bias {bias:#x}, mapping offset {offset:#x}) is {named:?}"
     );
+}
+
+/// Offsets become the addresses of their segment: the first and last
+/// bytes of the file's segments, and every byte of code; an offset no
+/// segment holds has none; a file that is no ELF file has no segments.
+#[test]
+fn offsets_become_the_addresses_of_their_segment() {
+    let data = read(std::env::current_exe().unwrap().to_str().unwrap());
+    let segments = ElfFile::parse(&*data).unwrap().load_segments().unwrap();
+    let (first, last) = (segments[0], segments[segments.len() - 1]);
+    assert_eq!(
+        elf_file::vaddr_of_offset(&segments, first.offset),
+        Some(first.vaddr)
+    );
+    let end = last.offset + last.file_size - 1;
+    assert_eq!(
+        elf_file::vaddr_of_offset(&segments, end),
+        Some(last.vaddr + last.file_size - 1)
+    );
+    for code in segments.iter().filter(|segment| segment.executable) {
+        for offset in [code.offset, code.offset + code.file_size - 1] {
+            assert_eq!(
+                elf_file::vaddr_of_offset(&segments, offset),
+                Some(code.vaddr + offset - code.offset)
+            );
+        }
+    }
+    assert_eq!(elf_file::vaddr_of_offset(&segments, u64::MAX), None);
+    let status = fs::read("/proc/self/status").unwrap();
+    assert!(ElfFile::parse(&*status).is_err());
 }
