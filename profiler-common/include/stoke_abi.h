@@ -34,6 +34,12 @@
 #define STOKE_COUNTER_COUNT 10
 
 /**
+ * A table's rows are indexed by pages of `1 << UNWIND_PAGE_SHIFT` bytes of
+ * `pc`, so that a lookup searches one page's rows, not the whole file's.
+ */
+#define STOKE_UNWIND_PAGE_SHIFT 12
+
+/**
  * Most executable mappings of one process the unwinder knows.
  */
 #define STOKE_MAX_MAPPINGS 256
@@ -364,6 +370,22 @@ struct stoke_unwind_row {
 };
 
 /**
+ * Which of a file's rows begin in one page of its table: rows `first` up
+ * to `end` (indices among the file's rows). The last row before `first`
+ * covers the page's start.
+ */
+struct stoke_unwind_page {
+  /**
+   * The first row whose `pc` is in the page or past it.
+   */
+  uint32_t first;
+  /**
+   * The first row whose `pc` is past the page.
+   */
+  uint32_t end;
+};
+
+/**
  * One executable mapping of a process, with its file's rows.
  */
 struct stoke_mapping {
@@ -387,6 +409,15 @@ struct stoke_mapping {
    * Rows of the file; 0 means no table: walk frame pointers.
    */
   uint32_t rows_count;
+  /**
+   * Index of the file's first page in the `unwind_pages` map.
+   */
+  uint32_t pages_start;
+  /**
+   * Pages of the file, from `pc` 0 to its last row's page; 0 means the
+   * rows are searched without an index.
+   */
+  uint32_t pages_count;
 };
 
 /**

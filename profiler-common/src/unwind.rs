@@ -56,6 +56,22 @@ pub struct UnwindRow {
     pub rbp: RbpRule,
 }
 
+/// A table's rows are indexed by pages of `1 << UNWIND_PAGE_SHIFT` bytes of
+/// `pc`, so that a lookup searches one page's rows, not the whole file's.
+pub const UNWIND_PAGE_SHIFT: u32 = 12;
+
+/// Which of a file's rows begin in one page of its table: rows `first` up
+/// to `end` (indices among the file's rows). The last row before `first`
+/// covers the page's start.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindPage {
+    /// The first row whose `pc` is in the page or past it.
+    pub first: u32,
+    /// The first row whose `pc` is past the page.
+    pub end: u32,
+}
+
 /// Most executable mappings of one process the unwinder knows.
 pub const MAX_MAPPINGS: usize = 256;
 
@@ -73,6 +89,11 @@ pub struct Mapping {
     pub rows_start: u32,
     /// Rows of the file; 0 means no table: walk frame pointers.
     pub rows_count: u32,
+    /// Index of the file's first page in the `unwind_pages` map.
+    pub pages_start: u32,
+    /// Pages of the file, from `pc` 0 to its last row's page; 0 means the
+    /// rows are searched without an index.
+    pub pages_count: u32,
 }
 
 /// A process's executable mappings, sorted by start.

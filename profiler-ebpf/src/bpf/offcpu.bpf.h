@@ -306,6 +306,7 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 	struct task_struct *task;
 	struct offcpu_task *state;
 	struct sample_record *record;
+	struct stoke_process_mappings *process;
 	__u32 tgid, *signal, stop = STOKE_STOP_FRAME_POINTERS, zero = 0;
 	__s64 *pending = bpf_map_lookup_elem(&offcpu_pending, &zero);
 	long kernel_bytes, user_bytes;
@@ -323,9 +324,10 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 	kernel_bytes = (state->kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64);
 	if (kernel_bytes > OFFCPU_KERNEL_FRAMES * sizeof(__u64))
 		return 0;
-	if (bpf_map_lookup_elem(&unwind_processes, &tgid)) {
+	process = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	if (process) {
 		user_bytes = unwind_user(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
-					 BPF_CORE_READ(regs, bp), tgid, kernel_bytes, &stop);
+					 BPF_CORE_READ(regs, bp), process, kernel_bytes, &stop);
 		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {
 		user_bytes = bpf_get_stack(ctx, (void *)record->frames + kernel_bytes, FRAME_BYTES,

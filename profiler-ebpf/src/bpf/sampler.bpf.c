@@ -108,6 +108,16 @@ struct {
 	__type(value, struct stoke_unwind_row);
 } unwind_rows SEC(".maps");
 
+/* Each file's page index into its rows (struct stoke_unwind_page), all
+ * files' end to end, written by userspace like the rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stoke_unwind_page);
+} unwind_pages SEC(".maps");
+
 /* Processes whose tables are loaded: tgid -> executable mappings. A process
  * not in here is unwound with frame pointers. */
 struct {
@@ -123,12 +133,10 @@ struct stoke_unwind_state {
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
-	__u32 tgid;
 	__u32 count; /* user frames written */
 	__u32 first; /* where the user frames start in the record */
 	__u32 stop;  /* enum stoke_stop */
 	__u32 exact; /* pc is an interrupted instruction, not a return address */
-	__u32 _pad;
 };
 
 struct {
@@ -196,8 +204,10 @@ static long mapping_search_step(__u32 index, void *context)
 	return 0;
 }
 
+/* The mapping holding a pc: most often the previous frame's (a stack
+ * mostly calls within one file), else a binary search. */
 static __always_inline struct stoke_mapping *
-find_mapping(struct stoke_process_mappings *process, __u64 pc)
+find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last)
 {
 	struct mapping_search search = {
 		.process = process,
@@ -206,17 +216,27 @@ find_mapping(struct stoke_process_mappings *process, __u64 pc)
 		.high = process->count,
 		.found = -1,
 	};
+	__u32 cached = *last;
 
-	if (search.high > STOKE_MAX_MAPPINGS)
-		search.high = STOKE_MAX_MAPPINGS;
-	bpf_loop(9, mapping_search_step, &search, 0);
+	/* One path on from here whichever way the mapping was found: the
+	 * verifier then walks what follows once. */
+	if (cached < STOKE_MAX_MAPPINGS && pc >= process->mappings[cached].start &&
+	    pc < process->mappings[cached].end)
+		search.found = cached;
+	if (search.found < 0) {
+		if (search.high > STOKE_MAX_MAPPINGS)
+			search.high = STOKE_MAX_MAPPINGS;
+		bpf_loop(9, mapping_search_step, &search, 0);
+	}
 	if (search.found < 0 || search.found >= STOKE_MAX_MAPPINGS)
 		return NULL;
+	*last = search.found;
 	return &process->mappings[search.found];
 }
 
-/* A binary search for the last row at or before a pc, one step per
- * bpf_loop iteration: verified once, not once per path. */
+/* A binary search for the last row at or before a pc, one step at a time:
+ * a short loop's body, or bpf_loop's callback for a long search (verified
+ * once, not once per path). */
 struct row_search {
 	__u32 low;
 	__u32 high;
@@ -247,22 +267,48 @@ static long row_search_step(__u32 index, void *context)
 	return 0;
 }
 
-/* Userspace keeps a file under 2^24 rows, so 25 steps always suffice. */
+/* The rows to search are those beginning in the pc's page of the table
+ * (a handful), found through the file's page index; a file without one
+ * has all its rows searched. Userspace keeps a file under 2^24 rows, so
+ * 25 steps always suffice. */
 static __always_inline struct stoke_unwind_row *
 find_row(struct stoke_mapping *mapping, __u64 pc)
 {
-	__u64 relative = pc - mapping->row_base;
+	__u64 relative = pc - mapping->row_base, page_number;
 	struct row_search search = {
 		.low = 0,
 		.high = mapping->rows_count,
 		.rows_start = mapping->rows_start,
 		.relative = (__u32)relative,
 	};
+	struct stoke_unwind_page *page;
 	__u32 key;
 
 	if (pc < mapping->row_base || relative > 0xffffffffULL)
 		return NULL;
-	bpf_loop(25, row_search_step, &search, 0);
+	page_number = relative >> STOKE_UNWIND_PAGE_SHIFT;
+	if (page_number >= mapping->pages_count) {
+		/* Past the last row's page: the last row, if there is an index. */
+		if (mapping->pages_count)
+			search.low = search.high;
+	} else {
+		key = mapping->pages_start + (__u32)page_number;
+		page = bpf_map_lookup_elem(&unwind_pages, &key);
+		if (!page)
+			return NULL;
+		search.low = page->first;
+		search.high = page->end;
+	}
+	if (search.high - search.low < 128) {
+		/* A page's rows, most often (libc has about 70 a page): a short
+		 * loop the compiler unrolls is cheaper per step than bpf_loop's
+		 * calls. */
+		for (int step = 0; step < 7; step++)
+			if (row_search_step(step, &search))
+				break;
+	} else {
+		bpf_loop(25, row_search_step, &search, 0);
+	}
 	if (search.failed || search.low == 0)
 		return NULL;
 	key = search.rows_start + search.low - 1;
@@ -315,19 +361,25 @@ static __always_inline long signal_frame_step(struct stoke_unwind_state *state)
 	return pc ? 0 : stop_with(state, STOKE_STOP_END);
 }
 
-/* One frame: record the pc, then find the caller's registers. */
-static long unwind_step(__u32 index, void *unused)
-{
-	__u32 zero = 0, slot;
-	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &zero);
-	struct sample_record *record = bpf_map_lookup_elem(&scratch, &zero);
+/* What every step of one stack's walk uses, looked up once. */
+struct unwind_walk {
+	struct stoke_unwind_state *state;
+	struct sample_record *record;
 	struct stoke_process_mappings *process;
+	__u32 last_mapping; /* index of the previous frame's mapping */
+};
+
+/* One frame: record the pc, then find the caller's registers. */
+static long unwind_step(__u32 index, void *context)
+{
+	struct unwind_walk *walk = context;
+	struct stoke_unwind_state *state = walk->state;
+	struct sample_record *record = walk->record;
 	struct stoke_mapping *mapping;
 	struct stoke_unwind_row *row;
 	__u64 pc, cfa, return_address, bp;
+	__u32 slot;
 
-	if (!state || !record)
-		return 1;
 	if (state->count >= STOKE_MAX_FRAMES)
 		return stop_with(state, STOKE_STOP_DEPTH);
 	slot = state->first + state->count;
@@ -336,14 +388,11 @@ static long unwind_step(__u32 index, void *unused)
 	record->frames[slot] = state->pc;
 	state->count++;
 
-	process = bpf_map_lookup_elem(&unwind_processes, &state->tgid);
-	if (!process)
-		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
 	/* A return address points after its call, maybe past the caller's
 	 * end: look up the call itself. */
 	pc = state->exact ? state->pc : state->pc - 1;
 	state->exact = 0;
-	mapping = find_mapping(process, pc);
+	mapping = find_mapping(walk->process, pc, &walk->last_mapping);
 	if (!mapping)
 		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
 	row = mapping->rows_count ? find_row(mapping, pc) : NULL;
@@ -377,12 +426,25 @@ static long unwind_step(__u32 index, void *unused)
 	default:
 		return stop_with(state, STOKE_STOP_UNSUPPORTED);
 	}
-	if (!read_user(&return_address, cfa - 8))
+	if (row->rbp == STOKE_RBP_AT_CFA && row->rbp_offset == -16) {
+		/* The caller's RBP pushed right below the return address (any
+		 * function that saves RBP first, as with frame pointers): both
+		 * in one read. */
+		__u64 saved[2];
+
+		if (bpf_probe_read_user(saved, sizeof(saved), (void *)(cfa - 16)))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		state->bp = saved[0];
+		return_address = saved[1];
+	} else if (!read_user(&return_address, cfa - 8)) {
 		return stop_with(state, STOKE_STOP_READ_FAILED);
+	}
 	switch (row->rbp) {
 	case STOKE_RBP_UNCHANGED:
 		break;
 	case STOKE_RBP_AT_CFA:
+		if (row->rbp_offset == -16)
+			break;
 		if (!read_user(&bp, cfa + row->rbp_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
 		state->bp = bp;
@@ -402,26 +464,35 @@ static long unwind_step(__u32 index, void *unused)
 	return 0;
 }
 
-/* Unwinds the user stack, from registers pc, sp and bp, with the process's
- * tables into the record, after the kernel frames; returns the bytes
- * written, and the stop reason. */
-static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp, __u32 tgid,
+/* Unwinds the user stack, from registers pc, sp and bp, with the
+ * process's tables into the record, after the kernel frames; returns the
+ * bytes written, and the stop reason. */
+static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
+					struct stoke_process_mappings *process,
 					long kernel_bytes, __u32 *stop)
 {
 	__u32 zero = 0;
-	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &zero);
+	struct unwind_walk walk = {
+		.state = bpf_map_lookup_elem(&unwind_states, &zero),
+		.record = bpf_map_lookup_elem(&scratch, &zero),
+		.process = process,
+		/* No mapping's index (those past the count are empty), and a
+		 * value the verifier cannot know: the indices steps store later
+		 * are then no new state for it to walk the steps again with. */
+		.last_mapping = process->count,
+	};
+	struct stoke_unwind_state *state = walk.state;
 
-	if (!state)
+	if (!state || !walk.record)
 		return 0;
 	state->pc = pc;
 	state->sp = sp;
 	state->bp = bp;
-	state->tgid = tgid;
 	state->count = 0;
 	state->first = kernel_bytes / sizeof(__u64);
 	state->stop = STOKE_STOP_DEPTH;
 	state->exact = 1;
-	bpf_loop(STOKE_MAX_FRAMES, unwind_step, NULL, 0);
+	bpf_loop(STOKE_MAX_FRAMES, unwind_step, &walk, 0);
 	*stop = state->stop;
 	return state->count * sizeof(__u64);
 }
@@ -433,6 +504,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	__u32 tgid = pid_tgid >> 32;
 	__u32 zero = 0;
 	struct sample_record *record;
+	struct stoke_process_mappings *process;
 	struct task_struct *task;
 	struct pt_regs *user;
 	__u32 *signal, stop = STOKE_STOP_FRAME_POINTERS;
@@ -479,17 +551,18 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	task = bpf_get_current_task_btf();
 	if (task->flags & PF_KTHREAD) {
 		/* Kernel threads have no user stack. */
-	} else if (bpf_map_lookup_elem(&unwind_processes, &tgid)) {
+	} else if ((process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
 		if (in_kernel) {
 			/* The user registers saved when the thread entered the kernel. */
 			user = (struct pt_regs *)bpf_task_pt_regs(task);
 			user_bytes = unwind_user(BPF_CORE_READ(user, ip), BPF_CORE_READ(user, sp),
-						 BPF_CORE_READ(user, bp), tgid, kernel_bytes, &stop);
+						 BPF_CORE_READ(user, bp), process, kernel_bytes,
+						 &stop);
 		} else {
 			user_bytes = unwind_user(*(volatile __u64 *)&ctx->regs.ip,
 						 *(volatile __u64 *)&ctx->regs.sp,
-						 *(volatile __u64 *)&ctx->regs.bp, tgid, kernel_bytes,
-						 &stop);
+						 *(volatile __u64 *)&ctx->regs.bp, process,
+						 kernel_bytes, &stop);
 		}
 		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {

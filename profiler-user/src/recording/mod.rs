@@ -126,8 +126,7 @@ impl Recording {
         let unwinder = if args.frame_pointers {
             None
         } else {
-            let (rows, processes) = sampler.take_unwind_maps()?;
-            Some(UnwindLoader::start(rows, processes)?)
+            Some(UnwindLoader::start(sampler.take_unwind_maps()?)?)
         };
         let options = AggregateOptions {
             threads: args.threads,

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{anyhow, Context, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         BtfTracePoint, PerfEvent, ProgramError,
@@ -22,6 +22,7 @@ use super::{
     monotonic_ns,
     waiting::{self, WaitsInProgress},
 };
+use crate::unwind::loader::{page_capacity, UnwindMaps};
 
 /// What to sample.
 #[derive(Clone, Debug)]
@@ -113,6 +114,7 @@ impl Sampler {
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
+            .map_max_entries("unwind_pages", page_capacity(config.unwind_rows).max(1))
             .map_max_entries("unwind_processes", UNWIND_PROCESSES)
             .load(profiler_ebpf::sampler_object())
             .map_err(explain_load_error)?;
@@ -227,18 +229,18 @@ impl Sampler {
         }
     }
 
-    /// Hands over the unwind-table maps (`unwind_rows`, `unwind_processes`)
-    /// to whoever fills them.
-    pub fn take_unwind_maps(&mut self) -> Result<(Map, Map)> {
-        let rows = self
-            .ebpf
-            .take_map("unwind_rows")
-            .context("no unwind_rows map")?;
-        let processes = self
-            .ebpf
-            .take_map("unwind_processes")
-            .context("no unwind_processes map")?;
-        Ok((rows, processes))
+    /// Hands over the unwind-table maps to whoever fills them.
+    pub fn take_unwind_maps(&mut self) -> Result<UnwindMaps> {
+        let mut take = |name: &str| {
+            self.ebpf
+                .take_map(name)
+                .with_context(|| format!("no {name} map"))
+        };
+        Ok(UnwindMaps {
+            rows: take("unwind_rows")?,
+            pages: take("unwind_pages")?,
+            processes: take("unwind_processes")?,
+        })
     }
 
     /// Lets the sampler signal process `pid` (a JVM whose agent waits for

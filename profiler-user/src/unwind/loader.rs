@@ -6,13 +6,15 @@
 //! memory-mapped `unwind_rows` array: files are told apart by device and
 //! inode, and copies of one build of a library (in other containers'
 //! filesystems) share the table of the first copy seen, by build ID and
-//! `.eh_frame` ([`elf_file::Fingerprint`]); each process gets its sorted
+//! `.eh_frame` ([`elf_file::Fingerprint`]), and its page index
+//! ([`pages`]) into `unwind_pages`; each process gets its sorted
 //! executable mappings in `unwind_processes`. Until a process's entry is
 //! in, the sampler walks its frame pointers.
 
 use std::{
     collections::HashMap,
     hash::RandomState,
+    marker::PhantomData,
     os::fd::{AsFd, AsRawFd},
     ptr::NonNull,
     sync::{
@@ -25,25 +27,45 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-use profiler_common::unwind::{Mapping, ProcessMappings, UnwindRow, MAX_MAPPINGS};
+use profiler_common::unwind::{Mapping, ProcessMappings, UnwindPage, UnwindRow, MAX_MAPPINGS};
 
 use super::{
     bounded::BoundedFile,
     debug_file,
     elf_file::{self, Fingerprint},
+    pages,
     table::{self, UnwindTable},
 };
 use crate::process::{MappedFile, MappingTarget, ProcessImage};
 
-/// Bytes of one row in the array map: the kernel rounds values up to 8.
-const ROW_STRIDE: usize = size_of::<UnwindRow>().next_multiple_of(8);
+/// Bytes of one `T` in an array map: the kernel rounds values up to 8.
+const fn stride<T>() -> usize {
+    size_of::<T>().next_multiple_of(8)
+}
 
 /// Rows of one file the BPF binary search can handle (25 steps).
 const MAX_FILE_ROWS: usize = 1 << 24;
 
 /// Bytes that `rows` rows take in the map.
 pub fn map_bytes(rows: usize) -> usize {
-    rows * ROW_STRIDE
+    rows * stride::<UnwindRow>()
+}
+
+/// Capacity of the page-index map for a rows map of `rows`: pages are
+/// fewer than rows in any file with an index worth having (libc has 23k
+/// rows in 400 pages).
+pub fn page_capacity(rows: u32) -> u32 {
+    rows / 4
+}
+
+/// The BPF maps the loader fills.
+pub struct UnwindMaps {
+    /// `unwind_rows`: every file's rows.
+    pub rows: Map,
+    /// `unwind_pages`: every file's page index.
+    pub pages: Map,
+    /// `unwind_processes`: each process's mappings.
+    pub processes: Map,
 }
 
 /// Whether a recording loads a table (one it could search, that has rows).
@@ -100,17 +122,19 @@ pub struct UnwindLoader {
 }
 
 impl UnwindLoader {
-    /// Starts the thread that owns the two maps.
-    pub fn start(rows: Map, processes: Map) -> Result<Self> {
-        let rows = RowArray::map(rows)?;
+    /// Starts the thread that owns the maps.
+    pub fn start(maps: UnwindMaps) -> Result<Self> {
+        let rows = MappedArray::map(maps.rows, "unwind_rows")?;
+        let pages = MappedArray::map(maps.pages, "unwind_pages")?;
         let processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]> =
-            BpfHashMap::try_from(processes)?;
+            BpfHashMap::try_from(maps.processes)?;
         let (requests, incoming) = mpsc::channel();
         let worker = std::thread::Builder::new()
             .name("stoke-unwind".into())
             .spawn(move || {
                 let mut worker = Worker {
                     rows,
+                    pages,
                     processes,
                     files: HashMap::new(),
                     builds: HashMap::new(),
@@ -164,16 +188,19 @@ impl UnwindLoader {
     }
 }
 
-/// A file's rows in the map, and its table (without the rows, which live
-/// in the map) to place them in each process.
+/// A file's rows and pages in the maps, and its table (without the rows,
+/// which live in the map) to place them in each process.
 struct LoadedFile {
     rows_start: u32,
     rows_count: u32,
+    pages_start: u32,
+    pages_count: u32,
     table: UnwindTable,
 }
 
 struct Worker {
-    rows: RowArray,
+    rows: MappedArray<UnwindRow>,
+    pages: MappedArray<UnwindPage>,
     processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]>,
     /// By device and inode; `None` for files without a usable table.
     files: HashMap<(u64, u64), Option<Arc<LoadedFile>>>,
@@ -200,22 +227,23 @@ impl Worker {
                     loaded
                 }
             };
-            let mut row_base = 0;
-            let mut rows = (0, 0);
+            let mut placed = Mapping {
+                start: mapping.start,
+                end: mapping.end,
+                ..Mapping::default()
+            };
             if let Some(file) = entry {
                 if let Some(vaddr) = file.table.vaddr_of_offset(mapping.file_offset) {
                     // address - row_base = (address - load bias) - base.
-                    row_base = (mapping.start.wrapping_sub(vaddr)).wrapping_add(file.table.base);
-                    rows = (file.rows_start, file.rows_count);
+                    placed.row_base =
+                        (mapping.start.wrapping_sub(vaddr)).wrapping_add(file.table.base);
+                    placed.rows_start = file.rows_start;
+                    placed.rows_count = file.rows_count;
+                    placed.pages_start = file.pages_start;
+                    placed.pages_count = file.pages_count;
                 }
             }
-            process.mappings[process.count as usize] = Mapping {
-                start: mapping.start,
-                end: mapping.end,
-                row_base,
-                rows_start: rows.0,
-                rows_count: rows.1,
-            };
+            process.mappings[process.count as usize] = placed;
             process.count += 1;
         }
         process.mappings[..process.count as usize].sort_by_key(|mapping| mapping.start);
@@ -260,49 +288,59 @@ impl Worker {
             self.summary.files_without_room += 1;
             return None;
         };
+        // Without room for its index, a file's rows are searched whole.
+        let index = pages::page_index(&table.rows).unwrap_or_default();
+        let (pages_start, pages_count) = match self.pages.append(&index) {
+            Some(start) => (start, index.len() as u32),
+            None => (0, 0),
+        };
         self.summary.files += 1;
         self.summary.rows += table.rows.len();
         self.summary.skipped_fdes += table.stats.skipped_fdes;
-        self.summary.bytes += map_bytes(table.rows.len());
+        self.summary.bytes +=
+            map_bytes(table.rows.len()) + pages_count as usize * stride::<UnwindPage>();
         self.summary.debug_files += usize::from(table.debug_file.is_some());
         let rows_count = table.rows.len() as u32;
         table.rows = Vec::new();
         Some(LoadedFile {
             rows_start,
             rows_count,
+            pages_start,
+            pages_count,
             table,
         })
     }
 }
 
-/// The `unwind_rows` array, mapped into stoke (BPF_F_MMAPABLE), filled
-/// from the front.
-struct RowArray {
+/// An array map (`unwind_rows`, `unwind_pages`), mapped into stoke
+/// (BPF_F_MMAPABLE), filled from the front.
+struct MappedArray<T> {
     /// Keeps the map (and so the mapping's memory) alive.
     _map: MapData,
     base: NonNull<u8>,
     capacity: usize,
     used: usize,
+    values: PhantomData<T>,
 }
 
 // SAFETY: the mapping is owned by this value and used from one thread.
-unsafe impl Send for RowArray {}
+unsafe impl<T> Send for MappedArray<T> {}
 
-impl Drop for RowArray {
+impl<T> Drop for MappedArray<T> {
     fn drop(&mut self) {
-        let len = (self.capacity * ROW_STRIDE).next_multiple_of(4096);
+        let len = (self.capacity * stride::<T>()).next_multiple_of(4096);
         // SAFETY: unmapping what map() mapped.
         unsafe { libc::munmap(self.base.as_ptr().cast(), len) };
     }
 }
 
-impl RowArray {
-    fn map(map: Map) -> Result<Self> {
+impl<T: Copy> MappedArray<T> {
+    fn map(map: Map, name: &str) -> Result<Self> {
         let Map::Array(data) = map else {
-            bail!("unwind_rows is not an array map");
+            bail!("{name} is not an array map");
         };
         let capacity = data.info()?.max_entries() as usize;
-        let len = (capacity * ROW_STRIDE).next_multiple_of(4096);
+        let len = (capacity * stride::<T>()).next_multiple_of(4096);
         // SAFETY: mapping the whole of a BPF_F_MMAPABLE array map.
         let base = unsafe {
             libc::mmap(
@@ -315,31 +353,32 @@ impl RowArray {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).context("mapping the unwind rows");
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("mapping {name}"));
         }
         Ok(Self {
             _map: data,
             base: NonNull::new(base.cast()).context("mmap returned null")?,
             capacity,
             used: 0,
+            values: PhantomData,
         })
     }
 
-    /// Copies `rows` in after the others; their first index, or `None`
+    /// Copies `values` in after the others; their first index, or `None`
     /// when they do not fit.
-    fn append(&mut self, rows: &[UnwindRow]) -> Option<u32> {
-        if self.capacity - self.used < rows.len() {
+    fn append(&mut self, values: &[T]) -> Option<u32> {
+        if self.capacity - self.used < values.len() {
             return None;
         }
         let start = self.used;
-        for (index, row) in rows.iter().enumerate() {
-            // SAFETY: within the mapping; rows are plain data.
+        for (index, value) in values.iter().enumerate() {
+            // SAFETY: within the mapping; values are plain data.
             unsafe {
-                let slot = self.base.as_ptr().add((start + index) * ROW_STRIDE);
-                std::ptr::write_unaligned(slot.cast::<UnwindRow>(), *row);
+                let slot = self.base.as_ptr().add((start + index) * stride::<T>());
+                std::ptr::write_unaligned(slot.cast::<T>(), *value);
             }
         }
-        self.used += rows.len();
+        self.used += values.len();
         u32::try_from(start).ok()
     }
 }

@@ -1,14 +1,15 @@
 //! Unwinding without frame pointers: each executable file's DWARF CFI
 //! (`.eh_frame`, `.debug_frame`) compiled into compact rows that a BPF
-//! unwinder binary-searches per PC, the OpenTelemetry eBPF profiler's
-//! approach.
+//! unwinder searches per PC, a page of them at a time, the OpenTelemetry
+//! eBPF profiler's approach.
 //!
 //! [`table`] compiles a file's CFI: [`elf_file`] reads its sections
 //! ([`bounded`] holds the reads to bounds), `cfi` evaluates them, and
 //! [`debug_file`] finds its separate debug file. [`loader`] puts the tables
-//! of the sampled processes where the BPF unwinder finds them, and
-//! [`inspect`] is `stoke tables`. For tests, `reference` is an unwinder
-//! that applies the rows the way the BPF side does.
+//! of the sampled processes where the BPF unwinder finds them, with a
+//! [`pages`] index into each, and [`inspect`] is `stoke tables`. For
+//! tests, `reference` is an unwinder that applies the rows the way the BPF
+//! side does.
 
 pub mod bounded;
 mod cfi;
@@ -16,6 +17,7 @@ pub mod debug_file;
 pub mod elf_file;
 pub mod inspect;
 pub mod loader;
+pub mod pages;
 #[cfg(test)]
 pub mod reference;
 pub mod table;

@@ -114,8 +114,9 @@ pub struct TableStats {
 
 impl UnwindTable {
     /// The row that applies at `vaddr` (an ELF virtual address of the
-    /// file), or `None` where no CFI applies. A binary search, as the BPF
-    /// unwinder will do.
+    /// file), or `None` where no CFI applies. A binary search of all the
+    /// rows: what the BPF unwinder's search of one page's rows must agree
+    /// with.
     #[cfg(test)]
     pub fn lookup(&self, vaddr: u64) -> Option<&UnwindRow> {
         let pc = u32::try_from(vaddr.checked_sub(self.base)?).ok()?;

@@ -1,6 +1,12 @@
 //! Part 7, unwinding: what stoke's table unwinder costs against frame
-//! pointers (`--frame-pointers`, the kernel's `bpf_get_stack`), and what its
-//! tables take: memory per file and in total, and time to compile.
+//! pointers (`--frame-pointers`, the kernel's `bpf_get_stack`), per sample
+//! and per frame, and what its tables take: memory per file and in total,
+//! and time to compile.
+//!
+//! The cost per frame is that of the frames a deeper recursion adds: the
+//! same program, built with frame pointers so that both unwinders walk the
+//! same frames, at two depths; the difference in time per sample over the
+//! difference in frames.
 //!
 //! The BPF time per sample is the kernel's statistics of the sampler
 //! (`--bpf-stats`), read twice during the recording, once the tables of the
@@ -32,6 +38,16 @@ use super::{
 /// The issue's target: BPF run time per sample at typical depth.
 const TARGET_US: f64 = 10.0;
 
+/// The two depths of the per-frame cost: the shallower gives about 20 user
+/// frames, a typical stack.
+const PER_FRAME_DEPTHS: [u32; 2] = [16, 48];
+
+/// Targets against the frame-pointer walk, on the same frames: per frame,
+/// and per sample at the shallower depth (at most that many µs, too).
+const PER_FRAME_RATIO: f64 = 2.0;
+const PER_SAMPLE_RATIO: f64 = 1.5;
+const PER_SAMPLE_US: f64 = 3.0;
+
 /// Recursion depth of the frame-pointer-less C workload: with the thread's
 /// own frames, about 18 user frames, a typical depth.
 const CHAIN_DEPTH: u32 = 12;
@@ -56,10 +72,18 @@ enum Workload {
     Chain,
     /// `fixed_work`, frame pointers everywhere.
     FixedWork,
+    /// `deep_recursion DEPTH` built with frame pointers: the per-frame cost.
+    Depth(u32),
 }
 
 impl Workload {
-    const ALL: [Workload; 3] = [Workload::Xz, Workload::Chain, Workload::FixedWork];
+    const ALL: [Workload; 5] = [
+        Workload::Xz,
+        Workload::Chain,
+        Workload::FixedWork,
+        Workload::Depth(PER_FRAME_DEPTHS[0]),
+        Workload::Depth(PER_FRAME_DEPTHS[1]),
+    ];
 
     fn label(self) -> String {
         match self {
@@ -68,12 +92,22 @@ impl Workload {
                 format!("`deep_recursion {CHAIN_DEPTH}` built -O2 -fomit-frame-pointer")
             }
             Workload::FixedWork => "`fixed_work` (frame pointers)".into(),
+            Workload::Depth(depth) => format!("`deep_recursion {depth}` (frame pointers)"),
+        }
+    }
+
+    /// Samples per second per CPU: the per-frame cost is a difference of two
+    /// medians, steadier with ten times the samples in the window.
+    fn frequency(self) -> u64 {
+        match self {
+            Workload::Depth(_) => 999,
+            _ => 99,
         }
     }
 
     /// Whether the table unwinder's time is held to the target here.
     fn without_frame_pointers(self) -> bool {
-        self != Workload::FixedWork
+        matches!(self, Workload::Xz | Workload::Chain)
     }
 }
 
@@ -208,7 +242,7 @@ fn run_once(bench: &Bench, workload: Workload, unwinder: Unwinder, xz_input: &Pa
         bpf_stats: true,
         frame_pointers: unwinder == Unwinder::FramePointers,
         pids: pids.clone(),
-        ..Options::new(Tool::Stoke, 99, "folded")
+        ..Options::new(Tool::Stoke, workload.frequency(), "folded")
     };
     let recording = Recording::start(bench, &options, "unwind")?;
     std::thread::sleep(SETTLE);
@@ -311,6 +345,13 @@ fn start_workload(
             "fixed_work",
             Command::new(&workloads.fixed_work)
                 .args(["-s", &seconds])
+                .arg(&cpus),
+        )?],
+        Workload::Depth(depth) => vec![Process::spawn(
+            "deep_recursion",
+            Command::new(&workloads.deep_recursion)
+                .arg(depth.to_string())
+                .arg(&seconds)
                 .arg(&cpus),
         )?],
     })
@@ -505,8 +546,10 @@ fn section(
             },
         ));
     }
+    let per_frame = per_frame_section(&medians, &mut targets);
     let mut body = format!(
-        "`stoke record -p <workload> --bpf-stats` at 99 Hz, every CPU busy with the \
+        "`stoke record -p <workload> --bpf-stats` at 99 Hz (the per-frame rows below at \
+         {per_frame_hz} Hz), every CPU busy with the \
          workload, which starts before stoke (so that stoke compiles the tables of its \
          files, and no other's, as it starts); the sampler's run time per sample is \
          `run_time_ns / run_cnt` over {seconds:.1} s that start {settle:.1} s after stoke \
@@ -515,10 +558,11 @@ fn section(
          `bpf_get_stack` and stops where a function keeps no frame pointer. User frames \
          per sample and the share of stacks reaching a root (a frame in {roots}, as stoke's \
          `Native stacks reaching a root` counts) are of the workload's samples over the \
-         whole recording.\n\n{}",
+         whole recording.\n\n{}{per_frame}",
         table.markdown(),
         seconds = bench.settings.unwind_seconds,
         settle = SETTLE.as_secs_f64(),
+        per_frame_hz = Workload::Depth(0).frequency(),
         rounds = bench.settings.rounds,
         roots = ROOT_FUNCTIONS
             .iter()
@@ -578,6 +622,93 @@ fn section(
         targets,
         provenance: String::new(),
     }
+}
+
+/// Per frame: each unwinder's time per sample at the two depths, the
+/// frames between them, and what each frame costs; with the targets against
+/// the frame-pointer walk.
+fn per_frame_section(
+    medians: &BTreeMap<(String, &str), (f64, f64)>,
+    targets: &mut Vec<Target>,
+) -> String {
+    let [shallow, deep] = PER_FRAME_DEPTHS.map(Workload::Depth);
+    let mut table = Table::new(&[
+        "unwinder",
+        &format!("µs per sample, depth {}", PER_FRAME_DEPTHS[0]),
+        &format!("µs per sample, depth {}", PER_FRAME_DEPTHS[1]),
+        "more frames",
+        "ns per frame",
+    ]);
+    // Per unwinder: (µs per sample at the shallow depth and its frames, ns
+    // per frame).
+    let mut costs = BTreeMap::new();
+    for unwinder in [Unwinder::Tables, Unwinder::FramePointers] {
+        let at = |workload: Workload| medians.get(&(workload.label(), unwinder.label()));
+        let (Some(&(shallow_us, shallow_frames)), Some(&(deep_us, deep_frames))) =
+            (at(shallow), at(deep))
+        else {
+            continue;
+        };
+        let frames = deep_frames - shallow_frames;
+        let ns = (deep_us - shallow_us) * 1e3 / frames.max(1.0);
+        table.row(vec![
+            unwinder.label().to_owned(),
+            format!("{shallow_us:.2} ({shallow_frames:.0} user frames)"),
+            format!("{deep_us:.2} ({deep_frames:.0} user frames)"),
+            format!("{frames:.0}"),
+            format!("{ns:.0}"),
+        ]);
+        costs.insert(unwinder.label(), (shallow_us, shallow_frames, ns));
+    }
+    let (Some(&(tables_us, frames, tables_ns)), Some(&(fp_us, _, fp_ns))) = (
+        costs.get(Unwinder::Tables.label()),
+        costs.get(Unwinder::FramePointers.label()),
+    ) else {
+        return String::new();
+    };
+    let ratio = tables_ns / fp_ns.max(1.0);
+    targets.push(Target::judge(
+        format!("table unwinder per frame at most {PER_FRAME_RATIO}× the frame-pointer walk"),
+        format!("{tables_ns:.0} ns against {fp_ns:.0} ns ({ratio:.1}×)"),
+        ratio <= PER_FRAME_RATIO,
+        || {
+            format!(
+                "{:.0} ns per frame over: a frame is a mapping check, a page of rows \
+                 searched and one to three reads of user memory, where the kernel's walk \
+                 reads 16 bytes",
+                tables_ns - PER_FRAME_RATIO * fp_ns
+            )
+        },
+    ));
+    let ratio = tables_us / fp_us.max(0.001);
+    targets.push(Target::judge(
+        format!(
+            "table unwinder per sample at ~{frames:.0} frames at most {PER_SAMPLE_RATIO}× \
+             the frame-pointer walk and at most {PER_SAMPLE_US} µs"
+        ),
+        format!("{tables_us:.2} µs against {fp_us:.2} µs ({ratio:.2}×)"),
+        ratio <= PER_SAMPLE_RATIO && tables_us <= PER_SAMPLE_US,
+        || {
+            if ratio > PER_SAMPLE_RATIO {
+                format!("{ratio:.2}× the frame-pointer walk")
+            } else {
+                format!(
+                    "{:.2} µs over, while the frame-pointer walk itself takes {fp_us:.2} µs \
+                     per sample on this host",
+                    tables_us - PER_SAMPLE_US
+                )
+            }
+        },
+    ));
+    format!(
+        "\n### Per frame\n\n`deep_recursion` built with frame pointers at depths {} and \
+         {}, sampled at {} Hz: both unwinders walk the same frames; a frame's cost is the \
+         difference in time per sample over the difference in user frames (medians).\n\n{}",
+        PER_FRAME_DEPTHS[0],
+        PER_FRAME_DEPTHS[1],
+        shallow.frequency(),
+        table.markdown()
+    )
 }
 
 #[cfg(test)]

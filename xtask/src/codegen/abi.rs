@@ -19,6 +19,7 @@ const TYPES: &[(&str, &str)] = &[
     ("RecordKind", "stoke_record"),
     ("Counter", "stoke_counter"),
     ("UnwindRow", "stoke_unwind_row"),
+    ("UnwindPage", "stoke_unwind_page"),
     ("RowKind", "stoke_row"),
     ("RbpRule", "stoke_rbp"),
     ("Mapping", "stoke_mapping"),

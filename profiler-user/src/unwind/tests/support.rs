@@ -10,7 +10,12 @@ use std::{
 use object::{read::elf::ElfFile64, Object, ObjectSymbol};
 use tempfile::TempDir;
 
-use crate::unwind::table::{compile, RowKind, UnwindRow, UnwindTable};
+use profiler_common::unwind::UNWIND_PAGE_SHIFT;
+
+use crate::unwind::{
+    pages,
+    table::{compile, RowKind, UnwindRow, UnwindTable},
+};
 
 /// This machine's libc.
 pub const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
@@ -36,7 +41,7 @@ pub fn compile_file(path: &str) -> UnwindTable {
 }
 
 /// What the BPF side relies on: sorted rows, no useless row, lookups that
-/// agree with the rows.
+/// agree with the rows, through the page index as without it.
 pub fn check_invariants(table: &UnwindTable) {
     for pair in table.rows.windows(2) {
         assert!(pair[0].pc < pair[1].pc, "rows out of order: {pair:?}");
@@ -62,6 +67,25 @@ pub fn check_invariants(table: &UnwindTable) {
             .map(|i| &table.rows[i])
             .filter(|row| row.kind != RowKind::NoCfi);
         assert_eq!(table.lookup(address.wrapping_sub(1)), before);
+    }
+    let Some(index) = pages::page_index(&table.rows) else {
+        return;
+    };
+    let page_starts = (0..index.len() as u32).map(|page| page << UNWIND_PAGE_SHIFT);
+    let row_pcs = table.rows.iter().map(|row| row.pc);
+    for pc in page_starts
+        .chain(row_pcs)
+        .flat_map(|pc| [pc, pc.wrapping_sub(1)])
+    {
+        let whole = table
+            .rows
+            .partition_point(|row| row.pc <= pc)
+            .checked_sub(1);
+        assert_eq!(
+            pages::find_row(&table.rows, &index, pc),
+            whole,
+            "at {pc:#x}"
+        );
     }
 }
 
