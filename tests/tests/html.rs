@@ -250,7 +250,8 @@ fn recursion_collapses_and_hostile_names_stay_text() {
     std::fs::write(
         &folded,
         format!(
-            "app [1];main;rec;rec;rec;leaf 5\napp [1];main;rec;leaf 3\napp [1];main;{evil} 2\n"
+            "app [1];main;rec;rec;rec;leaf 5\napp [1];main;rec;leaf 3\napp [1];main;{evil} 2\n\
+             app [1];main;eval;apply;eval;apply;eval;apply;hot 4\napp [1];main;a;b;a;c 1\n"
         ),
     )
     .unwrap();
@@ -269,8 +270,8 @@ fn recursion_collapses_and_hostile_names_stay_text() {
         0
     );
 
-    let depths = |browser: &Browser| -> Vec<(f64, f64)> {
-        let frames = browser.js("return stoke.frames('rec');");
+    let depths = |browser: &Browser, name: &str| -> Vec<(f64, f64)> {
+        let frames = browser.js(&format!("return stoke.frames('{name}');"));
         frames
             .as_array()
             .unwrap()
@@ -278,11 +279,23 @@ fn recursion_collapses_and_hostile_names_stay_text() {
             .map(|frame| (number(&frame["depth"]), number(&frame["samples"])))
             .collect()
     };
-    assert_eq!(depths(&browser), [(3.0, 8.0), (4.0, 5.0), (5.0, 5.0)]);
+    assert_eq!(
+        depths(&browser, "rec"),
+        [(3.0, 8.0), (4.0, 5.0), (5.0, 5.0)]
+    );
+    assert_eq!(
+        depths(&browser, "apply"),
+        [(4.0, 4.0), (6.0, 4.0), (8.0, 4.0)]
+    );
     browser.click("collapse");
-    assert_eq!(depths(&browser), [(3.0, 8.0)]);
+    assert_eq!(depths(&browser, "rec"), [(3.0, 8.0)]);
     assert_eq!(drawn_samples(&browser, "leaf"), 8.0);
-    assert_eq!(number(&browser.js("return stoke.state().total;")), 10.0);
+    // Indirect recursion folds to one round; a path through a frame twice
+    // that does not repeat stays whole.
+    assert_eq!(depths(&browser, "apply"), [(4.0, 4.0)]);
+    assert_eq!(depths(&browser, "hot"), [(5.0, 4.0)]);
+    assert_eq!(depths(&browser, "c"), [(6.0, 1.0)]);
+    assert_eq!(number(&browser.js("return stoke.state().total;")), 15.0);
 }
 
 #[test]

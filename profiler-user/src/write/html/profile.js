@@ -54,8 +54,8 @@ function regex(source, flags, what, errors) {
 /**
  * The stacks of `base` transformed as `view` says, in this order: frame
  * names rewritten (`replace` by `with`), only stacks with a frame matching
- * `keep` kept, frames matching `remove` dropped, directly recursive frames
- * folded into one (`collapse`). Bad regular expressions are skipped and
+ * `keep` kept, frames matching `remove` dropped, recursion folded
+ * (`collapse`, see [foldRepeat]). Bad regular expressions are skipped and
  * listed in `errors`.
  */
 function transformStacks(base, view) {
@@ -100,8 +100,8 @@ function transformStacks(base, view) {
       const name = renamed ? renamed[base.frames[f]] : base.frames[f];
       keepIt = keepIt || kept[name];
       if (removed && removed[name]) continue;
-      if (view.collapse && stack[stack.length - 1] === name) continue;
       stack.push(name);
+      if (view.collapse) foldRepeat(stack);
     }
     if (!keepIt || stack.length === 0) continue;
     let f = starts[starts.length - 1];
@@ -111,6 +111,31 @@ function transformStacks(base, view) {
     if (before) before.push(base.before[s]);
   }
   return { names, kinds, frames, starts, counts, before, errors };
+}
+
+/** Longest cycle of indirect recursion [foldRepeat] folds, in frames. */
+const MAX_CYCLE = 16;
+
+/**
+ * Folds recursion at the top of `stack`, just pushed to: where its last k
+ * frames repeat the k before them (`rec;rec` for k = 1, `eval;apply;eval;apply`
+ * for 2), the repeat is dropped, so a recursion of any depth shows as one
+ * round of it and the frames it calls sit right above. Frames in between
+ * that differ (`a;b;a;c`) are a call path, not a repeat, and stay. The
+ * stack had no repeat at its top before the push, and a fold leaves it as
+ * it was before one: one fold at most.
+ */
+function foldRepeat(stack) {
+  const length = stack.length;
+  for (let k = 1; k <= MAX_CYCLE && 2 * k <= length; k++) {
+    if (stack[length - 1 - k] !== stack[length - 1]) continue;
+    let same = true;
+    for (let i = 2; i <= k && same; i++) same = stack[length - i - k] === stack[length - i];
+    if (same) {
+      stack.length = length - k;
+      return;
+    }
+  }
 }
 
 /** Children a node may have before they get a map from name to child. */
