@@ -29,6 +29,12 @@
 #define STOKE_SAMPLE_SIGNALLED (1 << 1)
 
 /**
+ * [`RecordHeader::flags`] bit: the thread was exiting. Its process's
+ * exit may have been recorded before this sample: it is no new process.
+ */
+#define STOKE_SAMPLE_EXITING (1 << 2)
+
+/**
  * Number of [`Counter`]s, the size of the `counters` array.
  */
 #define STOKE_COUNTER_COUNT 10

@@ -32,6 +32,9 @@ pub const SAMPLE_IN_KERNEL: u32 = 1 << 0;
 /// [`RecordHeader::flags`] bit: the sampled thread was sent the JVM agent's
 /// signal, so a Java stack for this sample should follow from the agent.
 pub const SAMPLE_SIGNALLED: u32 = 1 << 1;
+/// [`RecordHeader::flags`] bit: the thread was exiting. Its process's
+/// exit may have been recorded before this sample: it is no new process.
+pub const SAMPLE_EXITING: u32 = 1 << 2;
 
 /// The fixed start of every ring-buffer record.
 ///

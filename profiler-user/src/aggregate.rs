@@ -423,6 +423,7 @@ mod tests {
             kernel: vec![],
             user,
             signalled: false,
+            exiting: false,
             stop: StopReason::End,
             off_cpu_ns: None,
         }

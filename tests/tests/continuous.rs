@@ -424,3 +424,98 @@ fn a_thread_blocked_all_along_counts_in_every_interval_once() {
         "the blocked thread has {total:.3} s over all intervals of a {ran:.3} s run"
     );
 }
+
+/// The keys of the `unwind_processes` map of the stoke with pid `stoke`:
+/// the processes whose unwind tables its BPF unwinder holds.
+fn unwind_processes(stoke: u32) -> Vec<u32> {
+    let ids: Vec<String> = fs::read_dir(format!("/proc/{stoke}/fdinfo"))
+        .unwrap()
+        .filter_map(|entry| fs::read_to_string(entry.unwrap().path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("map_id:"))
+                .map(|id| id.trim().to_owned())
+        })
+        .collect();
+    let bpftool = |args: &[&str]| -> serde_json::Value {
+        let output = std::process::Command::new("bpftool")
+            .args(args)
+            .output()
+            .expect("bpftool (cargo xtask setup installs it)");
+        assert!(output.status.success(), "bpftool {args:?}: {output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let id = ids
+        .iter()
+        .find(|id| bpftool(&["map", "show", "id", id, "-j"])["name"] == "unwind_processe")
+        .expect("stoke holds an unwind_processes map");
+    bpftool(&["map", "dump", "id", id, "-j"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            let bytes: Vec<u8> = entry["key"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|byte| {
+                    u8::from_str_radix(byte.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+                })
+                .collect();
+            u32::from_le_bytes(bytes.try_into().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn processes_that_come_and_go_leave_no_unwind_tables_behind() {
+    let (_dir, workload) = prepare("continuous-churn", "short_burn");
+    let out = TempDir::new("continuous-churn-files");
+    let mut stoke = Stoke::spawn(&args![
+        "continuous",
+        "-F",
+        999,
+        "--interval",
+        5,
+        "--output-dir",
+        out.path().display()
+    ]);
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+    // Processes that burn 3 ms and end, one after another, for 8 s: most
+    // are sampled, and many end within the moment stoke takes to load
+    // their tables.
+    let started = Instant::now();
+    let mut spawned = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        let status = std::process::Command::new(workload.exe())
+            .arg("0.003")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        spawned += 1;
+    }
+    // Time for the last ends to reach stoke.
+    thread::sleep(Duration::from_secs(1));
+    let held = unwind_processes(stoke.pid());
+    let dead: Vec<u32> = held
+        .iter()
+        .copied()
+        .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    stop(stoke);
+    println!(
+        "{spawned} processes spawned; the unwinder holds {} processes, {} of them ended: {dead:?}",
+        held.len(),
+        dead.len()
+    );
+    assert!(
+        out.path().join("short_burn").is_dir(),
+        "no profile of short_burn: the churn was not sampled"
+    );
+    assert!(spawned >= 500, "only {spawned} processes in 8 s");
+    assert!(
+        dead.len() <= 2,
+        "ended processes keep their tables: {dead:?}"
+    );
+}

@@ -150,6 +150,8 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.tid = task->pid;
 	record->header.time_ns = bpf_ktime_get_ns();
 	record->header.off_cpu_ns = off_ns;
+	if (task->flags & PF_EXITING)
+		record->header.flags |= STOKE_SAMPLE_EXITING;
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
@@ -157,7 +159,7 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 			       sizeof(record->header) +
 				       (kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64) +
 				       user_bytes,
-			       ring_flags(announce(tgid))) == 0)
+			       ring_flags(announce(tgid, task))) == 0)
 		count(STOKE_COUNTER_OFF_CPU_SENT);
 	else
 		count(STOKE_COUNTER_OFF_CPU_LOST_RING_FULL);

@@ -25,6 +25,7 @@
 #include <bpf/bpf_core_read.h>
 #include "stoke_abi.h"
 
+#define PF_EXITING 0x00000004
 #define PF_KTHREAD 0x00200000
 #define FRAME_BYTES (STOKE_MAX_FRAMES * sizeof(__u64))
 
@@ -77,7 +78,9 @@ struct {
 } ended_tgids SEC(".maps");
 
 /* Processes whose samples userspace has been told of: the first sample of a
- * tgid not in here wakes the consumer, and only these get exec/exit records. */
+ * tgid not in here wakes the consumer, and only these get exec/exit records.
+ * An exiting thread's samples announce nothing: its process may have been
+ * told ended already. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -161,11 +164,11 @@ static __always_inline __u64 ring_flags(bool force)
 	return BPF_RB_NO_WAKEUP;
 }
 
-static __always_inline bool announce(__u32 tgid)
+static __always_inline bool announce(__u32 tgid, struct task_struct *task)
 {
 	__u8 yes = 1;
 
-	if (bpf_map_lookup_elem(&announced_tgids, &tgid))
+	if ((task->flags & PF_EXITING) || bpf_map_lookup_elem(&announced_tgids, &tgid))
 		return false;
 	bpf_map_update_elem(&announced_tgids, &tgid, &yes, BPF_ANY);
 	return true;
@@ -549,6 +552,8 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 
 	task = bpf_get_current_task_btf();
+	if (task->flags & PF_EXITING)
+		record->header.flags |= STOKE_SAMPLE_EXITING;
 	if (task->flags & PF_KTHREAD) {
 		/* Kernel threads have no user stack. */
 	} else if ((process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
@@ -594,7 +599,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) + kernel_bytes + user_bytes,
-			       ring_flags(announce(tgid))) == 0)
+			       ring_flags(announce(tgid, task))) == 0)
 		count(STOKE_COUNTER_SENT);
 	else
 		count(STOKE_COUNTER_LOST_RING_FULL);
@@ -602,9 +607,9 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 }
 
 /* A process's address space is gone: it gets no more signals (whatever
- * userspace does meanwhile), and if userspace was told of it, it is told
- * of this too, so that its later samples are matched against a fresh
- * snapshot of its maps. */
+ * userspace does meanwhile) nor table unwinding, and if userspace was told
+ * of it, it is told of this too, so that its later samples are matched
+ * against a fresh snapshot of its maps. */
 static __always_inline void end_address_space(__u32 kind)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -613,6 +618,9 @@ static __always_inline void end_address_space(__u32 kind)
 	struct stoke_record_header header = {};
 
 	bpf_map_delete_elem(&signal_tgids, &tgid);
+	/* Its tables too, even if userspace never hears of the end (the
+	 * ring was full): the map would fill with the dead. */
+	bpf_map_delete_elem(&unwind_processes, &tgid);
 	bpf_map_update_elem(&ended_tgids, &tgid, &now, BPF_ANY);
 	if (bpf_map_delete_elem(&announced_tgids, &tgid) != 0)
 		return;

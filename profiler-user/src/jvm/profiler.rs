@@ -513,7 +513,7 @@ impl JavaProfiler {
                     ids.extend(frames.iter().map(|frame| frame.method_id));
                     ids.extend(jvm.symbols.compiled_methods_at(sample.user.iter().copied()));
                 }
-                let image = processes.image_for(sample.tgid, &sample.comm);
+                let image = processes.image_of(&sample);
                 MergedSample::with_java(processes.image(image), image, sample, frames)
             })
             .collect();

@@ -28,7 +28,10 @@ use super::{
 
 /// Most bytes of `/proc/PID/comm` read: the kernel's names are 15 bytes.
 const MAX_COMM: u64 = 64;
-use crate::rootfs::{self, Root};
+use crate::{
+    rootfs::{self, Root},
+    sample::ring_record::Sample,
+};
 
 /// Index of a [`ProcessImage`] in its [`ProcessRegistry`].
 pub type ImageId = usize;
@@ -40,6 +43,9 @@ pub type ImageId = usize;
 pub struct ProcessRegistry {
     images: Vec<ProcessImage>,
     live: HashMap<u32, ImageId>,
+    /// Processes that exited since the last eviction: the samples their
+    /// exiting threads take after the exit was recorded are theirs.
+    exited: HashMap<u32, ImageId>,
     files: HashMap<(u64, u64), Arc<MappedFile>>,
     /// A copy of the vdso, which every process of this kernel maps alike.
     vdso: OnceCell<Option<Arc<MappedFile>>>,
@@ -60,9 +66,42 @@ impl ProcessRegistry {
         id
     }
 
-    /// Process `pid` exec'd or exited: its next sample needs a new snapshot.
+    /// The image a sample belongs to. An exiting thread's process may have
+    /// been recorded as exited already: its image then, or, if it was never
+    /// seen, a snapshot of what is left of it, not taken for a live
+    /// process (nothing is loaded for it).
+    pub fn image_of(&mut self, sample: &Sample) -> ImageId {
+        let pid = sample.tgid;
+        if !sample.exiting || self.live.contains_key(&pid) {
+            return self.image_for(pid, &sample.comm);
+        }
+        if let Some(&id) = self.exited.get(&pid) {
+            return id;
+        }
+        let image = self.snapshot(pid, &sample.comm);
+        self.images.push(image);
+        let id = self.images.len() - 1;
+        self.exited.insert(pid, id);
+        id
+    }
+
+    /// Process `pid` exec'd: its next sample needs a new snapshot.
     pub fn forget(&mut self, pid: u32) {
         self.live.remove(&pid);
+    }
+
+    /// Process `pid` exited: the samples its threads take while they exit
+    /// are still its own.
+    pub fn exited(&mut self, pid: u32) {
+        if let Some(id) = self.live.remove(&pid) {
+            self.exited.insert(pid, id);
+        }
+    }
+
+    /// Whether the image is its process's current one: the process has
+    /// not exec'd or exited since.
+    pub fn is_live(&self, id: ImageId) -> bool {
+        self.live.get(&self.images[id].pid) == Some(&id)
     }
 
     /// The image behind an id [`Self::image_for`] returned.
@@ -94,6 +133,7 @@ impl ProcessRegistry {
             self.live.insert(pid, self.images.len() - 1);
         }
         drop(images);
+        self.exited.clear();
         self.files.retain(|_, file| Arc::strong_count(file) > 1);
         self.identities.forget_unused();
     }

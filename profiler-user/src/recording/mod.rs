@@ -87,6 +87,8 @@ pub struct Recording {
     unwinder: Option<UnwindLoader>,
     /// Process images handed to the unwinder so far.
     images_loaded: usize,
+    /// Processes that exec'd or exited since the unwinder was last told.
+    ended: Vec<u32>,
     /// What each event counted since the start or the last cut.
     counted: EventAggregators,
     java: JavaProfiler,
@@ -138,6 +140,7 @@ impl Recording {
             processes: ProcessRegistry::default(),
             unwinder,
             images_loaded: 0,
+            ended: Vec::new(),
             counted: EventAggregators::new(options, &events, args.lock_threshold),
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
                 .with_java_events(JavaEventSettings::of(args)?),
@@ -212,7 +215,7 @@ impl Recording {
         let Self {
             sampler,
             processes,
-            unwinder,
+            ended,
             counted,
             java,
             malformed,
@@ -221,7 +224,7 @@ impl Recording {
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
-                let image = processes.image_for(pid, &sample.comm);
+                let image = processes.image_of(&sample);
                 // JVMs are found through their threads' waits too: an
                 // off-CPU recording gets their Java frames.
                 java.look_for_jvm(pid, processes.image(image));
@@ -231,12 +234,14 @@ impl Recording {
                     counted.add(MergedSample::native(image, sample));
                 }
             }
-            Ok(Record::Exec { tgid } | Record::Exit { tgid }) => {
-                processes.forget(tgid);
-                java.process_ended(tgid);
-                if let Some(unwinder) = unwinder.as_ref() {
-                    unwinder.forget(tgid);
+            Ok(record @ (Record::Exec { tgid } | Record::Exit { tgid })) => {
+                if matches!(record, Record::Exit { .. }) {
+                    processes.exited(tgid);
+                } else {
+                    processes.forget(tgid);
                 }
+                java.process_ended(tgid);
+                ended.push(tgid);
             }
             Err(_) => *malformed += 1,
         });
@@ -248,12 +253,17 @@ impl Recording {
         Ok(())
     }
 
-    /// Hands the processes registered since the last call to the unwinder.
+    /// Tells the unwinder, in one message (one wakeup of its thread), of
+    /// the processes that ended and of those registered since the last
+    /// call, but for those that ended since: their tables would stay in
+    /// the kernel's map for good.
     fn load_new_images(&mut self) {
+        let ended = std::mem::take(&mut self.ended);
         if let Some(unwinder) = &self.unwinder {
-            for image in self.images_loaded..self.processes.len() {
-                unwinder.load(self.processes.image(image));
-            }
+            let new = (self.images_loaded..self.processes.len())
+                .filter(|&image| self.processes.is_live(image))
+                .map(|image| self.processes.image(image));
+            unwinder.update(ended, new);
         }
         self.images_loaded = self.processes.len();
     }

@@ -3,7 +3,7 @@
 
 use profiler_common::{
     unwind::StopReason, RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE,
-    SAMPLE_SIGNALLED,
+    SAMPLE_EXITING, SAMPLE_SIGNALLED,
 };
 
 /// One record from the sampler.
@@ -43,6 +43,8 @@ pub struct Sample {
     pub user: Vec<u64>,
     /// The thread was sent the JVM agent's signal: a Java stack follows.
     pub signalled: bool,
+    /// The thread was exiting: its process may be recorded as ended.
+    pub exiting: bool,
     /// Why the user stack ends where it does.
     pub stop: StopReason,
     /// For an off-CPU record, how long the thread was off the CPU (its
@@ -64,6 +66,7 @@ impl Sample {
             kernel: Vec::new(),
             user,
             signalled: true,
+            exiting: false,
             stop: StopReason::End,
             off_cpu_ns: None,
         }
@@ -115,6 +118,7 @@ impl Record {
                     kernel,
                     user,
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
+                    exiting: header.flags & SAMPLE_EXITING != 0,
                     stop: StopReason::from_flags(header.flags),
                     off_cpu_ns: (kind == RecordKind::OffCpu).then_some(header.off_cpu_ns),
                 };

@@ -81,12 +81,11 @@ struct ExecMapping {
     file: Arc<MappedFile>,
 }
 
-enum Request {
-    Load {
-        pid: u32,
-        mappings: Vec<ExecMapping>,
-    },
-    Forget(u32),
+/// What changed since the last request: processes that ended (their
+/// mappings are gone), then new processes to load.
+struct Request {
+    ended: Vec<u32>,
+    new: Vec<(u32, Vec<ExecMapping>)>,
 }
 
 /// What loading tables cost, for the summary and the bench.
@@ -142,11 +141,12 @@ impl UnwindLoader {
                     summary: UnwindSummary::default(),
                 };
                 for request in incoming {
-                    match request {
-                        Request::Load { pid, mappings } => worker.load(pid, &mappings),
-                        Request::Forget(pid) => {
-                            let _ = worker.processes.remove(&pid);
-                        }
+                    let Request { ended, new } = request;
+                    for pid in ended {
+                        let _ = worker.processes.remove(&pid);
+                    }
+                    for (pid, mappings) in new {
+                        worker.load(pid, &mappings);
                     }
                 }
                 worker.summary
@@ -155,30 +155,13 @@ impl UnwindLoader {
         Ok(Self { requests, worker })
     }
 
-    /// Loads the tables of a newly seen process image.
-    pub fn load(&self, image: &ProcessImage) {
-        let mappings = image
-            .mappings()
-            .iter()
-            .filter_map(|mapping| match &mapping.target {
-                MappingTarget::File(file) => Some(ExecMapping {
-                    start: mapping.start,
-                    end: mapping.end,
-                    file_offset: mapping.file_offset,
-                    file: file.clone(),
-                }),
-                MappingTarget::Named(_) => None,
-            })
-            .collect();
-        let _ = self.requests.send(Request::Load {
-            pid: image.pid,
-            mappings,
-        });
-    }
-
-    /// A process exec'd or exited: its mappings are gone.
-    pub fn forget(&self, pid: u32) {
-        let _ = self.requests.send(Request::Forget(pid));
+    /// Forgets the mappings of the processes that exec'd or exited
+    /// (`ended`), then loads the tables of newly seen process images.
+    pub fn update<'a>(&self, ended: Vec<u32>, new: impl Iterator<Item = &'a ProcessImage>) {
+        let new: Vec<_> = new.map(|image| (image.pid, exec_mappings(image))).collect();
+        if !ended.is_empty() || !new.is_empty() {
+            let _ = self.requests.send(Request { ended, new });
+        }
     }
 
     /// Stops the thread and says what it did.
@@ -186,6 +169,23 @@ impl UnwindLoader {
         drop(self.requests);
         self.worker.join().unwrap_or_default()
     }
+}
+
+/// The file mappings of an image, to load.
+fn exec_mappings(image: &ProcessImage) -> Vec<ExecMapping> {
+    image
+        .mappings()
+        .iter()
+        .filter_map(|mapping| match &mapping.target {
+            MappingTarget::File(file) => Some(ExecMapping {
+                start: mapping.start,
+                end: mapping.end,
+                file_offset: mapping.file_offset,
+                file: file.clone(),
+            }),
+            MappingTarget::Named(_) => None,
+        })
+        .collect()
 }
 
 /// A file's rows and pages in the maps, and its table (without the rows,
