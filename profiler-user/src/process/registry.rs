@@ -52,14 +52,50 @@ pub struct ProcessRegistry {
     identities: Identities,
 }
 
+/// What is known of a process before its /proc is read: a sample of it
+/// spares some reads (each new process costs stoke a few, and a busy host
+/// starts a hundred a second).
+struct Known<'a> {
+    /// The sampled thread's name: the process's if it is already gone.
+    thread_name: &'a str,
+    /// The process's own name (its main thread's), when the sample is of
+    /// its main thread.
+    process_name: Option<&'a str>,
+    /// The sample has a user stack: no kernel thread.
+    user_stack: bool,
+}
+
+impl<'a> Known<'a> {
+    fn nothing(thread_name: &'a str) -> Self {
+        Self {
+            thread_name,
+            process_name: None,
+            user_stack: false,
+        }
+    }
+
+    fn of(sample: &'a Sample) -> Self {
+        Self {
+            thread_name: &sample.comm,
+            process_name: (sample.tid == sample.tgid).then_some(sample.comm.as_str()),
+            user_stack: !sample.user.is_empty(),
+        }
+    }
+}
+
 impl ProcessRegistry {
     /// The current image of process `pid`, snapshotting it on first sight.
     /// `thread_name` names the process if it is already gone.
     pub fn image_for(&mut self, pid: u32, thread_name: &str) -> ImageId {
+        self.image_with(pid, &Known::nothing(thread_name))
+    }
+
+    /// Like [`Self::image_for`], with what a sample of the process tells.
+    fn image_with(&mut self, pid: u32, known: &Known) -> ImageId {
         if let Some(&id) = self.live.get(&pid) {
             return id;
         }
-        let image = self.snapshot(pid, thread_name);
+        let image = self.snapshot(pid, known);
         self.images.push(image);
         let id = self.images.len() - 1;
         self.live.insert(pid, id);
@@ -72,13 +108,14 @@ impl ProcessRegistry {
     /// process (nothing is loaded for it).
     pub fn image_of(&mut self, sample: &Sample) -> ImageId {
         let pid = sample.tgid;
+        let known = Known::of(sample);
         if !sample.exiting || self.live.contains_key(&pid) {
-            return self.image_for(pid, &sample.comm);
+            return self.image_with(pid, &known);
         }
         if let Some(&id) = self.exited.get(&pid) {
             return id;
         }
-        let image = self.snapshot(pid, &sample.comm);
+        let image = self.snapshot(pid, &known);
         self.images.push(image);
         let id = self.images.len() - 1;
         self.exited.insert(pid, id);
@@ -138,19 +175,23 @@ impl ProcessRegistry {
         self.identities.forget_unused();
     }
 
-    fn snapshot(&mut self, pid: u32, thread_name: &str) -> ProcessImage {
-        let comm = read_bounded(format!("/proc/{pid}/comm"), MAX_COMM).ok();
-        let mut image = ProcessImage {
-            pid,
-            name: comm.map_or_else(
-                || thread_name.to_owned(),
+    fn snapshot(&mut self, pid: u32, known: &Known) -> ProcessImage {
+        let name = match known.process_name {
+            // As /proc's comm reads, less its line break.
+            Some(name) => name.trim_ascii_end().to_owned(),
+            None => read_bounded(format!("/proc/{pid}/comm"), MAX_COMM).map_or_else(
+                |_| known.thread_name.to_owned(),
                 |(comm, _)| String::from_utf8_lossy(comm.trim_ascii_end()).into_owned(),
             ),
+        };
+        let mut image = ProcessImage {
+            pid,
+            name,
             exe: std::fs::read_link(format!("/proc/{pid}/exe"))
                 .ok()
                 .map(|path| path.to_string_lossy().into()),
             identity: self.identities.of(pid),
-            kernel_thread: procfs::is_kernel_thread(pid),
+            kernel_thread: !known.user_stack && procfs::is_kernel_thread(pid),
             mappings: Vec::new(),
         };
         let Ok(maps) = maps::read(pid) else {
