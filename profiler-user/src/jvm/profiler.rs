@@ -66,9 +66,9 @@ const MAX_CUT_SHORT: usize = 1 << 16;
 /// How often a process that is no JVM (yet) is looked at again.
 const MAX_RECHECKS: u32 = 6;
 
-/// Processes older than this when first seen without libjvm.so are not
-/// looked at again: the java launcher maps it within a fraction of a second
-/// of its start.
+/// Processes older than this at their second look without libjvm.so are
+/// not looked at again: the java launcher maps it within a fraction of a
+/// second of its start.
 const STARTING_AGE: Duration = Duration::from_secs(5);
 
 /// How often an attach is retried while the JVM is still starting.
@@ -230,6 +230,10 @@ impl JavaProfiler {
                     .mapped_names()
                     .any(|name| attach::is_libjvm(name.as_bytes())),
             ),
+            // Older than a starting JVM and still none: no JVM to be. Its
+            // age is read only at a second look, so that the short-lived
+            // processes of a busy host cost no read of it.
+            1 if age(pid).is_none_or(|age| age > STARTING_AGE) => None,
             _ => maps_libjvm(pid),
         };
         match is_jvm {
@@ -239,13 +243,10 @@ impl JavaProfiler {
                     self.attaching += 1;
                 }
             }
-            Some(false) if attempts == 0 && age(pid).is_none_or(|age| age > STARTING_AGE) => {
-                self.considered.insert(pid, Recheck::Never);
-            }
             Some(false) => {
                 self.considered.insert(pid, Recheck::after(attempts));
             }
-            // Gone already: a short-lived process needs no second look.
+            // Gone already, or no JVM to be.
             None => {
                 self.considered.insert(pid, Recheck::Never);
             }

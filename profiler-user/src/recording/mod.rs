@@ -226,8 +226,11 @@ impl Recording {
                 let pid = sample.tgid;
                 let image = processes.image_of(&sample);
                 // JVMs are found through their threads' waits too: an
-                // off-CPU recording gets their Java frames.
-                java.look_for_jvm(pid, processes.image(image));
+                // off-CPU recording gets their Java frames. An exiting
+                // thread's process, maybe gone, is none to attach to.
+                if !sample.exiting {
+                    java.look_for_jvm(pid, processes.image(image));
+                }
                 if sample.signalled {
                     java.await_java_stack(sample);
                 } else {
