@@ -323,6 +323,8 @@ fn start_workload(
     let workloads = &bench.workloads;
     let seconds = format!("{}", seconds + SETTLE.as_secs_f64() + 30.0);
     let cpus = bench.cpus.to_string();
+    // deep_recursion's arguments: a thread per CPU at `depth`.
+    let recursion = |depth: u32| [depth.to_string(), seconds.clone(), cpus.clone()];
     Ok(match workload {
         Workload::Xz => (0..bench.cpus)
             .map(|_| {
@@ -336,10 +338,7 @@ fn start_workload(
             .collect::<Result<_>>()?,
         Workload::Chain => vec![Process::spawn(
             "deep_recursion (no frame pointers)",
-            Command::new(&workloads.deep_recursion_no_fp)
-                .arg(CHAIN_DEPTH.to_string())
-                .arg(&seconds)
-                .arg(&cpus),
+            Command::new(&workloads.deep_recursion_no_fp).args(recursion(CHAIN_DEPTH)),
         )?],
         Workload::FixedWork => vec![Process::spawn(
             "fixed_work",
@@ -349,10 +348,7 @@ fn start_workload(
         )?],
         Workload::Depth(depth) => vec![Process::spawn(
             "deep_recursion",
-            Command::new(&workloads.deep_recursion)
-                .arg(depth.to_string())
-                .arg(&seconds)
-                .arg(&cpus),
+            Command::new(&workloads.deep_recursion).args(recursion(depth)),
         )?],
     })
 }
