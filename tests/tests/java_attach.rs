@@ -200,6 +200,10 @@ fn attaches_to_another_users_jvm(jdk: Jdk) {
     // leads to the files.
     let files = Cleanup::default();
     assert_eq!((jvm.uid, jvm.gid), (NOBODY, NOBODY));
+    // What a root JVM killed with this pid left (pids wrap at 32768 here):
+    // the JVM cannot rename its own socket over it in the sticky /tmp.
+    plant_stale_socket(&jvm.socket_path(), 0, 0);
+    files.add(jvm.socket_path());
 
     let properties = attach_ok(&jvm, &["properties"]);
     assert!(properties.contains("user.name=nobody"), "{properties}");

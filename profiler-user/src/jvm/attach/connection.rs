@@ -30,6 +30,9 @@ const LISTENER_START_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first wait for the listener's socket; later waits grow to `POLL_MAX`.
 const POLL_FIRST: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(200);
+/// How long a foreign socket gets to accept a connection, which says that
+/// someone listens there.
+const FOREIGN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A connection to the JVM's attach listener, started if needed.
 ///
@@ -43,6 +46,7 @@ pub(super) fn open_connection(
     timeout: Duration,
 ) -> Result<UnixStream, AttachError> {
     handle.check_attach_enabled()?;
+    clear_foreign_stale_socket(handle, timeout)?;
     let existing = as_target(&handle.target, || {
         let Some(socket) = find_socket(handle)? else {
             return Ok(AtSocket::Absent);
@@ -60,7 +64,10 @@ pub(super) fn open_connection(
             // Removing the socket helps only if SIGQUIT may then start a
             // listener: if not, it is left, and the error says why.
             handle.check_sigquit_safe()?;
-            as_target(&handle.target, || remove_stale_socket(handle, &socket))?;
+            let owner = handle.target.uid;
+            as_target(&handle.target, || {
+                remove_stale_socket(handle, &socket, owner)
+            })?;
             signal_and_connect(handle, timeout)
         }
     }
@@ -116,40 +123,86 @@ fn signal_and_connect(handle: &TargetHandle, timeout: Duration) -> Result<UnixSt
     })
 }
 
+/// Clears the way for the JVM's own listener: a socket of another user
+/// under the JVM's socket name that refuses connections is removed, as root.
+///
+/// Such a socket is what a JVM of another user, killed (no clean-up) with
+/// the same pid, left; pids wrap at 32768 on small hosts. HotSpot binds its
+/// socket under a temporary name and renames it into place, which in the
+/// sticky `/tmp` fails while another user's file holds the name: without
+/// this, the JVM could never be attached. Only a socket nobody listens on
+/// is removed, and only if the name still holds that very socket; anything
+/// else is left, and [`find_socket`] refuses it.
+fn clear_foreign_stale_socket(handle: &TargetHandle, timeout: Duration) -> Result<(), AttachError> {
+    let Some(socket) = open_socket_name(handle)? else {
+        return Ok(());
+    };
+    let Ok(metadata) = socket.metadata() else {
+        return Ok(());
+    };
+    if !metadata.file_type().is_socket() || metadata.uid() == handle.target.uid {
+        return Ok(());
+    }
+    // Connecting as root, which any socket accepts: a listener would be
+    // another process's, kept; a refusal means nobody listens.
+    let probe = timeout.min(FOREIGN_PROBE_TIMEOUT);
+    if let Err(AttachError::StaleSocket { .. }) = connect(handle, &socket, probe) {
+        remove_stale_socket(handle, &socket, metadata.uid())?;
+    }
+    Ok(())
+}
+
 /// The JVM's attach socket, if it exists: opened `O_PATH` without
 /// following symlinks, and checked to be a socket of the JVM's user.
 fn find_socket(handle: &TargetHandle) -> Result<Option<File>, AttachError> {
+    let Some(socket) = open_socket_name(handle)? else {
+        return Ok(None);
+    };
     let target = &handle.target;
     let name = format!(".java_pid{}", target.ns_pid);
-    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    let suspicious = || AttachError::SuspiciousSocket {
-        pid: target.pid,
-        name: name.clone(),
-        uid: target.uid,
-    };
-    let fd = match openat2(handle.tmp.as_fd(), &c_name(&name)?, flags, 0, RESOLVE_SAFE) {
-        Ok(fd) => fd,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => return Err(suspicious()),
-        Err(error) => return Err(handle.fs_error(format!("look up /tmp/{name}"), error)),
-    };
-    let socket = File::from(fd);
     let metadata = socket
         .metadata()
         .map_err(|error| handle.fs_error(format!("stat /tmp/{name}"), error))?;
     if !metadata.file_type().is_socket() || metadata.uid() != target.uid {
-        return Err(suspicious());
+        return Err(suspicious_socket(handle));
     }
     Ok(Some(socket))
 }
 
-/// Removes the JVM's socket `refused` (an `O_PATH` descriptor) that
-/// refused a connection, if its name still holds that very socket, of the
-/// JVM's user. Runs as the JVM's user, relative to the JVM's `/tmp` opened
-/// without symlinks, and never follows one: nothing else can be removed,
-/// but what that user could. Anything else found under the name (nothing,
-/// the listener's new socket, another file) is left; true if removed.
-fn remove_stale_socket(handle: &TargetHandle, refused: &File) -> Result<bool, AttachError> {
+/// Whatever is under the JVM's socket name, opened `O_PATH` without
+/// following a symlink (a symlink is refused); `None` if nothing is.
+fn open_socket_name(handle: &TargetHandle) -> Result<Option<File>, AttachError> {
+    let name = format!(".java_pid{}", handle.target.ns_pid);
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    match openat2(handle.tmp.as_fd(), &c_name(&name)?, flags, 0, RESOLVE_SAFE) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => Err(suspicious_socket(handle)),
+        Err(error) => Err(handle.fs_error(format!("look up /tmp/{name}"), error)),
+    }
+}
+
+fn suspicious_socket(handle: &TargetHandle) -> AttachError {
+    let target = &handle.target;
+    AttachError::SuspiciousSocket {
+        pid: target.pid,
+        name: format!(".java_pid{}", target.ns_pid),
+        uid: target.uid,
+    }
+}
+
+/// Removes the socket `refused` (an `O_PATH` descriptor) that refused a
+/// connection, if the JVM's socket name still holds that very socket, of
+/// uid `owner`. Relative to the JVM's `/tmp` opened without symlinks, and
+/// never follows one. The JVM's own socket is removed as the JVM's user:
+/// nothing else can be removed, but what that user could. Anything else
+/// found under the name (nothing, the listener's new socket, another file)
+/// is left; true if removed.
+fn remove_stale_socket(
+    handle: &TargetHandle,
+    refused: &File,
+    owner: u32,
+) -> Result<bool, AttachError> {
     let target = &handle.target;
     let name = format!(".java_pid{}", target.ns_pid);
     let c_socket = c_name(&name)?;
@@ -162,7 +215,7 @@ fn remove_stale_socket(handle: &TargetHandle, refused: &File) -> Result<bool, At
         Err(error) => return Err(handle.fs_error(format!("stat /tmp/{name}"), error)),
     };
     let same_socket = found.st_mode & libc::S_IFMT == libc::S_IFSOCK
-        && found.st_uid == target.uid
+        && found.st_uid == owner
         && (found.st_dev, found.st_ino) == (refused.dev(), refused.ino());
     if !same_socket {
         return Ok(false);
@@ -369,8 +422,9 @@ mod tests {
             assert!(matches!(error, AttachError::StaleSocket { .. }), "{error}");
             found
         };
-        let remove =
-            |found: &File| as_target(&target, || remove_stale_socket(&handle, found)).unwrap();
+        let remove = |found: &File| {
+            as_target(&target, || remove_stale_socket(&handle, found, target.uid)).unwrap()
+        };
         let inode = || fs::symlink_metadata(&socket).unwrap().ino();
 
         let stale = refused();
@@ -402,5 +456,34 @@ mod tests {
         std::os::unix::fs::lchown(&socket, Some(NOBODY), Some(NOBODY)).unwrap();
         assert!(!remove(&chowned), "another user's socket was removed");
         assert_eq!(fs::symlink_metadata(&socket).unwrap().uid(), NOBODY);
+    }
+
+    /// Another user's socket under the JVM's socket name is removed when
+    /// nobody listens there (a JVM of that user killed with the same pid
+    /// left it), kept when someone does.
+    #[test]
+    fn clears_another_users_stale_socket_only() {
+        let _alone = OWN_SOCKET.lock().unwrap();
+        let target = this_process();
+        let socket = socket_path(&target);
+        let _cleanup = Cleanup(vec![socket.clone()]);
+        let _ = fs::remove_file(&socket);
+        let handle = TargetHandle::open(&target).unwrap();
+
+        plant_stale_socket(&target);
+        std::os::unix::fs::lchown(&socket, Some(NOBODY), Some(NOBODY)).unwrap();
+        clear_foreign_stale_socket(&handle, TIMEOUT).unwrap();
+        assert!(!socket.exists(), "the stale socket was kept");
+
+        let listening = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        std::os::unix::fs::lchown(&socket, Some(NOBODY), Some(NOBODY)).unwrap();
+        clear_foreign_stale_socket(&handle, TIMEOUT).unwrap();
+        assert!(socket.exists(), "a socket in use was removed");
+        let error = find_socket(&handle).unwrap_err();
+        assert!(
+            matches!(error, AttachError::SuspiciousSocket { .. }),
+            "{error}"
+        );
+        drop(listening);
     }
 }

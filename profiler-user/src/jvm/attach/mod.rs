@@ -222,7 +222,7 @@ pub enum AttachError {
     ListenerTimeout { pid: u32, waited: Duration },
     #[error("JVM {pid} has no usable /tmp ({source}), where HotSpot keeps its attach socket: it cannot be attached")]
     NoTmp { pid: u32, source: io::Error },
-    #[error("JVM {pid}: /tmp/{name} is not a socket of uid {uid} (symlink or foreign file): not connecting")]
+    #[error("JVM {pid}: /tmp/{name} is not a socket of uid {uid} but a symlink, another file or another user's socket in use: not connecting (remove it to attach)")]
     SuspiciousSocket { pid: u32, name: String, uid: u32 },
     #[error("JVM {pid}: /tmp/{name} refuses connections, even after a stale socket there was removed and a new listener asked for: not retrying")]
     StaleSocket { pid: u32, name: String },
