@@ -14,6 +14,7 @@ fn main() {
         SOURCE,
         "src/bpf/offcpu.bpf.h",
         "src/bpf/offcpu_waiting.bpf.h",
+        "src/bpf/kernel_names.bpf.h",
         "src/bpf/vmlinux.h",
         "../profiler-common/include/stoke_abi.h",
     ] {

@@ -2,7 +2,8 @@
 //!
 //! The object holds the `sample_cpu` perf_event program and the
 //! `process_exec`/`process_exit` tracepoints, with the maps and settings that
-//! `src/bpf/sampler.bpf.c` describes.
+//! `src/bpf/sampler.bpf.c` describes, the off-CPU programs and the kernel
+//! address namer (run on demand).
 
 /// The bytes wrapped so that they start 8-byte aligned, as ELF parsers need.
 #[repr(C, align(8))]

@@ -429,10 +429,12 @@ static long unwind_step(__u32 index, void *context)
 	default:
 		return stop_with(state, STOKE_STOP_UNSUPPORTED);
 	}
-	if (row->rbp == STOKE_RBP_AT_CFA && row->rbp_offset == -16) {
-		/* The caller's RBP pushed right below the return address (any
-		 * function that saves RBP first, as with frame pointers): both
-		 * in one read. */
+	/* The caller's RBP pushed right below the return address (any
+	 * function that saves RBP first, as with frame pointers): both in
+	 * one read. */
+	bool paired = row->rbp == STOKE_RBP_AT_CFA && row->rbp_offset == -16;
+
+	if (paired) {
 		__u64 saved[2];
 
 		if (bpf_probe_read_user(saved, sizeof(saved), (void *)(cfa - 16)))
@@ -446,7 +448,7 @@ static long unwind_step(__u32 index, void *context)
 	case STOKE_RBP_UNCHANGED:
 		break;
 	case STOKE_RBP_AT_CFA:
-		if (row->rbp_offset == -16)
+		if (paired)
 			break;
 		if (!read_user(&bp, cfa + row->rbp_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
@@ -657,5 +659,6 @@ int BPF_PROG(process_exit, struct task_struct *task)
 
 #include "offcpu.bpf.h"
 #include "offcpu_waiting.bpf.h"
+#include "kernel_names.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

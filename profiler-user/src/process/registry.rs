@@ -26,12 +26,13 @@ use super::{
     procfs::{self, read_bounded},
 };
 
-/// Most bytes of `/proc/PID/comm` read: the kernel's names are 15 bytes.
-const MAX_COMM: u64 = 64;
 use crate::{
     rootfs::{self, Root},
     sample::ring_record::Sample,
 };
+
+/// Most bytes of `/proc/PID/comm` read: the kernel's names are 15 bytes.
+const MAX_COMM: u64 = 64;
 
 /// Index of a [`ProcessImage`] in its [`ProcessRegistry`].
 pub type ImageId = usize;
@@ -95,9 +96,7 @@ impl ProcessRegistry {
         if let Some(&id) = self.live.get(&pid) {
             return id;
         }
-        let image = self.snapshot(pid, known);
-        self.images.push(image);
-        let id = self.images.len() - 1;
+        let id = self.add_snapshot(pid, known);
         self.live.insert(pid, id);
         id
     }
@@ -115,11 +114,16 @@ impl ProcessRegistry {
         if let Some(&id) = self.exited.get(&pid) {
             return id;
         }
-        let image = self.snapshot(pid, &known);
-        self.images.push(image);
-        let id = self.images.len() - 1;
+        let id = self.add_snapshot(pid, &known);
         self.exited.insert(pid, id);
         id
+    }
+
+    /// A new image of process `pid`, as it is now.
+    fn add_snapshot(&mut self, pid: u32, known: &Known) -> ImageId {
+        let image = self.snapshot(pid, known);
+        self.images.push(image);
+        self.images.len() - 1
     }
 
     /// Process `pid` exec'd: its next sample needs a new snapshot.

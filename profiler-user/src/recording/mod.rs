@@ -130,6 +130,7 @@ impl Recording {
         } else {
             Some(UnwindLoader::start(sampler.take_unwind_maps()?)?)
         };
+        let symbolizer = Symbolizer::new(args.lines).with_kernel_namer(sampler.take_kernel_namer());
         let options = AggregateOptions {
             threads: args.threads,
             lines: args.lines,
@@ -144,7 +145,7 @@ impl Recording {
             counted: EventAggregators::new(options, &events, args.lock_threshold),
             java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
                 .with_java_events(JavaEventSettings::of(args)?),
-            symbolizer: Symbolizer::new(args.lines),
+            symbolizer,
             names: AddressNames::default(),
             pids: args.pids.clone(),
             events,
@@ -226,9 +227,9 @@ impl Recording {
                 let pid = sample.tgid;
                 let image = processes.image_of(&sample);
                 // JVMs are found through their threads' waits too: an
-                // off-CPU recording gets their Java frames. An exiting
-                // thread's process, maybe gone, is none to attach to.
-                if !sample.exiting {
+                // off-CPU recording gets their Java frames. A process seen
+                // ending, maybe gone, is none to attach to.
+                if processes.is_live(image) {
                     java.look_for_jvm(pid, processes.image(image));
                 }
                 if sample.signalled {

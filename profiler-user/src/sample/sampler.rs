@@ -22,7 +22,10 @@ use super::{
     monotonic_ns,
     waiting::{self, WaitsInProgress},
 };
-use crate::unwind::loader::{page_capacity, UnwindMaps};
+use crate::{
+    symbolize::kernel_names::KernelNamer,
+    unwind::loader::{page_capacity, UnwindMaps},
+};
 
 /// What to sample.
 #[derive(Clone, Debug)]
@@ -227,6 +230,12 @@ impl Sampler {
         while let Some(item) = self.ring.next() {
             take(&item);
         }
+    }
+
+    /// The program that names kernel addresses, loaded, for the
+    /// symbolizer; `None` where the kernel cannot run it.
+    pub fn take_kernel_namer(&mut self) -> Option<KernelNamer> {
+        KernelNamer::take_from(&mut self.ebpf)
     }
 
     /// Hands over the unwind-table maps to whoever fills them.

@@ -1,5 +1,6 @@
-//! Stage 3, symbolization: names kernel frames from kallsyms and native
-//! frames from the ELF files (and their DWARF) that processes mapped.
+//! Stage 3, symbolization: names kernel frames with the kernel's own lookup
+//! ([`kernel_names`], or kallsyms where it cannot run) and native frames
+//! from the ELF files (and their DWARF) that processes mapped.
 //!
 //! Symbolization happens once, after recording, over each distinct address:
 //! a file's addresses go to blazesym in one batch, read from a sealed copy
@@ -8,16 +9,23 @@
 //! later is captured while processes live (see [`crate::process`]).
 
 pub mod copy;
+pub mod kernel_names;
 pub mod names;
 pub mod read_parts;
 
-use std::{cell::OnceCell, io, path::Path, sync::Arc};
+use std::{
+    cell::{OnceCell, RefCell},
+    io,
+    path::Path,
+    sync::Arc,
+};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
     CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
 };
 
+use self::kernel_names::KernelNamer;
 use crate::{process::MappedFile, unwind::elf_file};
 
 /// The frames one address stands for, outermost first: the function, then
@@ -27,8 +35,11 @@ pub type Frames = Arc<[Arc<str>]>;
 /// Names addresses.
 pub struct Symbolizer {
     lines: bool,
-    /// Kept for the kernel's addresses, so that `stoke continuous` reads
-    /// kallsyms once, not once per interval (its index is a few MB).
+    /// Names kernel addresses, if the sampler's could be loaded.
+    kernel_namer: Option<RefCell<KernelNamer>>,
+    /// Names them without it: kept for the kernel's addresses, so that `stoke
+    /// continuous` reads kallsyms once, not once per interval (its index
+    /// is a few MB).
     kernel: OnceCell<BlazeSymbolizer>,
 }
 
@@ -37,12 +48,42 @@ impl Symbolizer {
     pub fn new(lines: bool) -> Self {
         Self {
             lines,
+            kernel_namer: None,
             kernel: OnceCell::new(),
+        }
+    }
+
+    /// Names kernel addresses with `namer` (the kernel's own lookup) rather
+    /// than /proc/kallsyms.
+    pub fn with_kernel_namer(self, namer: Option<KernelNamer>) -> Self {
+        Self {
+            kernel_namer: namer.map(RefCell::new),
+            ..self
         }
     }
 
     /// Names kernel addresses; every name ends in `_[k]`.
     pub fn kernel(&self, addresses: &[u64]) -> Vec<Frames> {
+        let named = self
+            .kernel_namer
+            .as_ref()
+            .and_then(|namer| namer.borrow_mut().name(addresses));
+        if let Some(names) = named {
+            return names
+                .iter()
+                .map(|name| {
+                    // A module's function is named as kallsyms names it, without
+                    // its module.
+                    let function = name.split(' ').next().unwrap_or_default();
+                    Frames::from([Arc::from(format!("{}_[k]", frame_name(function, None)))])
+                })
+                .collect();
+        }
+        self.kernel_from_kallsyms(addresses)
+    }
+
+    /// [`Self::kernel`] from /proc/kallsyms.
+    fn kernel_from_kallsyms(&self, addresses: &[u64]) -> Vec<Frames> {
         let kernel = Kernel {
             vmlinux: blazesym::MaybeDefault::None,
             debug_syms: false,
@@ -186,6 +227,7 @@ fn frame_name(name: &str, location: Option<&CodeInfo>) -> Arc<str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sample::sampler::SamplerConfig;
 
     #[test]
     fn frame_names_are_never_empty() {
@@ -207,6 +249,67 @@ mod tests {
         let names = Symbolizer::new(false).kernel(&[address + 4, 1]);
         assert_eq!(&*names[0][0], "vfs_read_[k]");
         assert!(names[1][0].ends_with("_[k]") && !names[1][0].is_empty());
+    }
+
+    /// The kernel's own lookup and kallsyms give the same names, modules'
+    /// functions included, over more than one batch.
+    #[test]
+    fn the_kernel_names_its_addresses_as_kallsyms_does() {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+        let mut functions: Vec<(u64, &str)> = kallsyms
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let kind = fields.next()?;
+                let name = fields.next()?;
+                (address != 0 && matches!(kind, "T" | "t")).then_some((address, name))
+            })
+            .collect();
+        functions.sort_unstable();
+        // Only a function alone at its address, and not the last: its
+        // name is the one answer.
+        let alone: Vec<(u64, &str)> = functions
+            .windows(3)
+            .filter(|w| w[0].0 != w[1].0 && w[1].0 != w[2].0)
+            .map(|w| w[1])
+            .step_by(97)
+            .collect();
+        assert!(alone.len() > 600, "{} functions", alone.len());
+        let addresses: Vec<u64> = alone.iter().map(|(address, _)| address + 1).collect();
+        let mut sampler = crate::sample::sampler::Sampler::start(&SamplerConfig {
+            frequency_hz: 1,
+            pids: Some(vec![std::process::id()]),
+            include_idle: false,
+            bpf_stats: false,
+            unwind_rows: 0,
+            cpu: false,
+            cpu_java_stacks: false,
+            offcpu: None,
+        })
+        .unwrap();
+        let mut namer = sampler
+            .take_kernel_namer()
+            .expect("the namer loads on this kernel");
+        assert!(namer.name(&addresses).is_some(), "the namer runs");
+        let symbolizer = Symbolizer::new(false).with_kernel_namer(Some(namer));
+        let by_kernel = symbolizer.kernel(&addresses);
+        let by_kallsyms = symbolizer.kernel_from_kallsyms(&addresses);
+        let differing: Vec<String> = by_kernel
+            .iter()
+            .zip(&by_kallsyms)
+            .zip(&alone)
+            .filter(|((kernel, kallsyms), _)| kernel[0] != kallsyms[0])
+            .map(|((kernel, kallsyms), (_, name))| {
+                format!("{name}: {} / {}", kernel[0], kallsyms[0])
+            })
+            .collect();
+        assert!(
+            differing.len() * 100 <= addresses.len(),
+            "{} of {} differ: {differing:?}",
+            differing.len(),
+            addresses.len()
+        );
     }
 
     /// The file this process maps at `address`, and the address's offset

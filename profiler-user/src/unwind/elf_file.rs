@@ -75,10 +75,9 @@ const PAGE_SIZE: u64 = 4096;
 /// bytes into a page of read-only data, one page further in memory than in
 /// the file. Executable segments are matched first, by that page.
 pub fn vaddr_of_offset(segments: &[LoadSegment], offset: u64) -> Option<u64> {
-    let (executable, others): (Vec<&LoadSegment>, Vec<&LoadSegment>) =
-        segments.iter().partition(|s| s.executable);
+    let executable = segments.iter().filter(|s| s.executable);
+    let others = segments.iter().filter(|s| !s.executable);
     executable
-        .into_iter()
         .chain(others)
         .find(|s| {
             offset >= s.offset & !(PAGE_SIZE - 1) && offset < s.offset.saturating_add(s.file_size)
