@@ -53,7 +53,44 @@ on_each_jdk!(
     attaches_across_namespaces,
     attaches_to_an_xrs_jvm_only_through_its_socket,
     refuses_a_noexec_tmp,
+    attaches_when_the_first_socket_is_removed,
 );
+
+/// HotSpot installs its SIGQUIT handler, then removes any socket under its
+/// name: a listener started by a SIGQUIT in between loses its fresh socket.
+/// Done here by the test, which removes the first socket as it appears:
+/// stoke signals again and the listener makes a new one, undisturbed (no
+/// thread dump).
+fn attaches_when_the_first_socket_is_removed(jdk: Jdk) {
+    let mut jvm = Jvm::start(jdk, &[], Launch::Root);
+    let socket = jvm.socket_path();
+    let _ = fs::remove_file(&socket);
+    let remover = {
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if fs::remove_file(&socket).is_ok() {
+                    return true;
+                }
+                sleep(Duration::from_micros(200));
+            }
+            false
+        })
+    };
+    let started = Instant::now();
+    let properties = attach_ok(&jvm, &["properties"]);
+    assert!(properties.contains("java.version"), "{properties}");
+    assert!(remover.join().unwrap(), "no socket appeared to remove");
+    assert!(socket.exists(), "the listener made no new socket");
+    // A second SIGQUIT after 1 s, not the 5 s timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    jvm.assert_undisturbed();
+}
 
 /// A fresh JVM gets its listener started (trigger file, SIGQUIT), and
 /// later commands reuse the socket without signalling again.

@@ -30,6 +30,9 @@ const LISTENER_START_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first wait for the listener's socket; later waits grow to `POLL_MAX`.
 const POLL_FIRST: Duration = Duration::from_millis(20);
 const POLL_MAX: Duration = Duration::from_millis(200);
+/// When SIGQUIT is sent again while the listener's socket is missing (see
+/// [`wait_for_socket`]); a listener starts within tens of milliseconds.
+const SIGNAL_AGAIN_AFTER: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(3)];
 /// How long a foreign socket gets to accept a connection, which says that
 /// someone listens there.
 const FOREIGN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -244,13 +247,31 @@ fn stat_at(dir: BorrowedFd, name: &CStr) -> io::Result<libc::stat> {
     Ok(unsafe { stat.assume_init() })
 }
 
-/// Polls for the socket after SIGQUIT, with growing steps.
+/// Polls for the socket after SIGQUIT, with growing steps; signals again
+/// at each of [`SIGNAL_AGAIN_AFTER`] while there is none.
+///
+/// HotSpot installs its SIGQUIT handler, then removes any socket left
+/// under its name (`AttachListener::vm_start`): a listener started by a
+/// SIGQUIT in between, as stoke sends it to a JVM seen starting, loses its
+/// fresh socket and waits on a name no one can find. Another SIGQUIT, with
+/// the trigger file still there, has HotSpot find the socket gone and
+/// start the listener again (`check_socket_file`). While the listener is
+/// still starting, a SIGQUIT is ignored; only once it made its socket
+/// would one print a thread dump, and stoke looked for the socket just
+/// before.
 fn wait_for_socket(handle: &TargetHandle) -> Result<File, AttachError> {
     let start = Instant::now();
     let mut step = POLL_FIRST;
+    let mut signals_again = SIGNAL_AGAIN_AFTER.iter().peekable();
     loop {
         if let Some(socket) = find_socket(handle)? {
             return Ok(socket);
+        }
+        if signals_again
+            .next_if(|&&after| start.elapsed() >= after)
+            .is_some()
+        {
+            handle.send_sigquit()?;
         }
         let waited = start.elapsed();
         if waited >= LISTENER_START_TIMEOUT {
