@@ -25,6 +25,11 @@ use crate::{
 /// How long the exporter gets, after SIGTERM, to send what is queued.
 const FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Most bytes of file copies kept copied and indexed between intervals
+/// (see `symbolize::prepared`): a container host's runtime programs
+/// (dockerd, containerd, docker) take some 22 MB.
+const PREPARED_FILES_BUDGET: u64 = 32 << 20;
+
 /// Runs until SIGINT or SIGTERM (or until every `-p` target exited),
 /// exporting a profile per service every interval; the last, partial
 /// interval is exported too.
@@ -46,6 +51,7 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
     raise_open_file_limit();
     let stop = stop_on_signals()?;
     let mut recording = Recording::start(&args.sampling)?;
+    recording.keep_files_prepared(PREPARED_FILES_BUDGET);
     announce(&args.sampling, None, recording.cpus());
     loop {
         let (since, from) = (Instant::now(), SystemTime::now());

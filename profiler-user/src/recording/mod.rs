@@ -156,6 +156,12 @@ impl Recording {
         })
     }
 
+    /// Keeps the files named in one interval copied and indexed for the
+    /// next ones, within `budget` bytes of copies (`stoke continuous`).
+    pub fn keep_files_prepared(&mut self, budget: u64) {
+        self.symbolizer.keep_files_prepared(budget);
+    }
+
     /// CPUs sampled.
     pub fn cpus(&self) -> usize {
         self.sampler.cpus().len()
@@ -307,6 +313,7 @@ impl Recording {
         self.images_loaded = self.processes.len();
         self.java.release_ended();
         self.names.forget_unused();
+        self.symbolizer.end_interval();
         Ok(profiles)
     }
 

@@ -19,7 +19,7 @@ use std::{
     io,
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
-        unix::fs::FileExt,
+        unix::fs::{FileExt, MetadataExt},
     },
     path::{Path, PathBuf},
     time::Instant,
@@ -66,7 +66,7 @@ pub const DEBUG_DIR: &str = "/proc/self/fd";
 #[derive(Debug)]
 pub struct Copy {
     file: File,
-    _debug_file: Option<File>,
+    debug_file: Option<File>,
     /// Whether blazesym is to read DWARF (else the copy has none).
     pub dwarf: bool,
     /// For a copy of a debug file's symbols in place of the file's own
@@ -80,6 +80,16 @@ impl Copy {
     /// The path blazesym opens.
     pub fn path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    /// The memory the copies take (their holes take none).
+    pub fn allocated_bytes(&self) -> u64 {
+        [Some(&self.file), self.debug_file.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|file| file.metadata().ok())
+            .map(|metadata| metadata.blocks() * 512)
+            .sum()
     }
 }
 
@@ -123,7 +133,7 @@ pub fn for_blazesym(mapped: &MappedFile, lines: bool) -> io::Result<Copy> {
     seal(&file)?;
     Ok(Copy {
         file,
-        _debug_file: debug_file.map(|(debug, _)| debug),
+        debug_file: debug_file.map(|(debug, _)| debug),
         dwarf,
         segments: None,
     })
@@ -158,7 +168,7 @@ fn debug_symbols(original: &File, debug: &File, deadline: Instant) -> io::Result
     unlink_and_seal(&file, deadline)?;
     Ok(Some(Copy {
         file,
-        _debug_file: None,
+        debug_file: None,
         dwarf: false,
         segments: Some(segments),
     }))

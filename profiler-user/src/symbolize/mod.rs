@@ -11,11 +11,13 @@
 pub mod copy;
 pub mod kernel_names;
 pub mod names;
+pub mod prepared;
 pub mod read_parts;
 
 use std::{
     cell::{OnceCell, RefCell},
     io,
+    ops::Range,
     path::Path,
     sync::Arc,
 };
@@ -25,12 +27,32 @@ use blazesym::symbolize::{
     CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
 };
 
-use self::kernel_names::KernelNamer;
+use self::{
+    kernel_names::KernelNamer,
+    prepared::{Prepared, PreparedFiles},
+};
 use crate::{process::MappedFile, unwind::elf_file};
 
 /// The frames one address stands for, outermost first: the function, then
 /// the functions inlined into it at that address (with `--lines`).
 pub type Frames = Arc<[Arc<str>]>;
+
+/// An address's frames, and the extent of its function where every
+/// address in it gets the same frames.
+pub struct Named {
+    pub frames: Frames,
+    /// In the addresses' space (offsets into the file for a file's).
+    pub function: Option<Range<u64>>,
+}
+
+impl Named {
+    fn unnamed(name: String) -> Self {
+        Self {
+            frames: Frames::from([Arc::from(name)]),
+            function: None,
+        }
+    }
+}
 
 /// Names addresses.
 pub struct Symbolizer {
@@ -41,6 +63,9 @@ pub struct Symbolizer {
     /// continuous` reads kallsyms once, not once per interval (its index
     /// is a few MB).
     kernel: OnceCell<BlazeSymbolizer>,
+    /// Files kept copied and indexed; none unless
+    /// [`Self::keep_files_prepared`].
+    prepared: RefCell<PreparedFiles>,
 }
 
 impl Symbolizer {
@@ -50,6 +75,7 @@ impl Symbolizer {
             lines,
             kernel_namer: None,
             kernel: OnceCell::new(),
+            prepared: RefCell::default(),
         }
     }
 
@@ -97,8 +123,9 @@ impl Symbolizer {
             |address| format!("{address:#x}"),
         )
         .into_iter()
-        .map(|frames| {
-            frames
+        .map(|named| {
+            named
+                .frames
                 .iter()
                 .map(|name| Arc::from(format!("{name}_[k]")))
                 .collect()
@@ -106,11 +133,26 @@ impl Symbolizer {
         .collect()
     }
 
-    /// Names addresses given as offsets into a mapped file; a frame without
-    /// a symbol is named `file+0xOFFSET`. The file is copied for the time of
-    /// the call (see [`copy`]): one file at a time takes memory.
+    /// [`Self::file_names`]' frames alone.
+    #[cfg(test)]
     pub fn file(&self, file: &MappedFile, offsets: &[u64]) -> Vec<Frames> {
+        self.file_names(file, offsets)
+            .into_iter()
+            .map(|named| named.frames)
+            .collect()
+    }
+
+    /// Names addresses given as offsets into a mapped file, with the extent
+    /// of each one's function; a frame without a symbol is named
+    /// `file+0xOFFSET`. The file is copied for the time of the call (see
+    /// [`copy`]), or kept copied within the budget
+    /// [`Self::keep_files_prepared`] set.
+    pub fn file_names(&self, file: &MappedFile, offsets: &[u64]) -> Vec<Named> {
         let unnamed = |offset: u64| format!("{}+{offset:#x}", file.name);
+        let mut kept = self.prepared.borrow_mut();
+        if let Some(prepared) = kept.get(&file.version) {
+            return self.name_in(prepared, offsets, unnamed);
+        }
         let copy = match copy::for_blazesym(file, self.lines) {
             Ok(copy) => copy,
             Err(error) => {
@@ -124,10 +166,26 @@ impl Symbolizer {
                 }
                 return offsets
                     .iter()
-                    .map(|&offset| Frames::from([Arc::from(unnamed(offset))]))
+                    .map(|&offset| Named::unnamed(unnamed(offset)))
                     .collect();
             }
         };
+        // blazesym keeps every file it parsed mapped and indexed: a fresh one
+        // per file bounds stoke's memory by the largest file, not their sum.
+        let prepared = Prepared::new(copy, self.blazesym());
+        let named = self.name_in(&prepared, offsets, unnamed);
+        kept.keep(file.version, prepared);
+        named
+    }
+
+    /// [`Self::file_names`] with the file copied and indexed.
+    fn name_in(
+        &self,
+        prepared: &Prepared,
+        offsets: &[u64],
+        unnamed: impl Fn(u64) -> String,
+    ) -> Vec<Named> {
+        let copy = &prepared.copy;
         // DWARF, where needed, is read from the copy itself and from the
         // debug file its rewritten `.gnu_debuglink` names, nothing else.
         let source = Source::Elf(Elf {
@@ -145,9 +203,19 @@ impl Symbolizer {
             Some(addresses) => Input::VirtOffset(&addresses[..]),
             None => Input::FileOffset(offsets),
         };
-        // blazesym keeps every file it parsed mapped and indexed: a fresh one
-        // per file bounds stoke's memory by the largest file, not their sum.
-        self.batch(&self.blazesym(), &source, input, offsets, unnamed)
+        self.batch(&prepared.blazesym, &source, input, offsets, unnamed)
+    }
+
+    /// Keeps files copied and indexed between calls, within `budget` bytes
+    /// of copies (see [`prepared`]).
+    pub fn keep_files_prepared(&mut self, budget: u64) {
+        self.prepared = RefCell::new(PreparedFiles::with_budget(budget));
+    }
+
+    /// Ends an interval of `stoke continuous`: files no address was named
+    /// in for a while are no longer kept prepared.
+    pub fn end_interval(&self) {
+        self.prepared.borrow_mut().end_interval();
     }
 
     fn blazesym(&self) -> BlazeSymbolizer {
@@ -168,22 +236,38 @@ impl Symbolizer {
         input: Input<&[u64]>,
         keys: &[u64],
         unnamed: impl Fn(u64) -> String,
-    ) -> Vec<Frames> {
-        let addresses = keys;
+    ) -> Vec<Named> {
         match blazesym.symbolize(source, input) {
             Ok(results) => results
                 .iter()
-                .zip(addresses)
-                .map(|(result, &address)| match result {
-                    Symbolized::Sym(sym) => self.frames_of(sym),
-                    Symbolized::Unknown(_) => Frames::from([Arc::from(unnamed(address))]),
+                .zip(keys)
+                .map(|(result, &key)| match result {
+                    Symbolized::Sym(sym) => Named {
+                        frames: self.frames_of(sym),
+                        function: self.function_of(sym, key),
+                    },
+                    Symbolized::Unknown(_) => Named::unnamed(unnamed(key)),
                 })
                 .collect(),
-            Err(_) => addresses
+            Err(_) => keys
                 .iter()
-                .map(|&address| Frames::from([Arc::from(unnamed(address))]))
+                .map(|&key| Named::unnamed(unnamed(key)))
                 .collect(),
         }
+    }
+
+    /// The keys of the function that `sym`, found for `key`, names, where
+    /// every key in it gets the same frames: not with `--lines` (each
+    /// address has its own line and inlined calls), and not for a symbol of
+    /// no size, or one that does not hold the address.
+    fn function_of(&self, sym: &Sym, key: u64) -> Option<Range<u64>> {
+        let size = u64::try_from(sym.size?).ok()?;
+        let offset = u64::try_from(sym.offset).ok()?;
+        if self.lines || offset >= size {
+            return None;
+        }
+        let start = key.checked_sub(offset)?;
+        Some(start..start.checked_add(size)?)
     }
 
     fn frames_of(&self, sym: &Sym) -> Frames {
