@@ -94,21 +94,30 @@ impl Symbolizer {
             .kernel_namer
             .as_ref()
             .and_then(|namer| namer.borrow_mut().name(addresses));
-        if let Some(names) = named {
-            return names
+        let functions = match named {
+            // A module's function is named as kallsyms names it, without
+            // its module.
+            Some(names) => names
                 .iter()
                 .map(|name| {
-                    // A module's function is named as kallsyms names it, without
-                    // its module.
                     let function = name.split(' ').next().unwrap_or_default();
-                    Frames::from([Arc::from(format!("{}_[k]", frame_name(function, None)))])
+                    Frames::from([frame_name(function, None)])
                 })
-                .collect();
-        }
-        self.kernel_from_kallsyms(addresses)
+                .collect(),
+            None => self.kernel_from_kallsyms(addresses),
+        };
+        functions
+            .iter()
+            .map(|frames| {
+                frames
+                    .iter()
+                    .map(|name| Arc::from(format!("{name}_[k]")))
+                    .collect()
+            })
+            .collect()
     }
 
-    /// [`Self::kernel`] from /proc/kallsyms.
+    /// [`Self::kernel`]'s frames from /proc/kallsyms, without their suffix.
     fn kernel_from_kallsyms(&self, addresses: &[u64]) -> Vec<Frames> {
         let kernel = Kernel {
             vmlinux: blazesym::MaybeDefault::None,
@@ -123,13 +132,7 @@ impl Symbolizer {
             |address| format!("{address:#x}"),
         )
         .into_iter()
-        .map(|named| {
-            named
-                .frames
-                .iter()
-                .map(|name| Arc::from(format!("{name}_[k]")))
-                .collect()
-        })
+        .map(|named| named.frames)
         .collect()
     }
 
@@ -320,15 +323,9 @@ mod tests {
 
     #[test]
     fn kernel_frames_are_named_from_kallsyms() {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
-        let address = kallsyms
-            .lines()
-            .find_map(|line| {
-                let mut fields = line.split_whitespace();
-                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
-                let name = fields.nth(1)?;
-                (name == "vfs_read" && address != 0).then_some(address)
-            })
+        let address = kallsyms_functions()
+            .into_iter()
+            .find_map(|(address, name)| (name == "vfs_read").then_some(address))
             .expect("vfs_read in kallsyms (run as root)");
         let names = Symbolizer::new(false).kernel(&[address + 4, 1]);
         assert_eq!(&*names[0][0], "vfs_read_[k]");
@@ -339,24 +336,14 @@ mod tests {
     /// functions included, over more than one batch.
     #[test]
     fn the_kernel_names_its_addresses_as_kallsyms_does() {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
-        let mut functions: Vec<(u64, &str)> = kallsyms
-            .lines()
-            .filter_map(|line| {
-                let mut fields = line.split_whitespace();
-                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
-                let kind = fields.next()?;
-                let name = fields.next()?;
-                (address != 0 && matches!(kind, "T" | "t")).then_some((address, name))
-            })
-            .collect();
+        let mut functions = kallsyms_functions();
         functions.sort_unstable();
         // Only a function alone at its address, and not the last: its
         // name is the one answer.
-        let alone: Vec<(u64, &str)> = functions
+        let alone: Vec<&(u64, String)> = functions
             .windows(3)
             .filter(|w| w[0].0 != w[1].0 && w[1].0 != w[2].0)
-            .map(|w| w[1])
+            .map(|w| &w[1])
             .step_by(97)
             .collect();
         assert!(alone.len() > 600, "{} functions", alone.len());
@@ -376,9 +363,10 @@ mod tests {
             .take_kernel_namer()
             .expect("the namer loads on this kernel");
         assert!(namer.name(&addresses).is_some(), "the namer runs");
-        let symbolizer = Symbolizer::new(false).with_kernel_namer(Some(namer));
-        let by_kernel = symbolizer.kernel(&addresses);
-        let by_kallsyms = symbolizer.kernel_from_kallsyms(&addresses);
+        let by_kernel = Symbolizer::new(false)
+            .with_kernel_namer(Some(namer))
+            .kernel(&addresses);
+        let by_kallsyms = Symbolizer::new(false).kernel(&addresses);
         let differing: Vec<String> = by_kernel
             .iter()
             .zip(&by_kallsyms)
@@ -396,9 +384,24 @@ mod tests {
         );
     }
 
+    /// The functions (text symbols) /proc/kallsyms lists at an address.
+    fn kallsyms_functions() -> Vec<(u64, String)> {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+        kallsyms
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let kind = fields.next()?;
+                let name = fields.next()?;
+                (address != 0 && matches!(kind, "T" | "t")).then(|| (address, name.to_owned()))
+            })
+            .collect()
+    }
+
     /// The file this process maps at `address`, and the address's offset
     /// in it.
-    fn own_file_at(address: u64) -> (std::sync::Arc<MappedFile>, u64) {
+    pub(super) fn own_file_at(address: u64) -> (std::sync::Arc<MappedFile>, u64) {
         let mut table = crate::process::ProcessRegistry::default();
         let id = table.image_for(std::process::id(), "self");
         let (mapping, offset) = table.image(id).locate(address).unwrap();

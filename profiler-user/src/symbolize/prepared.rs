@@ -115,23 +115,15 @@ mod tests {
     use std::fs::File;
 
     use super::*;
-    use crate::{
-        process::{MappingTarget, ProcessRegistry},
-        symbolize::copy,
-    };
+    use crate::symbolize::{copy, tests::own_file_at};
 
     #[test]
     fn files_are_kept_within_the_budget_the_least_recently_used_going_first() {
-        let mut registry = ProcessRegistry::default();
-        let image = registry.image_for(std::process::id(), "self");
         let here = files_are_kept_within_the_budget_the_least_recently_used_going_first as *const ()
             as u64;
-        let (mapping, _) = registry.image(image).locate(here).unwrap();
-        let MappingTarget::File(file) = &mapping.target else {
-            panic!("own code not opened")
-        };
+        let (file, _) = own_file_at(here);
         let prepare = || {
-            let copy = copy::for_blazesym(file, false).unwrap();
+            let copy = copy::for_blazesym(&file, false).unwrap();
             Prepared::new(copy, BlazeSymbolizer::new())
         };
         let one = prepare().bytes;
