@@ -18,6 +18,7 @@ use profiler_common::jvm::{
 
 use crate::{
     jvmti_sys::{JNIEnv, JavaVM, JNI_OK, JNI_VERSION_1_6},
+    partial_frame::partial_frame,
     shared::SharedMemory,
 };
 
@@ -182,13 +183,18 @@ unsafe fn java_stack(frames: *mut JavaFrame, context: *mut c_void) -> i32 {
 
 /// When AsyncGetCallTrace cannot walk from the interrupted instruction,
 /// walks again from its caller, on a copy of the context with the top frame
-/// popped, as async-profiler does (JDK-8178287): first as a frame not set
-/// up yet (the first instructions of a compiled method or stub: the return
-/// address is on top of the stack), then as a frame set up with `enter`
-/// (HotSpot's stubs, e.g. the array copies: the return address is above
-/// the saved RBP). A return address is taken only if it points into the
-/// JVM's code, and only if the interrupted instruction is there too. The
-/// frame count, if a walk found frames.
+/// popped, as async-profiler does (JDK-8178287). The shapes tried, in turn:
+/// - a frame partly built or torn down, as the instructions around the
+///   interrupted one tell ([`partial_frame`]: a compiled method's prologue
+///   or epilogue, a stub's first instructions);
+/// - nothing pushed yet (the first instructions of a compiled method or
+///   stub): the return address is on top of the stack;
+/// - a frame set up with `enter` (HotSpot's stubs, e.g. the array copies):
+///   the return address is above the saved RBP that RBP points to.
+///
+/// A return address is taken only if it points into the JVM's code, and
+/// only if the interrupted instruction is there too. The frame count, if a
+/// walk found frames.
 ///
 /// # Safety
 /// As [`java_stack`].
@@ -203,9 +209,21 @@ unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -
     if !in_code(registers[libc::REG_RIP as usize] as u64) || sp == 0 || !sp.is_multiple_of(8) {
         return None;
     }
+    let pc = registers[libc::REG_RIP as usize] as u64;
     // The thread's own stack pointer in Java code: mapped (the kernel put
     // the signal frame just below it).
     let on_top = ptr::read(sp as *const u64);
+    let partly_built = code_around(pc)
+        .and_then(|(before, at)| partial_frame(before, at))
+        .and_then(|shape| {
+            let caller_fp = match shape.saved_rbp {
+                Some(offset) => read_word(sp + offset)?,
+                None => fp,
+            };
+            let return_address = sp + shape.return_address;
+            Some((read_word(return_address)?, return_address + 8, caller_fp))
+        })
+        .filter(|&(return_address, _, _)| in_code(return_address));
     let not_set_up = in_code(on_top).then_some((on_top, sp + 8, fp));
     // RBP is a frame pointer only if the code set one up; otherwise it is
     // any value, so it is read through a call that fails instead of
@@ -214,7 +232,7 @@ unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -
         .then(|| Some((read_word(fp + 8)?, fp + 16, read_word(fp)?)))
         .flatten()
         .filter(|&(return_address, _, _)| in_code(return_address));
-    for (pc, sp, fp) in [not_set_up, set_up].into_iter().flatten() {
+    for (pc, sp, fp) in [partly_built, not_set_up, set_up].into_iter().flatten() {
         let mut popped: libc::ucontext_t = ptr::read(interrupted);
         popped.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
         popped.uc_mcontext.gregs[libc::REG_RSP as usize] = sp as i64;
@@ -225,6 +243,17 @@ unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -
         }
     }
     None
+}
+
+/// The 16 bytes of code before `pc` and the 8 from it, or `None` where
+/// nothing is mapped.
+fn code_around(pc: u64) -> Option<([u8; 16], [u8; 8])> {
+    let far = read_word(pc.checked_sub(16)?)?.to_le_bytes();
+    let near = read_word(pc - 8)?.to_le_bytes();
+    let mut before = [0; 16];
+    before[..8].copy_from_slice(&far);
+    before[8..].copy_from_slice(&near);
+    Some((before, read_word(pc)?.to_le_bytes()))
 }
 
 /// A word of this process's memory, or `None` where nothing is mapped:

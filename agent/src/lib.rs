@@ -28,6 +28,7 @@ mod jvmti;
 mod jvmti_events;
 #[allow(clippy::all)]
 mod jvmti_sys;
+mod partial_frame;
 mod shared;
 
 use std::{

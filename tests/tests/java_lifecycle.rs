@@ -1,7 +1,9 @@
 //! JVMs that come and go during a recording, and a stoke that dies: a JVM
 //! that exits mid-recording keeps its Java names, one started mid-recording
-//! gets Java frames, and a stoke killed with SIGKILL leaves its JVMs running
-//! with an agent that the next recording reuses.
+//! gets Java frames, a stoke killed with SIGKILL leaves its JVMs running
+//! with an agent that the next recording reuses, and a JVM whose agent an
+//! earlier recording loaded has its Java stack taken from the next one's
+//! first sample.
 
 use std::fs;
 use std::thread;
@@ -9,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use stoke_tests::{
     agent_paths, args, assert_share, describe, prepare_java, process_stacks, read_folded,
-    read_json, record_args, record_to, require_root, samples_where, JavaReport, JavaWorkload,
-    Running, Stack, Stoke, TempDir, JDK_17, TEMURIN_25,
+    read_json, record_args, record_to, require_root, samples_where, stacks_of, total_samples,
+    JavaReport, JavaWorkload, Jdk, Running, Stack, Stoke, TempDir, JDK_17, TEMURIN_25,
 };
 
 /// Panics unless more than `min` samples of `root` are JavaBusy's, with
@@ -213,6 +215,64 @@ fn jvms_survive_a_killed_stoke_and_the_next_recording_reuses_the_agent() {
             jvm.pid()
         );
     }
+}
+
+/// A JVM whose agent an earlier recording loaded has its Java stack taken
+/// from the first sample of the next recordings, whole-host or by pid:
+/// stoke adopts the agent before sampling starts, so that every sample of
+/// the JVM is accounted for in the Java summary (with Java frames, of a
+/// thread running no Java, or missing for a reason). Found through its
+/// first samples instead, the JVM was not signalled until its agent was
+/// adopted, and those samples were counted nowhere.
+fn an_agent_loaded_before_gives_java_frames_from_the_first_sample(jdk: Jdk) {
+    require_root();
+    let (dir, workload) = prepare_java("java-first-sample", "JavaSplit", jdk);
+    let jvm = workload.spawn(&["60"]);
+    record_to(&args!["-p", jvm.pid()], 99, 1.0, &dir.join("load.folded"));
+    let root = format!("java [{}]", jvm.pid());
+    let (mut total, mut accounted, mut with_java) = (0, 0, 0);
+    for round in 0..6 {
+        let select = if round % 2 == 0 {
+            args!["-a"].to_vec()
+        } else {
+            args!["-p", jvm.pid()].to_vec()
+        };
+        let out = dir.join(format!("short-{round}.json"));
+        record_to(&select, 999, 0.3, &out);
+        let profile = read_json(&out);
+        let java = JavaReport::of(&profile);
+        total += total_samples(stacks_of(&profile.stacks, &root));
+        accounted += java.java_samples + java.non_java_samples + java.missing_total();
+        with_java += java.java_samples;
+    }
+    println!(
+        "{}: {total} samples of the JVM, {accounted} in the Java summary, {with_java} with Java frames",
+        jdk.label
+    );
+    // Six recordings of 0.3 s at 999 Hz: about 1800 samples.
+    assert!(total > 600, "only {total} samples of the JVM");
+    assert_eq!(
+        accounted,
+        total,
+        "{} samples of the JVM were never signalled for their Java stack",
+        total - accounted
+    );
+    assert_share(
+        with_java,
+        total,
+        0.99,
+        "of the JVM's samples have Java frames",
+    );
+}
+
+#[test]
+fn an_agent_loaded_before_gives_java_frames_from_the_first_sample_on_jdk_17() {
+    an_agent_loaded_before_gives_java_frames_from_the_first_sample(JDK_17);
+}
+
+#[test]
+fn an_agent_loaded_before_gives_java_frames_from_the_first_sample_on_temurin_25() {
+    an_agent_loaded_before_gives_java_frames_from_the_first_sample(TEMURIN_25);
 }
 
 #[test]

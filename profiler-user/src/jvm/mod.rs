@@ -2,7 +2,8 @@
 //! ([`attach`]), shares memory with stoke ([`agent_memory`]) and answers
 //! the BPF sampler's signals with Java stacks, which are paired with the
 //! samples ([`merge`]) and named ([`symbols`]); [`profiler`] runs it all
-//! during a recording and hands back [`MergedSample`]s. With `-e alloc` or
+//! during a recording and hands back [`MergedSample`]s, starting with the
+//! JVMs [`running`] before the first sample. With `-e alloc` or
 //! `-e lock`, the agents also record allocations and contended locks
 //! ([`java_event_ring`]), which become weighted stacks ([`java_events`]).
 
@@ -13,6 +14,7 @@ pub mod java_events;
 pub mod merge;
 pub mod park;
 pub mod profiler;
+pub mod running;
 pub mod symbols;
 pub mod thread_ids;
 

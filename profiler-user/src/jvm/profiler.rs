@@ -210,6 +210,43 @@ impl JavaProfiler {
         std::mem::take(&mut self.events)
     }
 
+    /// Before sampling starts: adopts the agents already loaded into the
+    /// JVMs among `pids` (by an earlier stoke), so that their first samples
+    /// get Java stacks too, and starts loading one into the other JVMs
+    /// among them. Processes not listed are found through their samples.
+    pub fn adopt_before_sampling(&mut self, pids: &[u32], sampler: &mut Sampler) -> Result<()> {
+        let Some(to_attach) = self.to_attach.clone() else {
+            return Ok(());
+        };
+        for &pid in pids {
+            if self.considered.contains_key(&pid) || maps_libjvm(pid) != Some(true) {
+                continue;
+            }
+            self.considered.insert(pid, Recheck::Never);
+            let started = Instant::now();
+            let began_ns = monotonic_ns();
+            match AgentMemory::find(pid) {
+                Ok(Some(memory)) if memory.state() == AgentState::Ready => {
+                    let attached = Attached {
+                        pid,
+                        result: Ok(memory),
+                        took: started.elapsed(),
+                        began_ns,
+                    };
+                    self.profile_attached(attached, sampler)?;
+                }
+                // No agent yet, or one to wait for or to report on: the
+                // attach thread's work.
+                _ => {
+                    if to_attach.send(pid).is_ok() {
+                        self.attaching += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A process was sampled: if it is a JVM not attached yet, load the
     /// agent into it. `image` is the process's memory map as the registry
     /// read it, which saves a second read on first sight (later looks read

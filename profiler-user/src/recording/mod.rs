@@ -25,7 +25,7 @@ use crate::{
     jvm::{
         java_events::JavaEventSettings,
         profiler::{JavaProfiler, JavaResults},
-        MergedSample,
+        running, MergedSample,
     },
     process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
@@ -111,7 +111,7 @@ impl Recording {
     /// Starts sampling as `args` says.
     pub fn start(args: &SamplingArgs) -> Result<Self> {
         let events = event::distinct(&args.events);
-        let mut sampler = Sampler::start(&SamplerConfig {
+        let mut sampler = Sampler::load(&SamplerConfig {
             frequency_hz: args.frequency,
             pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
             include_idle: args.idle,
@@ -136,6 +136,17 @@ impl Recording {
             lines: args.lines,
             group_by: args.group_by,
         };
+        let mut java = JavaProfiler::new(!args.no_jvm, args.java_retransform)
+            .with_java_events(JavaEventSettings::of(args)?);
+        if !args.no_jvm {
+            let running = if args.pids.is_empty() {
+                running::java_launchers()
+            } else {
+                args.pids.clone()
+            };
+            java.adopt_before_sampling(&running, &mut sampler)?;
+        }
+        sampler.start_sampling()?;
         Ok(Self {
             sampler,
             processes: ProcessRegistry::default(),
@@ -143,8 +154,7 @@ impl Recording {
             images_loaded: 0,
             ended: Vec::new(),
             counted: EventAggregators::new(options, &events, args.lock_threshold),
-            java: JavaProfiler::new(!args.no_jvm, args.java_retransform)
-                .with_java_events(JavaEventSettings::of(args)?),
+            java,
             symbolizer,
             names: AddressNames::default(),
             pids: args.pids.clone(),

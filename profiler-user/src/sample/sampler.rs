@@ -67,6 +67,8 @@ pub struct Sampler {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
     cpus: Vec<u32>,
+    /// The rate of the CPU samples still to start, if asked for.
+    cpu_clock_hz: Option<u64>,
     /// Keeps the kernel's BPF statistics on while held.
     _stats: Option<OwnedFd>,
 }
@@ -78,8 +80,9 @@ const UNWIND_PROCESSES: u32 = 16384;
 pub type CounterTotals = [u64; COUNTER_COUNT as usize];
 
 impl Sampler {
-    /// Loads the sampler and starts sampling every online CPU.
-    pub fn start(config: &SamplerConfig) -> Result<Self> {
+    /// Loads the sampler, lifecycle and off-CPU programs attached; CPU
+    /// samples start with [`Sampler::start_sampling`].
+    pub fn load(config: &SamplerConfig) -> Result<Self> {
         let stats = config
             .bpf_stats
             .then(|| aya::sys::enable_stats(aya::sys::Stats::RunTime))
@@ -174,24 +177,38 @@ impl Sampler {
             .context("no sample_cpu program in the BPF object")?
             .try_into()?;
         sampler.load().map_err(explain_program_error)?;
-        for &cpu in cpus.iter().filter(|_| config.cpu) {
-            sampler
-                .attach(
-                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                    PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Frequency(config.frequency_hz),
-                    false,
-                )
-                .map_err(explain_program_error)?;
-        }
 
         let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
         Ok(Self {
             ebpf,
             ring,
             cpus,
+            cpu_clock_hz: config.cpu.then_some(config.frequency_hz),
             _stats: stats,
         })
+    }
+
+    /// Starts sampling every online CPU, if CPU samples were asked for.
+    pub fn start_sampling(&mut self) -> Result<()> {
+        let Some(frequency_hz) = self.cpu_clock_hz.take() else {
+            return Ok(());
+        };
+        let sampler: &mut PerfEvent = self
+            .ebpf
+            .program_mut("sample_cpu")
+            .context("no sample_cpu program in the BPF object")?
+            .try_into()?;
+        for &cpu in &self.cpus {
+            sampler
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(frequency_hz),
+                    false,
+                )
+                .map_err(explain_program_error)?;
+        }
+        Ok(())
     }
 
     /// The CPUs being sampled.

@@ -348,7 +348,7 @@ mod tests {
             .collect();
         assert!(alone.len() > 600, "{} functions", alone.len());
         let addresses: Vec<u64> = alone.iter().map(|(address, _)| address + 1).collect();
-        let mut sampler = crate::sample::sampler::Sampler::start(&SamplerConfig {
+        let mut sampler = crate::sample::sampler::Sampler::load(&SamplerConfig {
             frequency_hz: 1,
             pids: Some(vec![std::process::id()]),
             include_idle: false,
