@@ -75,9 +75,14 @@ pub(super) fn root_target(jdk: &Jdk, stoke: &[JvmRun], async_profiler: &[JvmRun]
         ),
         ours >= theirs,
         || {
+            let sum = |count: fn(&JvmRun) -> u64| stoke.iter().map(count).sum::<u64>();
+            let without_java = sum(|r| r.samples) - sum(|r| r.with_java);
+            let cut_short = sum(|r| r.with_java) - sum(|r| r.to_root);
             format!(
-                "{:.1} points fewer stacks reach the root (issue 13: AsyncGetCallTrace \
-                 stops at code compiled before the agent came)",
+                "{:.1} points fewer stacks reach the root: {without_java} samples without \
+                 Java frames (AsyncGetCallTrace finds no Java frame to walk from in the JVM \
+                 runtime called by C2's runtime stubs, e.g. allocation slow paths: async-profiler \
+                 walks the frames itself), {cut_short} cut short",
                 (theirs - ours) * 100.0
             )
         },
