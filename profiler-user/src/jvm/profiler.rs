@@ -727,12 +727,13 @@ impl Dropped {
     }
 }
 
-/// Whether process `pid` maps libjvm.so; `None` if it is gone.
+/// Whether process `pid` maps libjvm.so (as code); `None` if it is gone.
 pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
-    let mut maps = crate::process::maps::read(pid).ok()?;
-    maps.try_fold(false, |libjvm, map| {
-        Some(libjvm || attach::is_libjvm(map.ok()?.path.as_bytes()))
-    })
+    let maps = crate::process::maps::executable(pid).ok()?;
+    Some(
+        maps.iter()
+            .any(|map| attach::is_libjvm(map.path.as_bytes())),
+    )
 }
 
 /// Loads the agent into `pid` (or finds it loaded) and waits until it is

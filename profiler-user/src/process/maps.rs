@@ -41,7 +41,7 @@ pub enum MapsPath {
 }
 
 impl MapsPath {
-    fn parse(shown: &[u8]) -> Self {
+    pub(super) fn parse(shown: &[u8]) -> Self {
         match shown {
             b"" => Self::Anonymous,
             b"[vdso]" => Self::Vdso,
@@ -193,12 +193,56 @@ pub fn read(pid: u32) -> io::Result<Entries<BufReader<Take<File>>>> {
     Ok(Entries::new(BufReader::new(file.take(MAX_MAPS))))
 }
 
+/// The executable mappings of process `pid`, in address order: asked of
+/// the kernel ([`maps_query`](super::maps_query)) where it can answer,
+/// otherwise read from `/proc/PID/maps` (the first [`MAX_MAPS`] bytes; a
+/// read error ends the list).
+pub fn executable(pid: u32) -> io::Result<Vec<MapsEntry>> {
+    let file = File::open(format!("/proc/{pid}/maps"))?;
+    if let Some(entries) = super::maps_query::executable(&file)? {
+        return Ok(entries);
+    }
+    Ok(Entries::new(BufReader::new(file.take(MAX_MAPS)))
+        .map_while(Result::ok)
+        .filter(MapsEntry::is_executable)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(text: &[u8]) -> Vec<MapsEntry> {
         Entries::new(text).collect::<io::Result<_>>().unwrap()
+    }
+
+    /// The kernel's answers to `PROCMAP_QUERY` are the executable lines of
+    /// the text, field for field, for this process and for a child with
+    /// libraries of its own (here, where the kernel is 6.18), but for
+    /// `[vsyscall]`: the kernel's own page, in no process's list of
+    /// mappings (no code runs there since vsyscall emulation).
+    #[test]
+    fn the_kernel_lists_executable_mappings_as_the_text_does() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        for pid in [std::process::id(), child.id()] {
+            let file = File::open(format!("/proc/{pid}/maps")).unwrap();
+            let asked = super::super::maps_query::executable(&file)
+                .unwrap()
+                .expect("this kernel answers PROCMAP_QUERY");
+            let text: Vec<MapsEntry> = read(pid)
+                .unwrap()
+                .map(Result::unwrap)
+                .filter(|entry| entry.is_executable() && entry.path != MapsPath::Vsyscall)
+                .collect();
+            assert!(asked.len() >= 3, "{asked:?}");
+            assert_eq!(asked, text);
+            assert_eq!(executable(pid).unwrap(), text);
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Stage 2, processes: what each sampled process maps and where it runs,
 //! read from /proc once, when the process is first sampled ([`registry`]):
-//! its mappings through one bounded reader of `/proc/PID/maps` ([`maps`]),
+//! its mappings through one bounded reader of `/proc/PID/maps` ([`maps`],
+//! which asks the kernel for the executable ones alone where it can:
+//! [`maps_query`]),
 //! small /proc files through another ([`procfs`]), its container or
 //! service ([`identity`]) from its cgroup ([`cgroup`]) and the container
 //! runtimes' files ([`runtime_metadata`]). The recording owns the registry
@@ -12,6 +14,7 @@ pub mod cgroup;
 pub mod identity;
 pub mod image;
 pub mod maps;
+mod maps_query;
 pub mod procfs;
 pub mod registry;
 pub mod runtime_metadata;

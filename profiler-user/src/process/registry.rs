@@ -198,17 +198,12 @@ impl ProcessRegistry {
             kernel_thread: !known.user_stack && procfs::is_kernel_thread(pid),
             mappings: Vec::new(),
         };
-        let Ok(maps) = maps::read(pid) else {
+        let Ok(maps) = maps::executable(pid) else {
             return image;
         };
         // Opened at the first file not seen before.
         let mut root: Option<Option<Arc<Root>>> = None;
-        // A read error (the process exited meanwhile) ends the snapshot with
-        // the mappings read so far.
-        for map in maps.map_while(Result::ok) {
-            if !map.is_executable() {
-                continue;
-            }
+        for map in maps {
             let (start, end) = (map.start, map.end);
             let target = match &map.path {
                 MapsPath::File(path) => {
