@@ -165,6 +165,9 @@ pub struct JavaSummary {
     pub jvms: usize,
     /// Time each attach took, in milliseconds, by JVM pid, slowest first.
     pub attach_ms: Vec<(u32, u64)>,
+    /// For each JVM started during the recording, the milliseconds from
+    /// its start to its first sample with Java frames, by JVM pid.
+    pub java_after_start_ms: Vec<(u32, u64)>,
     /// Samples of JVM threads with Java frames.
     pub java_samples: u64,
     /// Samples of JVM threads that run no Java (GC, compiler, native).

@@ -9,6 +9,7 @@
 
 pub mod agent_memory;
 pub mod attach;
+pub mod coverage;
 pub mod java_event_ring;
 pub mod java_events;
 pub mod merge;

@@ -20,6 +20,7 @@ use profiler_common::jvm::{
 use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
+    coverage::Coverage,
     java_events::{self, JavaEventSample, JavaEventSettings},
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
@@ -131,6 +132,9 @@ pub struct JavaProfiler {
     considered: HashMap<u32, Recheck>,
     /// Attaches asked for and not yet answered.
     attaching: usize,
+    /// What the summary says of JVM samples never signalled, and how soon
+    /// JVMs got Java frames.
+    coverage: Coverage,
     /// Attaches retried because the JVM was still starting: how often, and
     /// the last failure, said at the end if no retry succeeds.
     attach_retries: HashMap<u32, (u32, String)>,
@@ -186,6 +190,7 @@ impl JavaProfiler {
             attached,
             considered: HashMap::new(),
             attaching: 0,
+            coverage: Coverage::new(monotonic_ns()),
             attach_retries: HashMap::new(),
             jvms: HashMap::new(),
             ended: Vec::new(),
@@ -240,6 +245,7 @@ impl JavaProfiler {
                 _ => {
                     if to_attach.send(pid).is_ok() {
                         self.attaching += 1;
+                        self.coverage.awaiting_agent(pid);
                     }
                 }
             }
@@ -278,6 +284,7 @@ impl JavaProfiler {
                 self.considered.insert(pid, Recheck::Never);
                 if to_attach.send(pid).is_ok() {
                     self.attaching += 1;
+                    self.coverage.awaiting_agent(pid);
                 }
             }
             Some(false) => {
@@ -306,6 +313,14 @@ impl JavaProfiler {
     /// A sample that signalled a JVM thread: it waits for its Java stack.
     pub fn await_java_stack(&mut self, sample: Sample) {
         self.merger.add_native(sample);
+    }
+
+    /// A sample that signalled no thread: if it is a JVM's, the summary
+    /// counts it as missing its Java stack, and why.
+    pub fn not_signalled(&mut self, sample: &Sample) {
+        let adopted = self.jvms.contains_key(&sample.tgid);
+        self.coverage
+            .unsignalled(sample.tgid, adopted, &mut self.summary);
     }
 
     /// Takes in what the attach thread and the agents have, and hands back
@@ -406,6 +421,7 @@ impl JavaProfiler {
     /// anew, and its JVM (if it was one) is released at the next
     /// [`Self::release_ended`].
     pub fn process_ended(&mut self, pid: u32) {
+        self.coverage.ended(pid);
         self.considered.remove(&pid);
         self.attach_retries.remove(&pid);
         if self.jvms.contains_key(&pid) {
@@ -470,9 +486,11 @@ impl JavaProfiler {
             Ok(memory) => {
                 self.attach_retries.remove(&pid);
                 if let Err(refused) = sampler.allow_signals(pid, SIGNAL as u32, attached.began_ns) {
+                    self.coverage.agent_answered(pid, false);
                     self.warn_native_only(&format!("JVM {pid}: {refused}"));
                     return Ok(());
                 }
+                self.coverage.agent_answered(pid, true);
                 // A JVM of a pid whose earlier process ended: not to release.
                 self.ended.retain(|&ended| ended != pid);
                 let settings = self.event_settings;
@@ -522,6 +540,7 @@ impl JavaProfiler {
                     return Ok(());
                 }
                 self.attach_retries.remove(&pid);
+                self.coverage.agent_answered(pid, false);
                 self.warn_native_only(&named);
             }
         }
@@ -579,6 +598,10 @@ impl JavaProfiler {
             return (sample, Vec::new());
         };
         let frames = java_frames(jvm, &java);
+        if !frames.is_empty() {
+            self.coverage
+                .java_frames(sample.tgid, sample.time_ns, monotonic_ns(), summary);
+        }
         match java.result {
             _ if !frames.is_empty() => summary.java_samples += 1,
             NOT_A_JAVA_THREAD => summary.non_java_samples += 1,

@@ -251,6 +251,7 @@ impl Recording {
                 if sample.signalled {
                     java.await_java_stack(sample);
                 } else {
+                    java.not_signalled(&sample);
                     counted.add(MergedSample::native(image, sample));
                 }
             }

@@ -151,6 +151,13 @@ fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
             .iter()
             .map(|&(pid, ms)| (format!("JVM {pid} attach"), format!("{ms} ms"))),
     );
+    // JVMs started during the recording: how soon their stacks had Java.
+    lines.extend(java.java_after_start_ms.iter().map(|&(pid, ms)| {
+        (
+            format!("JVM {pid} Java frames"),
+            format!("{ms} ms after its start"),
+        )
+    }));
     lines.extend([
         (
             "Samples with Java frames".to_owned(),
@@ -305,9 +312,11 @@ mod tests {
         let mut profile = profile(&[("java;main", 1)]);
         profile.summary.java.jvms = 2;
         profile.summary.java.attach_ms = vec![(42, 130), (7, 0)];
+        profile.summary.java.java_after_start_ms = vec![(42, 310)];
         let report = report(&profile);
         assert!(report.contains("JVMs profiled:                    2 (slowest attach 130 ms)\n"));
         assert!(report.contains("JVM 42 attach:                    130 ms\nJVM 7 attach:"));
+        assert!(report.contains("JVM 42 Java frames:               310 ms after its start\n"));
     }
 
     #[test]
