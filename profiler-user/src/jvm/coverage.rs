@@ -12,6 +12,10 @@ const BEFORE_AGENT: &str = "before its agent answered";
 const NO_AGENT: &str = "no agent: see the warning";
 const SIGNALS_STOPPED: &str = "signals stopped";
 
+/// The resolution of a process's start time in `/proc/PID/stat` (USER_HZ
+/// is 100 on Linux).
+const START_TICK_NS: u64 = 10_000_000;
+
 /// The JVMs of a recording as far as their samples' Java stacks go.
 #[derive(Default)]
 pub struct Coverage {
@@ -84,7 +88,9 @@ impl Coverage {
         let Some(started_ns) = now_ns.checked_sub(age.as_nanos() as u64) else {
             return;
         };
-        if started_ns >= self.began_ns {
+        // The start time counts clock ticks: a process started just after
+        // the recording began may show as started up to a tick before.
+        if started_ns + START_TICK_NS >= self.began_ns {
             let after_ms = time_ns.saturating_sub(started_ns) / 1_000_000;
             summary.java_after_start_ms.push((pid, after_ms));
         }

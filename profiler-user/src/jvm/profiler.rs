@@ -72,8 +72,9 @@ const MAX_RECHECKS: u32 = 6;
 /// second of its start.
 const STARTING_AGE: Duration = Duration::from_secs(5);
 
-/// How often an attach is retried while the JVM is still starting.
-const MAX_ATTACH_RETRIES: u32 = 4;
+/// How often an attach is retried while the JVM is still starting: over
+/// 6.3 s ([`Recheck::attach_again`]).
+const MAX_ATTACH_RETRIES: u32 = 6;
 
 /// When to look at a process again.
 #[derive(Clone, Copy, Debug)]
@@ -92,6 +93,16 @@ impl Recheck {
         }
         Self::At {
             when: Instant::now() + Duration::from_millis(200 << attempts),
+            attempts: attempts + 1,
+        }
+    }
+
+    /// After `attempts` (1 or more) attaches that found the JVM still
+    /// starting: again in 0.1, 0.2, 0.4... seconds (a JVM's listener may
+    /// answer 50-500 ms before the VM is live and takes agents).
+    fn attach_again(attempts: u32) -> Self {
+        Self::At {
+            when: Instant::now() + Duration::from_millis(100 << attempts.saturating_sub(1)),
             attempts: attempts + 1,
         }
     }
@@ -536,7 +547,8 @@ impl JavaProfiler {
                     // JVMTI yet.
                     *attempts += 1;
                     *last = named;
-                    self.considered.insert(pid, Recheck::after(*attempts));
+                    self.considered
+                        .insert(pid, Recheck::attach_again(*attempts));
                     return Ok(());
                 }
                 self.attach_retries.remove(&pid);

@@ -301,6 +301,9 @@ impl AttachError {
     pub fn jvm_starting(&self) -> bool {
         match self {
             Self::SigquitUnsafe { .. } => true,
+            // The listener answers before the VM is live (JVMTI's start
+            // phase); HotSpot refuses the load before opening the library.
+            Self::AgentLoad { message, .. } => message.contains(NOT_LIVE_YET),
             Self::AgentInit { code, .. } => {
                 AgentStartError::from_raw(*code) == Some(AgentStartError::NoJvmti)
             }
@@ -308,6 +311,9 @@ impl AttachError {
         }
     }
 }
+
+/// HotSpot's answer to a `load` before the VM is live.
+const NOT_LIVE_YET: &str = "only permitted in the live phase";
 
 /// An `Agent_OnAttach` return value, said.
 fn describe_start_error(code: i32) -> String {
@@ -343,6 +349,23 @@ pub(super) mod tests {
             uid,
             gid,
         }
+    }
+
+    /// A JVM whose listener answers a load before the VM is live is still
+    /// starting: the attach is tried again later; other load failures are
+    /// final.
+    #[test]
+    fn a_load_refused_before_the_live_phase_is_tried_again() {
+        let refused = |message: &str| AttachError::AgentLoad {
+            pid: 1,
+            path: "/tmp/libstoke_agent.so".into(),
+            message: message.into(),
+            hint: "",
+        };
+        assert!(
+            refused("Dynamic agent loading is only permitted in the live phase").jvm_starting()
+        );
+        assert!(!refused("Could not find agent library /tmp/libstoke_agent.so").jvm_starting());
     }
 
     /// Even a target made up by hand, past [`JvmTarget::inspect`], gets no

@@ -51,6 +51,7 @@ pub(super) fn row(jdk: &Jdk, runs: &[JvmRun]) -> Vec<String> {
         stats::show(&samples, 0, ""),
         share_cell(runs, |r| r.with_java),
         share_cell(runs, |r| r.to_root),
+        "–".into(),
     ]
 }
 

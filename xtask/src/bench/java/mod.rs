@@ -7,7 +7,9 @@
 //! `FixedWork` on every CPU; once it is warm, three whole-host recordings
 //! follow: the first loads the agent (a JVM gets a fresh attach once in its
 //! life), the second finds it loaded, the third (`-t`, folded) counts the
-//! samples of the work threads and those with Java frames. With
+//! samples of the work threads and those with Java frames. Another new JVM
+//! per JDK and round starts during a whole-host recording: how long after
+//! its start its stacks have Java frames. With
 //! `--async-profiler`, each round also gives a new JVM to async-profiler
 //! ([`async_profiler`]), attached and measured alike.
 
@@ -67,6 +69,9 @@ pub(super) struct JvmRun {
     /// Where the work threads' samples without Java frames start (their
     /// outermost frame), for the report of a missed target.
     without_java: HashMap<String, u64>,
+    /// For a JVM started during a recording, how long after its start its
+    /// stacks had Java frames; None: not measured, or never.
+    java_after_start_ms: Option<f64>,
 }
 
 pub fn run(bench: &Bench) -> Result<Section> {
@@ -157,6 +162,7 @@ fn start_jvm(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<(Process, u32)>
 }
 
 fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
+    let java_after_start_ms = java_after_start_ms(bench, jdk, classes)?;
     let (mut jvm, pid) = start_jvm(bench, jdk, classes)?;
     // A first recording that did not attach is a missed target, not a
     // broken bench: the second then attaches first, and is no reuse.
@@ -188,6 +194,7 @@ fn run_once(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<JvmRun> {
         first_attach_ms,
         reuse_attach_ms,
         attach_failure,
+        java_after_start_ms,
         ..JvmRun::default()
     };
     run.count(&stacks, pid);
@@ -221,6 +228,26 @@ impl JvmRun {
             }
         }
     }
+}
+
+/// A new JVM started during a whole-host JSON recording, which ends once
+/// the JVM is warm: how long after its start its stacks had Java frames,
+/// as stoke's summary says.
+fn java_after_start_ms(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<Option<f64>> {
+    let recording = Recording::start(bench, &Options::new(Tool::Stoke, 99, "json"), "java-early")?;
+    let started = start_jvm(bench, jdk, classes);
+    let stopped = recording.stop()?;
+    let (mut jvm, pid) = started?;
+    jvm.signal(libc::SIGKILL);
+    jvm.wait(Duration::from_secs(30))?;
+    let summary = stopped.summary()?;
+    stopped.remove_output();
+    Ok(summary
+        .java
+        .java_after_start_ms
+        .iter()
+        .find(|&&(jvm, _)| jvm == pid)
+        .map(|&(_, ms)| ms as f64))
 }
 
 /// A whole-host JSON recording of `java_seconds`: how long stoke took to
@@ -265,6 +292,19 @@ fn share_cell(runs: &[JvmRun], part: fn(&JvmRun) -> u64) -> String {
     )
 }
 
+/// Median (min–max) of the JVMs' time to Java frames after their start,
+/// and how many never had any in their recording.
+fn after_start_cell(runs: &[JvmRun]) -> String {
+    let measured: Vec<f64> = runs.iter().filter_map(|r| r.java_after_start_ms).collect();
+    let never = runs.len() - measured.len();
+    let never = if never == 0 {
+        String::new()
+    } else {
+        format!("; {never} without Java frames")
+    };
+    stats::show(&measured, 0, "") + &never
+}
+
 /// A sample of one of FixedWork's work threads (the frame under the
 /// process's names the thread with `-t`).
 fn is_worker(stack: &Stack, pid: u32) -> bool {
@@ -294,6 +334,7 @@ fn section(
         "work-thread samples per round",
         "with Java frames",
         "Java frames down to Thread.run",
+        "JVM started while recording: Java frames after its start, ms",
     ]);
     let mut targets = Vec::new();
     for ((jdk, runs), others) in jdks.iter().zip(runs).zip(async_profiler_runs) {
@@ -319,6 +360,7 @@ fn section(
             stats::show(&samples, 0, ""),
             share_cell(runs, |r| r.with_java),
             share_cell(runs, |r| r.to_root),
+            after_start_cell(runs),
         ]);
         if !others.is_empty() {
             table.row(async_profiler::row(jdk, others));
@@ -389,7 +431,11 @@ fn section(
          loaded (stoke finds the agent's shared memory: no attach), the third (`-t`, folded) counts the samples of the work threads \
          (`{WORKER_THREAD}N`; not GC or compiler threads), those with at least one Java \
          frame (`_[j]`, `_[i]`, `_[0]`), and those whose outermost Java frame is \
-         `{THREAD_ROOT}`, where every such thread starts. Attach times are median \
+         `{THREAD_ROOT}`, where every such thread starts. Before it, another new JVM \
+         starts during a whole-host JSON recording, stopped once the JVM is warm: the last \
+         column is how long after the JVM's start its first sample with Java frames \
+         came (`JVM <pid> Java frames` in the summary: its start, its attach listener's, \
+         stoke finding it and loading the agent). Attach times are median \
          (min–max) over {rounds} rounds; shares are of all rounds' samples together. \
          {comparison}\n\n{}",
         table.markdown(),
