@@ -328,8 +328,9 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             measured.clone(),
             Target::judge(goal, measured, slope < SLOPE_TARGET_MB_PER_HOUR, || {
                 format!(
-                    "at this rate RSS grows {:.0} MB a day (a fit over minutes: a longer \
-                     --soak-minutes tells a leak from the allocator settling)",
+                    "at this rate RSS grows {:.0} MB a day (a fit over minutes, while the \
+                     copies of files kept indexed for naming fill their 32 MB: a longer \
+                     --soak-minutes tells a leak from that and the allocator settling)",
                     slope * 24.0
                 )
             }),
@@ -351,10 +352,8 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
                     "{:.2} points over: each process sampled for the first time has its \
                      /proc files read (maps, cgroup, comm, exe) and its unwind tables \
                      placed by the unwind thread, which each new process wakes; each \
-                     interval names the addresses new in it, each file with new ones \
-                     copied and indexed again (a fresh blazesym per file, \
-                     symbolize/copy.rs): cheap for most, 100–200 ms for rustc's \
-                     libraries (165k symbols) on a host that builds Rust",
+                     interval names the addresses new in it, in files kept indexed from \
+                     one interval to the next (symbolize/prepared.rs)",
                     (steady.cpu_share - CPU_TARGET) * 100.0
                 )
             }),
