@@ -12,6 +12,11 @@ const BEFORE_AGENT: &str = "before its agent answered";
 const NO_AGENT: &str = "no agent: see the warning";
 const SIGNALS_STOPPED: &str = "signals stopped";
 
+/// The most JVMs whose times the summary lists (attach, Java frames after
+/// start): `stoke continuous` keeps one summary for as long as it runs,
+/// through any number of JVMs.
+pub const MAX_JVMS_TIMED: usize = 4096;
+
 /// The resolution of a process's start time in `/proc/PID/stat` (USER_HZ
 /// is 100 on Linux).
 const START_TICK_NS: u64 = 10_000_000;
@@ -90,7 +95,9 @@ impl Coverage {
         };
         // The start time counts clock ticks: a process started just after
         // the recording began may show as started up to a tick before.
-        if started_ns + START_TICK_NS >= self.began_ns {
+        if started_ns + START_TICK_NS >= self.began_ns
+            && summary.java_after_start_ms.len() < MAX_JVMS_TIMED
+        {
             let after_ms = time_ns.saturating_sub(started_ns) / 1_000_000;
             summary.java_after_start_ms.push((pid, after_ms));
         }

@@ -20,7 +20,7 @@ use profiler_common::jvm::{
 use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
-    coverage::Coverage,
+    coverage::{Coverage, MAX_JVMS_TIMED},
     java_events::{self, JavaEventSample, JavaEventSettings},
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
@@ -514,9 +514,11 @@ impl JavaProfiler {
                 }
                 let java_events_dropped = memory.java_events_dropped();
                 self.summary.jvms += 1;
-                self.summary
-                    .attach_ms
-                    .push((pid, attached.took.as_millis() as u64));
+                if self.summary.attach_ms.len() < MAX_JVMS_TIMED {
+                    self.summary
+                        .attach_ms
+                        .push((pid, attached.took.as_millis() as u64));
+                }
                 self.jvms.insert(
                     pid,
                     Jvm {
