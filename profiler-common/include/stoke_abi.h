@@ -35,6 +35,12 @@
 #define STOKE_SAMPLE_EXITING (1 << 2)
 
 /**
+ * [`RecordHeader::flags`] bit: the thread is a kernel thread, which has no
+ * user space (userspace need not read /proc to tell).
+ */
+#define STOKE_SAMPLE_KERNEL_THREAD (1 << 3)
+
+/**
  * Number of [`Counter`]s, the size of the `counters` array.
  */
 #define STOKE_COUNTER_COUNT 10
@@ -357,6 +363,13 @@ struct stoke_record_header {
    * (its stack's weight); 0 in other records.
    */
   uint64_t off_cpu_ns;
+  /**
+   * The id of the thread's cgroup in the unified (v2) hierarchy (its
+   * directory's inode number in cgroupfs), so that userspace reads a
+   * process's cgroup once per cgroup rather than once per process; 0
+   * in exec and exit records.
+   */
+  uint64_t cgroup_id;
 };
 
 /**

@@ -35,6 +35,9 @@ pub const SAMPLE_SIGNALLED: u32 = 1 << 1;
 /// [`RecordHeader::flags`] bit: the thread was exiting. Its process's
 /// exit may have been recorded before this sample: it is no new process.
 pub const SAMPLE_EXITING: u32 = 1 << 2;
+/// [`RecordHeader::flags`] bit: the thread is a kernel thread, which has no
+/// user space (userspace need not read /proc to tell).
+pub const SAMPLE_KERNEL_THREAD: u32 = 1 << 3;
 
 /// The fixed start of every ring-buffer record.
 ///
@@ -64,6 +67,11 @@ pub struct RecordHeader {
     /// For an off-CPU record, the nanoseconds the thread was off the CPU
     /// (its stack's weight); 0 in other records.
     pub off_cpu_ns: u64,
+    /// The id of the thread's cgroup in the unified (v2) hierarchy (its
+    /// directory's inode number in cgroupfs), so that userspace reads a
+    /// process's cgroup once per cgroup rather than once per process; 0
+    /// in exec and exit records.
+    pub cgroup_id: u64,
 }
 
 /// Size of [`RecordHeader`] in bytes.

@@ -424,6 +424,8 @@ mod tests {
             user,
             signalled: false,
             exiting: false,
+            kernel_thread: false,
+            cgroup_id: None,
             stop: StopReason::End,
             off_cpu_ns: None,
         }

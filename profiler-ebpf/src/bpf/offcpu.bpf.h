@@ -150,8 +150,8 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.tid = task->pid;
 	record->header.time_ns = bpf_ktime_get_ns();
 	record->header.off_cpu_ns = off_ns;
-	if (task->flags & PF_EXITING)
-		record->header.flags |= STOKE_SAMPLE_EXITING;
+	record->header.flags |= task_flags(task);
+	record->header.cgroup_id = task_cgroup_id(task);
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);

@@ -164,6 +164,26 @@ static __always_inline __u64 ring_flags(bool force)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/* The task's cgroup in the unified hierarchy: userspace knows a process's
+ * container or unit by it without reading /proc. Read through probes, as
+ * the pointers on the way are RCU-protected. */
+static __always_inline __u64 task_cgroup_id(struct task_struct *task)
+{
+	return BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+}
+
+/* The flags every record of `task` carries. */
+static __always_inline __u32 task_flags(struct task_struct *task)
+{
+	__u32 flags = 0;
+
+	if (task->flags & PF_EXITING)
+		flags |= STOKE_SAMPLE_EXITING;
+	if (task->flags & PF_KTHREAD)
+		flags |= STOKE_SAMPLE_KERNEL_THREAD;
+	return flags;
+}
+
 static __always_inline bool announce(__u32 tgid, struct task_struct *task)
 {
 	__u8 yes = 1;
@@ -554,8 +574,8 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 		return 0;
 
 	task = bpf_get_current_task_btf();
-	if (task->flags & PF_EXITING)
-		record->header.flags |= STOKE_SAMPLE_EXITING;
+	record->header.flags |= task_flags(task);
+	record->header.cgroup_id = task_cgroup_id(task);
 	if (task->flags & PF_KTHREAD) {
 		/* Kernel threads have no user stack. */
 	} else if ((process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {

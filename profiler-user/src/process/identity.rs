@@ -137,6 +137,10 @@ impl Identity {
 #[derive(Debug, Default)]
 pub struct Identities {
     by_cgroup: HashMap<Box<str>, Arc<Identity>>,
+    /// The path of each cgroup seen, by its id in the unified hierarchy
+    /// (`None`: the root, or no path that tells anything), so that the
+    /// next processes in it cost no read of `/proc`.
+    paths: HashMap<u64, Option<Box<str>>>,
     /// The host's root, where runtimes keep their metadata; `None` until
     /// first needed, or if it cannot be opened.
     host: Option<Option<Root>>,
@@ -145,13 +149,33 @@ pub struct Identities {
 }
 
 impl Identities {
-    /// Where process `pid` runs; a process gone already runs nowhere.
-    pub fn of(&mut self, pid: u32) -> Arc<Identity> {
+    /// Where process `pid` runs, given the id of its cgroup if the kernel
+    /// said; a process gone already runs nowhere.
+    pub fn of(&mut self, pid: u32, cgroup_id: Option<u64>) -> Arc<Identity> {
+        if let Some(known) = cgroup_id.and_then(|id| self.paths.get(&id)) {
+            match known {
+                None => return self.none.clone(),
+                Some(path) => {
+                    if let Some(identity) = self.by_cgroup.get(path) {
+                        return identity.clone();
+                    }
+                }
+            }
+        }
         let Ok((text, _)) = read_bounded(format!("/proc/{pid}/cgroup"), MAX_CGROUP_FILE) else {
             return self.none.clone();
         };
         let text = String::from_utf8_lossy(&text);
-        let Some(path) = cgroup::main_path(&text) else {
+        let path = cgroup::main_path(&text);
+        // On a host with v1 hierarchies the unified one's id does not
+        // tell where a process is.
+        if let Some(id) = cgroup_id.filter(|_| cgroup::unified_only(&text)) {
+            if self.paths.len() >= MAX_CGROUPS {
+                self.paths.clear();
+            }
+            self.paths.insert(id, path.map(Box::from));
+        }
+        let Some(path) = path else {
             return self.none.clone();
         };
         if let Some(identity) = self.by_cgroup.get(path) {
@@ -169,6 +193,11 @@ impl Identities {
     pub fn forget_unused(&mut self) {
         self.by_cgroup
             .retain(|_, identity| Arc::strong_count(identity) > 1);
+        let by_cgroup = &self.by_cgroup;
+        self.paths.retain(|_, path| {
+            path.as_ref()
+                .is_none_or(|path| by_cgroup.contains_key(path))
+        });
     }
 
     fn read(&mut self, path: &str) -> Identity {
@@ -249,8 +278,25 @@ mod tests {
         let mut identities = Identities::default();
         // Whatever runs this test, reading its identity works, and twice
         // gives the cached one.
-        let own = identities.of(std::process::id());
-        assert!(Arc::ptr_eq(&own, &identities.of(std::process::id())));
-        assert_eq!(*identities.of(u32::MAX), Identity::default());
+        let own = identities.of(std::process::id(), None);
+        assert!(Arc::ptr_eq(&own, &identities.of(std::process::id(), None)));
+        assert_eq!(*identities.of(u32::MAX, None), Identity::default());
+    }
+
+    #[test]
+    fn a_cgroup_id_seen_spares_the_next_processes_reading_theirs() {
+        let mut identities = Identities::default();
+        let own = identities.of(std::process::id(), Some(7));
+        let unified = read_bounded("/proc/self/cgroup", MAX_CGROUP_FILE)
+            .is_ok_and(|(text, _)| cgroup::unified_only(&String::from_utf8_lossy(&text)));
+        // A gone process has no cgroup file: with the id of a cgroup seen,
+        // it gets that cgroup's identity all the same.
+        let gone = identities.of(u32::MAX, Some(7));
+        if unified {
+            assert!(Arc::ptr_eq(&own, &gone));
+        } else {
+            assert_eq!(*gone, Identity::default());
+        }
+        assert_eq!(*identities.of(u32::MAX, Some(8)), Identity::default());
     }
 }

@@ -62,8 +62,10 @@ struct Known<'a> {
     /// The process's own name (its main thread's), when the sample is of
     /// its main thread.
     process_name: Option<&'a str>,
-    /// The sample has a user stack: no kernel thread.
-    user_stack: bool,
+    /// Whether it is a kernel thread, if the sample said.
+    kernel_thread: Option<bool>,
+    /// Its cgroup, if the sample said.
+    cgroup_id: Option<u64>,
 }
 
 impl<'a> Known<'a> {
@@ -71,7 +73,8 @@ impl<'a> Known<'a> {
         Self {
             thread_name,
             process_name: None,
-            user_stack: false,
+            kernel_thread: None,
+            cgroup_id: None,
         }
     }
 
@@ -79,7 +82,8 @@ impl<'a> Known<'a> {
         Self {
             thread_name: &sample.comm,
             process_name: (sample.tid == sample.tgid).then_some(sample.comm.as_str()),
-            user_stack: !sample.user.is_empty(),
+            kernel_thread: Some(sample.kernel_thread),
+            cgroup_id: sample.cgroup_id,
         }
     }
 }
@@ -194,8 +198,10 @@ impl ProcessRegistry {
             exe: std::fs::read_link(format!("/proc/{pid}/exe"))
                 .ok()
                 .map(|path| path.to_string_lossy().into()),
-            identity: self.identities.of(pid),
-            kernel_thread: !known.user_stack && procfs::is_kernel_thread(pid),
+            identity: self.identities.of(pid, known.cgroup_id),
+            kernel_thread: known
+                .kernel_thread
+                .unwrap_or_else(|| procfs::is_kernel_thread(pid)),
             mappings: Vec::new(),
         };
         let Ok(maps) = maps::executable(pid) else {

@@ -3,7 +3,7 @@
 
 use profiler_common::{
     unwind::StopReason, RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE,
-    SAMPLE_EXITING, SAMPLE_SIGNALLED,
+    SAMPLE_EXITING, SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED,
 };
 
 /// One record from the sampler.
@@ -45,6 +45,10 @@ pub struct Sample {
     pub signalled: bool,
     /// The thread was exiting: its process may be recorded as ended.
     pub exiting: bool,
+    /// The thread is one of the kernel's own.
+    pub kernel_thread: bool,
+    /// The thread's cgroup in the unified hierarchy, if the kernel said.
+    pub cgroup_id: Option<u64>,
     /// Why the user stack ends where it does.
     pub stop: StopReason,
     /// For an off-CPU record, how long the thread was off the CPU (its
@@ -67,6 +71,8 @@ impl Sample {
             user,
             signalled: true,
             exiting: false,
+            kernel_thread: false,
+            cgroup_id: None,
             stop: StopReason::End,
             off_cpu_ns: None,
         }
@@ -119,6 +125,8 @@ impl Record {
                     user,
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
                     exiting: header.flags & SAMPLE_EXITING != 0,
+                    kernel_thread: header.flags & SAMPLE_KERNEL_THREAD != 0,
+                    cgroup_id: (header.cgroup_id != 0).then_some(header.cgroup_id),
                     stop: StopReason::from_flags(header.flags),
                     off_cpu_ns: (kind == RecordKind::OffCpu).then_some(header.off_cpu_ns),
                 };
@@ -153,6 +161,7 @@ mod tests {
             user_frames: user.len() as u16,
             flags: SAMPLE_SIGNALLED,
             off_cpu_ns: 5_000_000,
+            cgroup_id: 77,
         };
         // SAFETY: reading a repr(C) value's bytes.
         let mut bytes = unsafe {
@@ -182,6 +191,8 @@ mod tests {
         assert_eq!(sample.kernel, [1, 2]);
         assert_eq!(sample.user, [3, 4, 5]);
         assert!(sample.signalled);
+        assert!(!sample.kernel_thread);
+        assert_eq!(sample.cgroup_id, Some(77));
         assert_eq!(sample.off_cpu_ns, None);
     }
 
