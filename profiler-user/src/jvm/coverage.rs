@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::{process::procfs, profile::JavaSummary};
+use crate::{process::procfs, profile::JavaSummary, sample::monotonic_ns};
 
 /// The reasons the summary gives for JVM samples never signalled.
 const BEFORE_AGENT: &str = "before its agent answered";
@@ -82,7 +82,7 @@ impl Coverage {
     /// A sample of JVM `pid`, taken at `time_ns`, had Java frames: the
     /// first one of a JVM started during the recording says how long after
     /// its start Java frames came.
-    pub fn java_frames(&mut self, pid: u32, time_ns: u64, now_ns: u64, summary: &mut JavaSummary) {
+    pub fn java_frames(&mut self, pid: u32, time_ns: u64, summary: &mut JavaSummary) {
         if !self.with_java.insert(pid) {
             return;
         }
@@ -90,7 +90,7 @@ impl Coverage {
             return;
         };
         // The process's start on the samples' clock.
-        let Some(started_ns) = now_ns.checked_sub(age.as_nanos() as u64) else {
+        let Some(started_ns) = monotonic_ns().checked_sub(age.as_nanos() as u64) else {
             return;
         };
         // The start time counts clock ticks: a process started just after

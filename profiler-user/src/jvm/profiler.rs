@@ -231,9 +231,9 @@ impl JavaProfiler {
     /// get Java stacks too, and starts loading one into the other JVMs
     /// among them. Processes not listed are found through their samples.
     pub fn adopt_before_sampling(&mut self, pids: &[u32], sampler: &mut Sampler) -> Result<()> {
-        let Some(to_attach) = self.to_attach.clone() else {
+        if self.to_attach.is_none() {
             return Ok(());
-        };
+        }
         for &pid in pids {
             if self.considered.contains_key(&pid) || maps_libjvm(pid) != Some(true) {
                 continue;
@@ -253,15 +253,20 @@ impl JavaProfiler {
                 }
                 // No agent yet, or one to wait for or to report on: the
                 // attach thread's work.
-                _ => {
-                    if to_attach.send(pid).is_ok() {
-                        self.attaching += 1;
-                        self.coverage.awaiting_agent(pid);
-                    }
-                }
+                _ => self.ask_attach(pid),
             }
         }
         Ok(())
+    }
+
+    /// Hands JVM `pid` to the attach thread; its samples wait for the agent.
+    fn ask_attach(&mut self, pid: u32) {
+        if let Some(to_attach) = &self.to_attach {
+            if to_attach.send(pid).is_ok() {
+                self.attaching += 1;
+                self.coverage.awaiting_agent(pid);
+            }
+        }
     }
 
     /// A process was sampled: if it is a JVM not attached yet, load the
@@ -269,9 +274,9 @@ impl JavaProfiler {
     /// read it, which saves a second read on first sight (later looks read
     /// it anew: a starting JVM maps libjvm.so late).
     pub fn look_for_jvm(&mut self, pid: u32, image: &ProcessImage) {
-        let Some(to_attach) = &self.to_attach else {
+        if self.to_attach.is_none() {
             return;
-        };
+        }
         let attempts = match self.considered.get(&pid) {
             None => 0,
             Some(Recheck::Never) => return,
@@ -293,10 +298,7 @@ impl JavaProfiler {
         match is_jvm {
             Some(true) => {
                 self.considered.insert(pid, Recheck::Never);
-                if to_attach.send(pid).is_ok() {
-                    self.attaching += 1;
-                    self.coverage.awaiting_agent(pid);
-                }
+                self.ask_attach(pid);
             }
             Some(false) => {
                 self.considered.insert(pid, Recheck::after(attempts));
@@ -612,12 +614,12 @@ impl JavaProfiler {
             return (sample, Vec::new());
         };
         let frames = java_frames(jvm, &java);
-        if !frames.is_empty() {
-            self.coverage
-                .java_frames(sample.tgid, sample.time_ns, monotonic_ns(), summary);
-        }
         match java.result {
-            _ if !frames.is_empty() => summary.java_samples += 1,
+            _ if !frames.is_empty() => {
+                summary.java_samples += 1;
+                self.coverage
+                    .java_frames(sample.tgid, sample.time_ns, summary);
+            }
             NOT_A_JAVA_THREAD => summary.non_java_samples += 1,
             // "No Java frame" and "unknown, not Java" are what JIT compiler
             // threads (JavaThreads to HotSpot) answer; with no Java code on
@@ -765,6 +767,9 @@ impl Dropped {
 }
 
 /// Whether process `pid` maps libjvm.so (as code); `None` if it is gone.
+/// Any JVM, OpenJ9's too: the attach then tells the user it is not
+/// HotSpot (`attach`'s own check), rather than its samples staying
+/// native without a word.
 pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
     let maps = crate::process::maps::executable(pid).ok()?;
     Some(
