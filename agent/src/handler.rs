@@ -248,30 +248,32 @@ unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -
 /// The 16 bytes of code before `pc` and the 8 from it, or `None` where
 /// nothing is mapped.
 fn code_around(pc: u64) -> Option<([u8; 16], [u8; 8])> {
-    let far = read_word(pc.checked_sub(16)?)?.to_le_bytes();
-    let near = read_word(pc - 8)?.to_le_bytes();
-    let mut before = [0; 16];
-    before[..8].copy_from_slice(&far);
-    before[8..].copy_from_slice(&near);
-    Some((before, read_word(pc)?.to_le_bytes()))
+    let bytes: [u8; 24] = read_bytes(pc.checked_sub(16)?)?;
+    let (before, from) = bytes.split_at(16);
+    Some((before.try_into().ok()?, from.try_into().ok()?))
 }
 
-/// A word of this process's memory, or `None` where nothing is mapped:
+/// A word of this process's memory, or `None` where nothing is mapped.
+fn read_word(address: u64) -> Option<u64> {
+    read_bytes(address).map(u64::from_ne_bytes)
+}
+
+/// `N` bytes of this process's memory, or `None` where any is unmapped:
 /// `process_vm_readv` on itself reports a bad address instead of faulting,
 /// and is a plain system call (async-signal-safe).
-fn read_word(address: u64) -> Option<u64> {
-    let mut word = 0u64;
+fn read_bytes<const N: usize>(address: u64) -> Option<[u8; N]> {
+    let mut bytes = [0u8; N];
     let local = libc::iovec {
-        iov_base: ptr::addr_of_mut!(word).cast(),
-        iov_len: 8,
+        iov_base: bytes.as_mut_ptr().cast(),
+        iov_len: N,
     };
     let remote = libc::iovec {
         iov_base: address as *mut c_void,
-        iov_len: 8,
+        iov_len: N,
     };
-    // SAFETY: one iovec each way, the local one our own word.
+    // SAFETY: one iovec each way, the local one our own buffer.
     let read = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (read == 8).then_some(word)
+    (usize::try_from(read) == Ok(N)).then_some(bytes)
 }
 
 /// # Safety
