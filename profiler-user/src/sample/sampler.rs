@@ -172,11 +172,9 @@ impl Sampler {
                 .with_context(|| format!("attaching to the {event} tracepoint"))?;
         }
 
-        let sampler: &mut PerfEvent = ebpf
-            .program_mut("sample_cpu")
-            .context("no sample_cpu program in the BPF object")?
-            .try_into()?;
-        sampler.load().map_err(explain_program_error)?;
+        cpu_program(&mut ebpf)?
+            .load()
+            .map_err(explain_program_error)?;
 
         let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
         Ok(Self {
@@ -193,11 +191,7 @@ impl Sampler {
         let Some(frequency_hz) = self.cpu_clock_hz.take() else {
             return Ok(());
         };
-        let sampler: &mut PerfEvent = self
-            .ebpf
-            .program_mut("sample_cpu")
-            .context("no sample_cpu program in the BPF object")?
-            .try_into()?;
+        let sampler = cpu_program(&mut self.ebpf)?;
         for &cpu in &self.cpus {
             sampler
                 .attach(
@@ -396,6 +390,14 @@ fn explain_program_error(error: ProgramError) -> anyhow::Error {
         ),
         _ => anyhow!("starting the BPF sampler failed: {error}"),
     }
+}
+
+/// The program that takes the CPU samples.
+fn cpu_program(ebpf: &mut Ebpf) -> Result<&mut PerfEvent> {
+    Ok(ebpf
+        .program_mut("sample_cpu")
+        .context("no sample_cpu program in the BPF object")?
+        .try_into()?)
 }
 
 #[cfg(test)]
