@@ -448,10 +448,12 @@ impl StokeLine {
 /// How long stoke took to attach to (or find its agent in) the JVM `pid`,
 /// in milliseconds, if it did.
 pub fn jvm_attach_ms(summary: &Summary, pid: u32) -> Option<f64> {
-    summary
-        .java
-        .attach_ms
-        .iter()
+    ms_of_jvm(&summary.java.attach_ms, pid)
+}
+
+/// The milliseconds a summary list of (JVM, milliseconds) gives JVM `pid`.
+pub fn ms_of_jvm(list: &[(u32, u64)], pid: u32) -> Option<f64> {
+    list.iter()
         .find(|&&(jvm, _)| jvm == pid)
         .map(|&(_, ms)| ms as f64)
 }

@@ -27,7 +27,7 @@ use stoke_tests::JDKS;
 
 use super::{
     process::Process,
-    profiler::{jvm_attach_ms, Options, Recording, Tool},
+    profiler::{jvm_attach_ms, ms_of_jvm, Options, Recording, Tool},
     report::{Section, Table, Target},
     rotated,
     stacks::{is_java, Stack},
@@ -242,12 +242,7 @@ fn java_after_start_ms(bench: &Bench, jdk: &Jdk, classes: &Path) -> Result<Optio
     jvm.wait(Duration::from_secs(30))?;
     let summary = stopped.summary()?;
     stopped.remove_output();
-    Ok(summary
-        .java
-        .java_after_start_ms
-        .iter()
-        .find(|&&(jvm, _)| jvm == pid)
-        .map(|&(_, ms)| ms as f64))
+    Ok(ms_of_jvm(&summary.java.java_after_start_ms, pid))
 }
 
 /// A whole-host JSON recording of `java_seconds`: how long stoke took to
