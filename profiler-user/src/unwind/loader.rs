@@ -10,6 +10,11 @@
 //! ([`pages`]) into `unwind_pages`; each process gets its sorted
 //! executable mappings in `unwind_processes`. Until a process's entry is
 //! in, the sampler walks its frame pointers.
+//!
+//! A process whose files all have their tables already (most new processes
+//! of a busy host run the same few binaries) is loaded by the caller
+//! itself when the thread is idle: handing it over would cost two context
+//! switches for a map update of microseconds.
 
 use std::{
     collections::HashMap,
@@ -18,8 +23,9 @@ use std::{
     os::fd::{AsFd, AsRawFd},
     ptr::NonNull,
     sync::{
+        atomic::{AtomicUsize, Ordering},
         mpsc::{self, Sender},
-        Arc,
+        Arc, Mutex, MutexGuard, PoisonError,
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -117,7 +123,22 @@ pub struct UnwindSummary {
 /// The loader thread's handle.
 pub struct UnwindLoader {
     requests: Sender<Request>,
-    worker: JoinHandle<UnwindSummary>,
+    shared: Arc<Shared>,
+    thread: JoinHandle<()>,
+}
+
+/// What the loader thread and its caller share.
+struct Shared {
+    worker: Mutex<Worker>,
+    /// Requests sent to the thread and not yet done: while any is, a later
+    /// one must wait its turn (it may end or replace what they load).
+    pending: AtomicUsize,
+}
+
+impl Shared {
+    fn worker(&self) -> MutexGuard<'_, Worker> {
+        self.worker.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl UnwindLoader {
@@ -127,47 +148,65 @@ impl UnwindLoader {
         let pages = MappedArray::map(maps.pages, "unwind_pages")?;
         let processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]> =
             BpfHashMap::try_from(maps.processes)?;
-        let (requests, incoming) = mpsc::channel();
-        let worker = std::thread::Builder::new()
+        let shared = Arc::new(Shared {
+            worker: Mutex::new(Worker {
+                rows,
+                pages,
+                processes,
+                files: HashMap::new(),
+                builds: HashMap::new(),
+                hasher: RandomState::new(),
+                summary: UnwindSummary::default(),
+            }),
+            pending: AtomicUsize::new(0),
+        });
+        let (requests, incoming) = mpsc::channel::<Request>();
+        let thread = std::thread::Builder::new()
             .name("stoke-unwind".into())
-            .spawn(move || {
-                let mut worker = Worker {
-                    rows,
-                    pages,
-                    processes,
-                    files: HashMap::new(),
-                    builds: HashMap::new(),
-                    hasher: RandomState::new(),
-                    summary: UnwindSummary::default(),
-                };
-                for request in incoming {
-                    let Request { ended, new } = request;
-                    for pid in ended {
-                        let _ = worker.processes.remove(&pid);
-                    }
-                    for (pid, mappings) in new {
-                        worker.load(pid, &mappings);
+            .spawn({
+                let shared = shared.clone();
+                move || {
+                    for request in incoming {
+                        shared.worker().apply(request);
+                        shared.pending.fetch_sub(1, Ordering::Release);
                     }
                 }
-                worker.summary
             })
             .context("starting the unwind table thread")?;
-        Ok(Self { requests, worker })
+        Ok(Self {
+            requests,
+            shared,
+            thread,
+        })
     }
 
     /// Forgets the mappings of the processes that exec'd or exited
     /// (`ended`), then loads the tables of newly seen process images.
     pub fn update<'a>(&self, ended: Vec<u32>, new: impl Iterator<Item = &'a ProcessImage>) {
         let new: Vec<_> = new.map(|image| (image.pid, exec_mappings(image))).collect();
-        if !ended.is_empty() || !new.is_empty() {
-            let _ = self.requests.send(Request { ended, new });
+        if ended.is_empty() && new.is_empty() {
+            return;
+        }
+        let request = Request { ended, new };
+        if self.shared.pending.load(Ordering::Acquire) == 0 {
+            if let Ok(mut worker) = self.shared.worker.try_lock() {
+                if worker.has_tables_for(&request) {
+                    worker.apply(request);
+                    return;
+                }
+            }
+        }
+        self.shared.pending.fetch_add(1, Ordering::AcqRel);
+        if self.requests.send(request).is_err() {
+            self.shared.pending.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
     /// Stops the thread and says what it did.
     pub fn finish(self) -> UnwindSummary {
         drop(self.requests);
-        self.worker.join().unwrap_or_default()
+        let _ = self.thread.join();
+        self.shared.worker().summary.clone()
     }
 }
 
@@ -212,6 +251,26 @@ struct Worker {
 }
 
 impl Worker {
+    fn apply(&mut self, request: Request) {
+        let Request { ended, new } = request;
+        for pid in ended {
+            let _ = self.processes.remove(&pid);
+        }
+        for (pid, mappings) in new {
+            self.load(pid, &mappings);
+        }
+    }
+
+    /// Whether every file the request's processes map has been seen, so
+    /// that loading them compiles nothing.
+    fn has_tables_for(&self, request: &Request) -> bool {
+        request
+            .new
+            .iter()
+            .flat_map(|(_, mappings)| mappings.iter().take(MAX_MAPPINGS))
+            .all(|mapping| self.files.contains_key(&mapping.file.key))
+    }
+
     fn load(&mut self, pid: u32, mappings: &[ExecMapping]) {
         let mut process = ProcessMappings {
             count: 0,
