@@ -370,6 +370,17 @@ struct stoke_record_header {
    * in exec and exit records.
    */
   uint64_t cgroup_id;
+  /**
+   * In the first record of a process (since it began or exec'd), its
+   * executable's device (the kernel's `dev_t`: major << 20 | minor)
+   * and inode, by which userspace finds its path among the mappings it
+   * reads anyway; 0 in other records, or if the kernel did not say.
+   */
+  uint64_t exe_device;
+  /**
+   * See `exe_device`.
+   */
+  uint64_t exe_inode;
 };
 
 /**

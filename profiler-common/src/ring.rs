@@ -72,6 +72,13 @@ pub struct RecordHeader {
     /// process's cgroup once per cgroup rather than once per process; 0
     /// in exec and exit records.
     pub cgroup_id: u64,
+    /// In the first record of a process (since it began or exec'd), its
+    /// executable's device (the kernel's `dev_t`: major << 20 | minor)
+    /// and inode, by which userspace finds its path among the mappings it
+    /// reads anyway; 0 in other records, or if the kernel did not say.
+    pub exe_device: u64,
+    /// See `exe_device`.
+    pub exe_inode: u64,
 }
 
 /// Size of [`RecordHeader`] in bytes.

@@ -426,6 +426,7 @@ mod tests {
             exiting: false,
             kernel_thread: false,
             cgroup_id: None,
+            exe_file: None,
             stop: StopReason::End,
             off_cpu_ns: None,
         }

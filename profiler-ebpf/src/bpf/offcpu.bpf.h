@@ -143,6 +143,7 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 					  __u64 off_ns, __u32 kernel_frames, long user_bytes)
 {
 	__u32 tgid = task->tgid;
+	bool announcing;
 
 	record->header.kind = STOKE_RECORD_OFF_CPU;
 	record->header.cpu = bpf_get_smp_processor_id();
@@ -155,11 +156,12 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
+	announcing = announce_in(&record->header, tgid, task);
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) +
 				       (kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64) +
 				       user_bytes,
-			       ring_flags(announce(tgid, task))) == 0)
+			       ring_flags(announcing)) == 0)
 		count(STOKE_COUNTER_OFF_CPU_SENT);
 	else
 		count(STOKE_COUNTER_OFF_CPU_LOST_RING_FULL);

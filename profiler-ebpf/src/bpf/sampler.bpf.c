@@ -194,6 +194,26 @@ static __always_inline bool announce(__u32 tgid, struct task_struct *task)
 	return true;
 }
 
+/* announce() for a record's header: the first record of a process also
+ * carries its executable's device and inode, so that userspace names the
+ * executable from the mappings it reads anyway, without /proc/PID/exe. */
+static __always_inline bool announce_in(struct stoke_record_header *header, __u32 tgid,
+					struct task_struct *task)
+{
+	struct file *exe;
+
+	header->exe_device = 0;
+	header->exe_inode = 0;
+	if (!announce(tgid, task))
+		return false;
+	exe = BPF_CORE_READ(task, mm, exe_file);
+	if (exe) {
+		header->exe_device = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);
+		header->exe_inode = BPF_CORE_READ(exe, f_inode, i_ino);
+	}
+	return true;
+}
+
 /* A binary search for the mapping holding a pc, one step per bpf_loop
  * iteration, like the row search below. */
 struct mapping_search {
@@ -533,7 +553,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	struct task_struct *task;
 	struct pt_regs *user;
 	__u32 *signal, stop = STOKE_STOP_FRAME_POINTERS;
-	bool in_kernel;
+	bool in_kernel, announcing;
 	long kernel_bytes = 0, user_bytes = 0;
 
 	if (tgid == 0 && !include_idle) {
@@ -619,9 +639,10 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 
 	record->header.kernel_frames = kernel_bytes / sizeof(__u64);
 	record->header.user_frames = user_bytes / sizeof(__u64);
+	announcing = announce_in(&record->header, tgid, task);
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) + kernel_bytes + user_bytes,
-			       ring_flags(announce(tgid, task))) == 0)
+			       ring_flags(announcing)) == 0)
 		count(STOKE_COUNTER_SENT);
 	else
 		count(STOKE_COUNTER_LOST_RING_FULL);

@@ -66,6 +66,8 @@ struct Known<'a> {
     kernel_thread: Option<bool>,
     /// Its cgroup, if the sample said.
     cgroup_id: Option<u64>,
+    /// Its executable's device and inode, if the sample said.
+    exe_file: Option<((u32, u32), u64)>,
 }
 
 impl<'a> Known<'a> {
@@ -75,6 +77,7 @@ impl<'a> Known<'a> {
             process_name: None,
             kernel_thread: None,
             cgroup_id: None,
+            exe_file: None,
         }
     }
 
@@ -84,6 +87,7 @@ impl<'a> Known<'a> {
             process_name: (sample.tid == sample.tgid).then_some(sample.comm.as_str()),
             kernel_thread: Some(sample.kernel_thread),
             cgroup_id: sample.cgroup_id,
+            exe_file: sample.exe_file,
         }
     }
 }
@@ -192,19 +196,38 @@ impl ProcessRegistry {
                 |(comm, _)| String::from_utf8_lossy(comm.trim_ascii_end()).into_owned(),
             ),
         };
+        let maps = maps::executable(pid);
+        // The executable is among the mappings: a read of /proc/PID/exe
+        // less per process. A process whose maps are gone has no
+        // executable left either.
+        let exe = maps.as_ref().ok().and_then(|maps| {
+            known
+                .exe_file
+                .and_then(|(device, inode)| {
+                    maps.iter().find_map(|map| match &map.path {
+                        MapsPath::File(path) if map.device == device && map.inode == inode => {
+                            Some(path.to_string_lossy().into())
+                        }
+                        _ => None,
+                    })
+                })
+                .or_else(|| {
+                    std::fs::read_link(format!("/proc/{pid}/exe"))
+                        .ok()
+                        .map(|path| path.to_string_lossy().into())
+                })
+        });
         let mut image = ProcessImage {
             pid,
             name,
-            exe: std::fs::read_link(format!("/proc/{pid}/exe"))
-                .ok()
-                .map(|path| path.to_string_lossy().into()),
+            exe,
             identity: self.identities.of(pid, known.cgroup_id),
             kernel_thread: known
                 .kernel_thread
                 .unwrap_or_else(|| procfs::is_kernel_thread(pid)),
             mappings: Vec::new(),
         };
-        let Ok(maps) = maps::executable(pid) else {
+        let Ok(maps) = maps else {
             return image;
         };
         // Opened at the first file not seen before.
@@ -376,6 +399,35 @@ mod tests {
             .unwrap();
         assert_eq!(&magic, b"\x7fELF");
         assert_eq!(&*vdso.name, "[vdso]");
+    }
+
+    #[test]
+    fn the_executable_is_the_mapping_of_the_file_the_sample_names() {
+        let own = std::process::id();
+        let maps = maps::executable(own).unwrap();
+        let libc = maps
+            .iter()
+            .find(|map| map.path.as_bytes().windows(4).any(|part| part == b"libc"))
+            .expect("libc is mapped");
+        let named = |exe_file| {
+            let mut sample = Sample::for_test(own, own, 0, vec![1]);
+            sample.exe_file = exe_file;
+            let mut registry = ProcessRegistry::default();
+            let id = registry.image_of(&sample);
+            registry.image(id).exe.clone()
+        };
+        // A file the process maps, named by the sample: its path, whatever
+        // /proc/PID/exe says.
+        let libc_path = String::from_utf8_lossy(libc.path.as_bytes()).into_owned();
+        assert_eq!(
+            named(Some((libc.device, libc.inode))).as_deref(),
+            Some(libc_path.as_str())
+        );
+        // One it does not map, or none named: /proc/PID/exe.
+        let own_exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let own_exe = own_exe.to_string_lossy();
+        assert_eq!(named(Some(((0, 0), 1))).as_deref(), Some(&*own_exe));
+        assert_eq!(named(None).as_deref(), Some(&*own_exe));
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct Sample {
     pub kernel_thread: bool,
     /// The thread's cgroup in the unified hierarchy, if the kernel said.
     pub cgroup_id: Option<u64>,
+    /// In a process's first record, its executable's device (major,
+    /// minor) and inode, as `/proc/PID/maps` gives them, if the kernel
+    /// said.
+    pub exe_file: Option<((u32, u32), u64)>,
     /// Why the user stack ends where it does.
     pub stop: StopReason,
     /// For an off-CPU record, how long the thread was off the CPU (its
@@ -73,6 +77,7 @@ impl Sample {
             exiting: false,
             kernel_thread: false,
             cgroup_id: None,
+            exe_file: None,
             stop: StopReason::End,
             off_cpu_ns: None,
         }
@@ -127,6 +132,8 @@ impl Record {
                     exiting: header.flags & SAMPLE_EXITING != 0,
                     kernel_thread: header.flags & SAMPLE_KERNEL_THREAD != 0,
                     cgroup_id: (header.cgroup_id != 0).then_some(header.cgroup_id),
+                    exe_file: (header.exe_inode != 0)
+                        .then(|| (device_of(header.exe_device), header.exe_inode)),
                     stop: StopReason::from_flags(header.flags),
                     off_cpu_ns: (kind == RecordKind::OffCpu).then_some(header.off_cpu_ns),
                 };
@@ -135,6 +142,11 @@ impl Record {
             None => Err(RecordError::UnknownKind(header.kind)),
         }
     }
+}
+
+/// The kernel's `dev_t` (major << 20 | minor) as major and minor.
+fn device_of(dev: u64) -> (u32, u32) {
+    ((dev >> 20) as u32, (dev & 0xf_ffff) as u32)
 }
 
 /// A NUL-padded kernel `comm` as text.
@@ -162,6 +174,8 @@ mod tests {
             flags: SAMPLE_SIGNALLED,
             off_cpu_ns: 5_000_000,
             cgroup_id: 77,
+            exe_device: (259 << 20) | 3,
+            exe_inode: 1234,
         };
         // SAFETY: reading a repr(C) value's bytes.
         let mut bytes = unsafe {
@@ -193,6 +207,7 @@ mod tests {
         assert!(sample.signalled);
         assert!(!sample.kernel_thread);
         assert_eq!(sample.cgroup_id, Some(77));
+        assert_eq!(sample.exe_file, Some(((259, 3), 1234)));
         assert_eq!(sample.off_cpu_ns, None);
     }
 
