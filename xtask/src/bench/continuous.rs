@@ -349,11 +349,13 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             measured.clone(),
             Target::judge(goal, measured, steady.cpu_share <= CPU_TARGET, || {
                 format!(
-                    "{:.2} points over: each process sampled for the first time has its \
-                     /proc files read (maps, cgroup, comm, exe) and its unwind tables \
-                     placed by the unwind thread, which each new process wakes; each \
-                     interval names the addresses new in it, in files kept indexed from \
-                     one interval to the next (symbolize/prepared.rs)",
+                    "{:.2} points over: each process sampled for the first time wakes \
+                     stoke (the ring forces it, so that its memory map is read before it \
+                     ends) and has its /proc files read (maps; cgroup too on a host with \
+                     v1 hierarchies, as here): the first touch of /proc/PID, which creates \
+                     its entries, is most of it; each interval names the addresses new in \
+                     it, in files kept indexed from one interval to the next \
+                     (symbolize/prepared.rs)",
                     (steady.cpu_share - CPU_TARGET) * 100.0
                 )
             }),
