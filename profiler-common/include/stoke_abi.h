@@ -364,10 +364,10 @@ struct stoke_record_header {
    */
   uint64_t off_cpu_ns;
   /**
-   * The id of the thread's cgroup in the unified (v2) hierarchy (its
-   * directory's inode number in cgroupfs), so that userspace reads a
-   * process's cgroup once per cgroup rather than once per process; 0
-   * in exec and exit records.
+   * In the first record of a process (as `exe_device`), the id of its
+   * cgroup in the unified (v2) hierarchy (its directory's inode number
+   * in cgroupfs), so that userspace reads a process's cgroup once per
+   * cgroup rather than once per process; 0 in other records.
    */
   uint64_t cgroup_id;
   /**

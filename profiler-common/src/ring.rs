@@ -67,10 +67,10 @@ pub struct RecordHeader {
     /// For an off-CPU record, the nanoseconds the thread was off the CPU
     /// (its stack's weight); 0 in other records.
     pub off_cpu_ns: u64,
-    /// The id of the thread's cgroup in the unified (v2) hierarchy (its
-    /// directory's inode number in cgroupfs), so that userspace reads a
-    /// process's cgroup once per cgroup rather than once per process; 0
-    /// in exec and exit records.
+    /// In the first record of a process (as `exe_device`), the id of its
+    /// cgroup in the unified (v2) hierarchy (its directory's inode number
+    /// in cgroupfs), so that userspace reads a process's cgroup once per
+    /// cgroup rather than once per process; 0 in other records.
     pub cgroup_id: u64,
     /// In the first record of a process (since it began or exec'd), its
     /// executable's device (the kernel's `dev_t`: major << 20 | minor)

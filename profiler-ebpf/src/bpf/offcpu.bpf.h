@@ -152,7 +152,6 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.time_ns = bpf_ktime_get_ns();
 	record->header.off_cpu_ns = off_ns;
 	record->header.flags |= task_flags(task);
-	record->header.cgroup_id = task_cgroup_id(task);
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);

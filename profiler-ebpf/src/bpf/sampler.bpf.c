@@ -196,7 +196,9 @@ static __always_inline bool announce(__u32 tgid, struct task_struct *task)
 
 /* announce() for a record's header: the first record of a process also
  * carries its executable's device and inode, so that userspace names the
- * executable from the mappings it reads anyway, without /proc/PID/exe. */
+ * executable from the mappings it reads anyway, without /proc/PID/exe, and
+ * its cgroup. Only that record: userspace reads both once per process, and
+ * the four reads to the cgroup would cost every sample. */
 static __always_inline bool announce_in(struct stoke_record_header *header, __u32 tgid,
 					struct task_struct *task)
 {
@@ -204,8 +206,10 @@ static __always_inline bool announce_in(struct stoke_record_header *header, __u3
 
 	header->exe_device = 0;
 	header->exe_inode = 0;
+	header->cgroup_id = 0;
 	if (!announce(tgid, task))
 		return false;
+	header->cgroup_id = task_cgroup_id(task);
 	exe = BPF_CORE_READ(task, mm, exe_file);
 	if (exe) {
 		header->exe_device = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);
@@ -595,7 +599,6 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 
 	task = bpf_get_current_task_btf();
 	record->header.flags |= task_flags(task);
-	record->header.cgroup_id = task_cgroup_id(task);
 	if (task->flags & PF_KTHREAD) {
 		/* Kernel threads have no user stack. */
 	} else if ((process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
