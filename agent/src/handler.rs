@@ -17,6 +17,7 @@ use profiler_common::jvm::{
 };
 
 use crate::{
+    frame_anchor,
     jvmti_sys::{JNIEnv, JavaVM, JNI_OK, JNI_VERSION_1_6},
     partial_frame::partial_frame,
     shared::SharedMemory,
@@ -41,6 +42,9 @@ static SHARED: AtomicPtr<SharedMemory> = AtomicPtr::new(ptr::null_mut());
 static CODE_LOW: AtomicU64 = AtomicU64::new(u64::MAX);
 static CODE_HIGH: AtomicU64 = AtomicU64::new(0);
 
+/// AsyncGetCallTrace's `ticks_unknown_not_Java`: the thread is in the JVM
+/// or native code, and its last Java frame is not walkable.
+const UNKNOWN_NOT_JAVA: i32 = -3;
 /// AsyncGetCallTrace's `ticks_unknown_Java` and `ticks_not_walkable_Java`:
 /// the thread is in Java code, but no walkable frame was found from the
 /// interrupted one (often: it is not set up yet).
@@ -56,7 +60,7 @@ pub fn note_code(start: u64, size: u64) {
     CODE_HIGH.fetch_max(start.saturating_add(size), Ordering::Relaxed);
 }
 
-fn in_code(address: u64) -> bool {
+pub(crate) fn in_code(address: u64) -> bool {
     (CODE_LOW.load(Ordering::Relaxed)..CODE_HIGH.load(Ordering::Relaxed)).contains(&address)
 }
 
@@ -141,7 +145,13 @@ fn take_stack(shared: &SharedMemory, context: *mut c_void) {
         let frames = ptr::addr_of_mut!((*slot).frames).cast();
         let mut count = java_stack(frames, context);
         let mut flags = 0;
-        if count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
+        if count == UNKNOWN_NOT_JAVA {
+            if let Some(env) = current_env() {
+                let completed =
+                    frame_anchor::walk_completed(env, || java_stack_with(env, frames, context));
+                count = completed.unwrap_or(count);
+            }
+        } else if count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
             if let Some(from_caller) = java_stack_from_caller(frames, context) {
                 count = from_caller;
                 flags = TOP_FRAME_POPPED;
@@ -158,17 +168,34 @@ fn take_stack(shared: &SharedMemory, context: *mut c_void) {
 /// # Safety
 /// `frames` holds MAX_JAVA_FRAMES frames; `context` is a signal ucontext.
 unsafe fn java_stack(frames: *mut JavaFrame, context: *mut c_void) -> i32 {
+    match current_env() {
+        Some(env) => java_stack_with(env, frames, context),
+        None => NOT_A_JAVA_THREAD,
+    }
+}
+
+/// The calling thread's JNIEnv; `None` for a thread the JVM does not know
+/// (a GC or native thread).
+fn current_env() -> Option<*mut c_void> {
     let vm = VM.load(Ordering::Acquire);
-    let agct = ASYNC_GET_CALL_TRACE.load(Ordering::Acquire);
-    if vm.is_null() || agct == 0 {
-        return NOT_A_JAVA_THREAD;
+    if vm.is_null() {
+        return None;
     }
     let mut env: *mut c_void = ptr::null_mut();
-    let Some(get_env) = (**vm).GetEnv else {
-        return NOT_A_JAVA_THREAD;
-    };
-    // A thread the JVM does not know (a GC or native thread) has no env.
-    if get_env(vm, &mut env, JNI_VERSION_1_6 as i32) != JNI_OK as i32 || env.is_null() {
+    // SAFETY: the JavaVM, which outlives the agent; GetEnv reads a
+    // thread-local.
+    let get_env = unsafe { (**vm).GetEnv? };
+    let got = unsafe { get_env(vm, &mut env, JNI_VERSION_1_6 as i32) };
+    (got == JNI_OK as i32 && !env.is_null()).then_some(env)
+}
+
+/// [`java_stack`] for the thread whose JNIEnv is `env`.
+///
+/// # Safety
+/// As [`java_stack`]; `env` is the calling thread's.
+unsafe fn java_stack_with(env: *mut c_void, frames: *mut JavaFrame, context: *mut c_void) -> i32 {
+    let agct = ASYNC_GET_CALL_TRACE.load(Ordering::Acquire);
+    if agct == 0 {
         return NOT_A_JAVA_THREAD;
     }
     let mut trace = CallTrace {
@@ -254,14 +281,14 @@ fn code_around(pc: u64) -> Option<([u8; 16], [u8; 8])> {
 }
 
 /// A word of this process's memory, or `None` where nothing is mapped.
-fn read_word(address: u64) -> Option<u64> {
+pub(crate) fn read_word(address: u64) -> Option<u64> {
     read_bytes(address).map(u64::from_ne_bytes)
 }
 
 /// `N` bytes of this process's memory, or `None` where any is unmapped:
 /// `process_vm_readv` on itself reports a bad address instead of faulting,
 /// and is a plain system call (async-signal-safe).
-fn read_bytes<const N: usize>(address: u64) -> Option<[u8; N]> {
+pub(crate) fn read_bytes<const N: usize>(address: u64) -> Option<[u8; N]> {
     let mut bytes = [0u8; N];
     let local = libc::iovec {
         iov_base: bytes.as_mut_ptr().cast(),

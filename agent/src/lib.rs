@@ -19,6 +19,7 @@
 //! and failures leave the JVM running without Java stacks.
 
 mod event_control;
+mod frame_anchor;
 mod handler;
 mod idle;
 mod inlining;
@@ -30,6 +31,7 @@ mod jvmti_events;
 mod jvmti_sys;
 mod partial_frame;
 mod shared;
+mod vm_structs;
 
 use std::{
     collections::HashSet,
@@ -204,6 +206,8 @@ fn worker(shared: &'static SharedMemory) {
         return;
     };
     let Some(&jvmti) = JVMTI.get() else { return };
+    // SAFETY: this thread's own env.
+    unsafe { frame_anchor::learn(jni) };
     let mut described = HashSet::new();
     let mut recompiled = HashSet::new();
     let mut idle = IdleWatch::new();
