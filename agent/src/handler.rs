@@ -145,13 +145,16 @@ fn take_stack(shared: &SharedMemory, context: *mut c_void) {
         let frames = ptr::addr_of_mut!((*slot).frames).cast();
         let mut count = java_stack(frames, context);
         let mut flags = 0;
-        if count == UNKNOWN_NOT_JAVA {
-            if let Some(env) = current_env() {
-                let completed =
-                    frame_anchor::walk_completed(env, || java_stack_with(env, frames, context));
-                count = completed.unwrap_or(count);
-            }
-        } else if count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
+        // The anchor first: a thread in the JVM runtime, or just back from
+        // it in the stub that called it (already in the Java state), is
+        // found by it alone, and any other thread has none to complete.
+        if count == UNKNOWN_NOT_JAVA || count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
+            let completed = current_env().and_then(|env| {
+                frame_anchor::walk_completed(env, || java_stack_with(env, frames, context))
+            });
+            count = completed.unwrap_or(count);
+        }
+        if count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
             if let Some(from_caller) = java_stack_from_caller(frames, context) {
                 count = from_caller;
                 flags = TOP_FRAME_POPPED;

@@ -81,11 +81,7 @@ pub(super) fn root_target(jdk: &Jdk, stoke: &[JvmRun], async_profiler: &[JvmRun]
             let cut_short = sum(|r| r.with_java) - sum(|r| r.to_root);
             format!(
                 "{:.1} points fewer stacks reach the root: {without_java} samples without \
-                 Java frames (in the JVM runtime called by C2's runtime stubs, e.g. allocation \
-                 slow paths, the thread's frame anchor has no pc, so AsyncGetCallTrace walks \
-                 nothing; filling it in as HotSpot's make_walkable does is not enough, as the \
-                 stubs are marked never safe to walk from: async-profiler also patches that \
-                 mark in the JVM, which stoke will not do), {cut_short} cut short",
+                 Java frames, {cut_short} cut short",
                 (theirs - ours) * 100.0
             )
         },
