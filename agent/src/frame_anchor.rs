@@ -31,18 +31,25 @@ use std::{ffi::c_void, ptr, sync::OnceLock};
 
 use crate::{handler, jvmti_sys::JNIEnv, vm_structs};
 
-/// Where a thread's frame anchor is, relative to its JNIEnv, and the
-/// anchor's fields.
+/// Where a thread's state and frame anchor are in its thread object, and
+/// the anchor's fields.
 struct Layout {
-    /// The anchor's distance below the JNIEnv (which HotSpot embeds in its
-    /// thread object).
-    anchor_below_env: usize,
+    /// The JNIEnv's offset in the thread object (HotSpot embeds it there).
+    env: usize,
+    /// The thread's state (`JavaThreadState`).
+    state: usize,
+    anchor: usize,
     sp: usize,
     pc: usize,
     fp: usize,
 }
 
 static LAYOUT: OnceLock<Layout> = OnceLock::new();
+
+/// HotSpot's `_thread_in_vm` and `_thread_in_Java` (`JavaThreadState`, the
+/// same values in every JDK since 8).
+const THREAD_IN_VM: u32 = 6;
+const THREAD_IN_JAVA: u32 = 8;
 
 /// The farthest the JNIEnv is looked for from the start of its thread
 /// object (688 bytes in JDK 17).
@@ -60,8 +67,9 @@ pub unsafe fn learn(env: *mut JNIEnv) {
 }
 
 unsafe fn layout_of(env: *mut JNIEnv) -> Option<Layout> {
-    let [anchor, sp, pc, fp, thread_id] = vm_structs::field_offsets([
+    let [anchor, state, sp, pc, fp, thread_id] = vm_structs::field_offsets([
         ("JavaThread", "_anchor"),
+        ("JavaThread", "_thread_state"),
         ("JavaFrameAnchor", "_last_Java_sp"),
         ("JavaFrameAnchor", "_last_Java_pc"),
         ("JavaFrameAnchor", "_last_Java_fp"),
@@ -85,7 +93,9 @@ unsafe fn layout_of(env: *mut JNIEnv) -> Option<Layout> {
             .is_some_and(|id| i32::from_ne_bytes(id) == tid)
     })?;
     Some(Layout {
-        anchor_below_env: env_offset.checked_sub(anchor)?,
+        env: env_offset,
+        state,
+        anchor,
         sp,
         pc,
         fp,
@@ -100,10 +110,17 @@ unsafe fn layout_of(env: *mut JNIEnv) -> Option<Layout> {
 /// `env` is the calling thread's JNIEnv; called from its signal handler.
 pub unsafe fn walk_completed(env: *mut c_void, mut walk: impl FnMut() -> i32) -> Option<i32> {
     let layout = LAYOUT.get()?;
-    let anchor = (env as usize).checked_sub(layout.anchor_below_env)?;
-    let fields = (anchor + layout.sp, anchor + layout.pc, anchor + layout.fp);
-    let field = |offset: usize| ptr::with_exposed_provenance_mut::<u64>(offset);
-    let (sp_field, pc_field, fp_field) = (field(fields.0), field(fields.1), field(fields.2));
+    // In the JVM or in Java code, where no other thread walks its stack (a
+    // safepoint waits for it); a thread blocked or in native code may be
+    // walked by others, and has its anchor complete anyway.
+    let thread = (env as usize).checked_sub(layout.env)?;
+    let state = ptr::read_volatile(ptr::with_exposed_provenance::<u32>(thread + layout.state));
+    if state != THREAD_IN_VM && state != THREAD_IN_JAVA {
+        return None;
+    }
+    let anchor = thread + layout.anchor;
+    let field = |offset: usize| ptr::with_exposed_provenance_mut::<u64>(anchor + offset);
+    let (sp_field, pc_field, fp_field) = (field(layout.sp), field(layout.pc), field(layout.fp));
     let saved = (
         ptr::read_volatile(sp_field),
         ptr::read_volatile(pc_field),
