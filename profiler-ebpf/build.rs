@@ -12,6 +12,7 @@ fn main() {
     let abi_include = manifest.join("../profiler-common/include");
     for watched in [
         SOURCE,
+        "src/bpf/kfuncs.bpf.h",
         "src/bpf/offcpu.bpf.h",
         "src/bpf/offcpu_waiting.bpf.h",
         "src/bpf/kernel_names.bpf.h",

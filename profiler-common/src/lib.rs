@@ -1,7 +1,7 @@
 //! The binary interface between Stoke's BPF sampler and its userspace, and
 //! between its JVM agent and `stoke`.
 //!
-//! [`ring`], [`unwind`] and [`kernel_names`] are the BPF side's: `include/stoke_abi.h`, which
+//! [`ring`], [`unwind`], [`kernel_names`] and [`kfunc`] are the BPF side's: `include/stoke_abi.h`, which
 //! the BPF programs include, is generated from them by `cargo xtask codegen`
 //! (cbindgen), and `cargo xtask lint` fails when the committed header is not
 //! what they generate. [`jvm`] and [`java_events`] are shared by two Rust
@@ -11,6 +11,7 @@
 pub mod java_events;
 pub mod jvm;
 pub mod kernel_names;
+pub mod kfunc;
 pub mod ring;
 pub mod unwind;
 

@@ -8,7 +8,7 @@ use std::{
 
 use serde::{Serialize, Serializer};
 
-use crate::{event::Event, unwind::loader::UnwindSummary};
+use crate::{event::Event, sample::sampler::OffCpuUserStacks, unwind::loader::UnwindSummary};
 
 /// One distinct symbolized stack and the samples that hit it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -125,6 +125,8 @@ pub struct RecordingSummary {
     /// Off-CPU waits still going on when the recording ended, counted
     /// until then, with their kernel stack and one user address.
     pub waits_in_progress: u64,
+    /// How the user stacks of off-CPU waits were taken, if recorded.
+    pub offcpu_user_stacks: Option<OffCpuUserStacks>,
     /// Process images sampled (an exec starts a new one).
     pub processes: usize,
     /// Mean run time of the BPF sampler per sample, when the kernel's BPF

@@ -1,7 +1,8 @@
 //! `-e offcpu`: where threads wait, weighed by the nanoseconds they wait.
 //! A program that sleeps 7 ms then waits ~3 ms on a pipe per round comes
 //! out 70:30 with the scheduler's frame on top, unharmed (no call
-//! interrupted, its pace kept); in a context-switch storm, the waits
+//! interrupted, its pace kept), with the user stacks taken by task work
+//! and at syscall exits alike; in a context-switch storm, the waits
 //! shorter than the minimum are left out, and with no minimum stoke's
 //! output stays within the per-CPU budget, the waits past it counted; a
 //! whole-host recording stays within the budget, counts no idle CPU, and
@@ -9,12 +10,14 @@
 
 use std::{
     path::Path,
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
 
 use stoke_tests::{
-    args, describe, prepare, read_folded, samples_where, total_samples, Running, Stack, Stoke,
+    args, describe, prepare, read_folded, samples_where, stoke_bin, total_samples, Running, Stack,
+    Stoke,
 };
 
 /// Stoke's budget of off-CPU records per CPU per second.
@@ -50,16 +53,17 @@ fn value_of(line: &str, key: &str) -> f64 {
 }
 
 /// Records `running[0]` with `-e offcpu` and `extra` options for
-/// `seconds`, counting the `prefix` lines of each of `running` in a window
-/// before, during (once stoke's start-up work, loading unwind tables, is
-/// over) and after the recording; returns the counts, [before, during,
-/// after] for each.
+/// `seconds`, stoke's environment extended by `env`, counting the `prefix`
+/// lines of each of `running` in a window before, during (once stoke's
+/// start-up work, loading unwind tables, is over) and after the recording;
+/// returns the counts, [before, during, after] for each.
 fn record_paced(
     running: &[&Running],
     prefix: &str,
     extra: &[String],
     seconds: f64,
     outputs: &[String],
+    env: &[(&str, &str)],
 ) -> Vec<[f64; 3]> {
     let window = Duration::from_secs_f64(seconds - 2.0);
     let before = lines_in(running, prefix, window);
@@ -77,7 +81,9 @@ fn record_paced(
     for output in outputs {
         command.extend(args!["-o", output]);
     }
-    let mut stoke = Stoke::spawn(&command);
+    let mut stoke_command = Command::new(stoke_bin());
+    stoke_command.args(&command).envs(env.iter().copied());
+    let mut stoke = Stoke::spawn_command(stoke_command);
     stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
     thread::sleep(Duration::from_secs(1));
     let during = lines_in(running, prefix, window);
@@ -92,18 +98,43 @@ fn record_paced(
 
 #[test]
 fn blocked_time_splits_70_30_under_the_scheduler_and_nothing_is_interrupted() {
+    blocked_time_splits_70_30(&[], "by task work");
+}
+
+/// The same with the user stacks taken at syscall exits, as on kernels
+/// without task work for BPF (before 6.18).
+#[test]
+fn blocked_time_splits_70_30_with_user_stacks_at_syscall_exits() {
+    blocked_time_splits_70_30(&[("STOKE_OFFCPU_AT_SYSCALL_EXIT", "1")], "at syscall exits");
+}
+
+/// The 70:30 split, with stoke's environment extended by `env`, the
+/// summary saying the user stacks were taken as `user_stacks` says.
+fn blocked_time_splits_70_30(env: &[(&str, &str)], user_stacks: &str) {
     let (dir, workload) = prepare("offcpu-split", "offcpu_split");
     let mut running = workload.spawn(&args![120]);
     // A second copy, not recorded, paced by the same load on the host: the
     // recorded one's pace is measured against it.
     let mut control = workload.spawn(&args![120]);
-    let out = dir.join("offcpu.folded");
+    let (out, text) = (dir.join("offcpu.folded"), dir.join("offcpu.txt"));
     let counts = record_paced(
         &[&running, &control],
         "round",
         &[],
         5.0,
-        &[out.display().to_string()],
+        &[out.display().to_string(), text.display().to_string()],
+        env,
+    );
+    let summary = std::fs::read_to_string(&text).unwrap();
+    let taken = summary
+        .lines()
+        .find_map(|line| line.strip_prefix("Off-CPU user stacks taken:"))
+        .unwrap_or_else(|| {
+            panic!("the summary does not say how user stacks were taken\n{summary}")
+        });
+    assert!(
+        taken.trim().starts_with(user_stacks),
+        "user stacks taken {taken:?}, {user_stacks:?} wanted"
     );
     assert!(
         running.is_alive() && control.is_alive(),

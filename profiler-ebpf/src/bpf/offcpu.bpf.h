@@ -25,17 +25,25 @@
  * could only be hooked by a kprobe (kernels may be built without them) or
  * fentry (which kernels may refuse, as our test host's does). So the
  * kernel stack and the time wait in the task storage, and the user stack
- * is unwound at the thread's next syscall exit (the sys_exit BTF
- * tracepoint, in its own context), with the same unwinder as CPU samples:
- * its user registers then are still those it entered the kernel with, the
- * stack it waited in. A thread that blocked outside a syscall (a page
- * fault) reaches no syscall exit with those registers: when it next blocks
- * from elsewhere, its waiting record goes out with the kernel stack and the
- * one user address it entered the kernel at. Several waits within one
- * syscall (a read woken before its data came) add up into one record.
+ * is unwound in the thread's own context, with the same unwinder as CPU
+ * samples, when its user registers are still those it entered the kernel
+ * with, the stack it waited in:
+ * - where the kernel has task work for BPF (Linux 6.18), by a callback
+ *   the switch schedules for the thread's return to user mode
+ *   (offcpu_switch_task_work): only waits that are recorded cost anything
+ *   after the switch, whatever the kernel entry they waited in;
+ * - elsewhere at the thread's next syscall exit (the sys_exit BTF
+ *   tracepoint, offcpu_switch). That tracepoint sends every syscall of the
+ *   host through the kernel's slow exit path, ~0.1 µs more each. A thread
+ *   that blocked outside a syscall (a page fault) reaches no syscall exit
+ *   with those registers: when it next blocks from elsewhere, its waiting
+ *   record goes out with the kernel stack and the one user address it
+ *   entered the kernel at.
+ * Several waits within one kernel entry (a read woken before its data
+ * came) add up into one record.
  *
  * Java frames. A thread of a JVM whose agent waits for signals is sent
- * one at that syscall exit, as a CPU sample does: the agent's handler runs
+ * one as its user stack is taken, as a CPU sample does: the agent's handler runs
  * as the thread returns to user mode, its Java stack still the one it
  * waited in, and userspace pairs the two as it pairs CPU samples. The
  * syscall has ended by then, with its own result: no wait is cut short,
@@ -246,8 +254,105 @@ static __always_inline void offcpu_send_without_unwinding(struct offcpu_task *st
 	offcpu_send(record, state, task, user_bytes);
 }
 
+/* Sends the wait pending in `state` with the user stack of `task`, the
+ * current task, from its user registers `ip`, `sp` and `bp` (those it
+ * entered the kernel with). */
+static __always_inline void offcpu_send_unwound(struct task_struct *task,
+						struct offcpu_task *state, __u64 ip, __u64 sp,
+						__u64 bp)
+{
+	struct sample_record *record = offcpu_record(state);
+	struct stoke_process_mappings *process;
+	__u32 tgid = task->tgid, *signal, stop = STOKE_STOP_FRAME_POINTERS;
+	long kernel_bytes, user_bytes;
+
+	if (!record)
+		return;
+	kernel_bytes = (state->kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64);
+	if (kernel_bytes > OFFCPU_KERNEL_FRAMES * sizeof(__u64))
+		return;
+	process = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	if (process) {
+		user_bytes = unwind_user(ip, sp, bp, process, kernel_bytes, &stop);
+		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
+	} else {
+		user_bytes = bpf_get_task_stack(task, (void *)record->frames + kernel_bytes,
+						FRAME_BYTES, BPF_F_USER_STACK);
+		if (user_bytes < 0) {
+			count(STOKE_COUNTER_USER_STACK_FAILED);
+			user_bytes = 0;
+		}
+	}
+	if (user_bytes > FRAME_BYTES)
+		user_bytes = FRAME_BYTES;
+	user_bytes &= 0x3ff8;
+	if (user_bytes > FRAME_BYTES)
+		return;
+	signal = bpf_map_lookup_elem(&signal_tgids, &tgid);
+	if (signal) {
+		if (bpf_send_signal_thread(*signal) == 0)
+			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
+		else
+			count(STOKE_COUNTER_SIGNAL_FAILED);
+	}
+	offcpu_send(record, state, task, user_bytes);
+}
+
+/* Threads whose user stack a task work will take, by thread id: the
+ * kernel's work item lives in a map value. An entry is kept for the
+ * thread's next waits and removed when it exits. */
+struct offcpu_work {
+	struct bpf_task_work work;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct offcpu_work);
+} offcpu_works SEC(".maps");
+
+/* The task work: runs in the thread that waited, as it returns to user
+ * mode, its user registers those it entered the kernel with. */
+static int offcpu_resumed(struct bpf_map *map, void *key, void *value)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
+	struct pt_regs *user;
+
+	if (!state || !state->pending_ns)
+		return 0;
+	user = (struct pt_regs *)bpf_task_pt_regs(task);
+	offcpu_send_unwound(task, state, BPF_CORE_READ(user, ip), BPF_CORE_READ(user, sp),
+			    BPF_CORE_READ(user, bp));
+	return 0;
+}
+
+/* Has the user stack of `task`'s pending wait taken as it returns to user
+ * mode; false if no task work could be had for it. */
+static __always_inline bool offcpu_unwind_on_resume(struct task_struct *task)
+{
+	struct offcpu_work fresh = {}, *work;
+	__u32 tid = task->pid;
+	long scheduled;
+
+	work = bpf_map_lookup_elem(&offcpu_works, &tid);
+	if (!work) {
+		bpf_map_update_elem(&offcpu_works, &tid, &fresh, BPF_NOEXIST);
+		work = bpf_map_lookup_elem(&offcpu_works, &tid);
+		if (!work)
+			return false;
+	}
+	scheduled = task_work_schedule_resume(task, &work->work, &offcpu_works, offcpu_resumed);
+	/* Busy: scheduled by an earlier wait in the same kernel entry, whose
+	 * record this wait joins. */
+	return scheduled == 0 || scheduled == -EBUSY;
+}
+
 /* `task` is about to run again on this CPU at `now`. */
-static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 now)
+static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 now,
+					       bool task_work)
 {
 	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
 	struct pt_regs *user;
@@ -279,13 +384,14 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 	state->user_ip = user_ip;
 	state->user_sp = user_sp;
 	/* A kernel thread has no user stack to wait for. */
-	if (task->flags & PF_KTHREAD)
+	if ((task->flags & PF_KTHREAD) || (task_work && !offcpu_unwind_on_resume(task)))
 		offcpu_send_without_unwinding(state, task);
 }
 
-SEC("tp_btf/sched_switch")
-int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+/* A switch: `prev` leaves the CPU, `next` runs again. */
+static __always_inline void offcpu_switched(bool preempt, struct task_struct *prev,
+					    struct task_struct *next, unsigned int prev_state,
+					    bool task_work)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct offcpu_task *state;
@@ -297,7 +403,24 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		if (state)
 			state->off_since = now;
 	}
-	offcpu_switched_in(next, now);
+	offcpu_switched_in(next, now, task_work);
+}
+
+/* User stacks taken at syscall exits (offcpu_syscall_exit). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	offcpu_switched(preempt, prev, next, prev_state, false);
+	return 0;
+}
+
+/* User stacks taken by task work (offcpu_resumed). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch_task_work, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	offcpu_switched(preempt, prev, next, prev_state, true);
 	return 0;
 }
 
@@ -308,11 +431,8 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 {
 	struct task_struct *task;
 	struct offcpu_task *state;
-	struct sample_record *record;
-	struct stoke_process_mappings *process;
-	__u32 tgid, *signal, stop = STOKE_STOP_FRAME_POINTERS, zero = 0;
+	__u32 zero = 0;
 	__s64 *pending = bpf_map_lookup_elem(&offcpu_pending, &zero);
-	long kernel_bytes, user_bytes;
 
 	if (!pending || *pending <= 0)
 		return 0;
@@ -320,39 +440,8 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 	state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
 	if (!state || !state->pending_ns)
 		return 0;
-	record = offcpu_record(state);
-	if (!record)
-		return 0;
-	tgid = task->tgid;
-	kernel_bytes = (state->kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64);
-	if (kernel_bytes > OFFCPU_KERNEL_FRAMES * sizeof(__u64))
-		return 0;
-	process = bpf_map_lookup_elem(&unwind_processes, &tgid);
-	if (process) {
-		user_bytes = unwind_user(BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
-					 BPF_CORE_READ(regs, bp), process, kernel_bytes, &stop);
-		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
-	} else {
-		user_bytes = bpf_get_stack(ctx, (void *)record->frames + kernel_bytes, FRAME_BYTES,
-					   BPF_F_USER_STACK);
-		if (user_bytes < 0) {
-			count(STOKE_COUNTER_USER_STACK_FAILED);
-			user_bytes = 0;
-		}
-	}
-	if (user_bytes > FRAME_BYTES)
-		user_bytes = FRAME_BYTES;
-	user_bytes &= 0x3ff8;
-	if (user_bytes > FRAME_BYTES)
-		return 0;
-	signal = bpf_map_lookup_elem(&signal_tgids, &tgid);
-	if (signal) {
-		if (bpf_send_signal_thread(*signal) == 0)
-			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
-		else
-			count(STOKE_COUNTER_SIGNAL_FAILED);
-	}
-	offcpu_send(record, state, task, user_bytes);
+	offcpu_send_unwound(task, state, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
+			    BPF_CORE_READ(regs, bp));
 	return 0;
 }
 
@@ -366,7 +455,10 @@ int BPF_PROG(offcpu_thread_exit, struct task_struct *exiting)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
 
+	__u32 tid = task->pid;
+
 	if (state && state->pending_ns)
 		offcpu_send_without_unwinding(state, task);
+	bpf_map_delete_elem(&offcpu_works, &tid);
 	return 0;
 }

@@ -701,6 +701,7 @@ int BPF_PROG(process_exit, struct task_struct *task)
 	return 0;
 }
 
+#include "kfuncs.bpf.h"
 #include "offcpu.bpf.h"
 #include "offcpu_waiting.bpf.h"
 #include "kernel_names.bpf.h"

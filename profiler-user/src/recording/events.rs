@@ -140,6 +140,7 @@ fn summary_of(
     let mut summary = summary.clone();
     if event != Event::Offcpu {
         summary.waits_in_progress = 0;
+        summary.offcpu_user_stacks = None;
     }
     if event == Event::Cpu {
         return summary;

@@ -312,6 +312,7 @@ impl Recording {
             lost_ring_full: since_cut[Counter::LostRingFull as usize],
             processes: self.processes.len(),
             waits_in_progress,
+            offcpu_user_stacks: self.sampler.offcpu_user_stacks(),
             ..RecordingSummary::default()
         };
         let events = std::mem::take(&mut self.events);
@@ -350,6 +351,7 @@ impl Recording {
         let cpus = sampler.cpus().len();
         let counters = sampler.counters()?;
         let bpf_time_per_sample = sampler.time_per_sample();
+        let offcpu_user_stacks = sampler.offcpu_user_stacks();
         // Detached first: no signal goes out while the last answers come.
         drop(sampler);
         let JavaResults {
@@ -382,6 +384,7 @@ impl Recording {
             symbolize_time: naming.elapsed(),
             symbolized_addresses: names.len(),
             waits_in_progress,
+            offcpu_user_stacks,
             ..RecordingSummary::default()
         };
         let java = |pid| java_symbols.get(&pid);

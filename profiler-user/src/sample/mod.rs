@@ -1,8 +1,9 @@
-//! Stage 1, sampling: the BPF sampler on every CPU ([`sampler`]), the
-//! parsing of the records it sends through its ring buffer
-//! ([`ring_record`]), and the off-CPU waits still going on at the end
-//! ([`waiting`]).
+//! Stage 1, sampling: the BPF sampler on every CPU ([`sampler`]), its
+//! calls of kernel functions linked at load ([`kfuncs`]), the parsing of
+//! the records it sends through its ring buffer ([`ring_record`]), and the
+//! off-CPU waits still going on at the end ([`waiting`]).
 
+pub mod kfuncs;
 pub mod ring_record;
 pub mod sampler;
 pub mod waiting;

@@ -17,9 +17,10 @@ use aya::{
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
 use profiler_common::COUNTER_COUNT;
+use tracing::debug;
 
 use super::{
-    monotonic_ns,
+    kfuncs, monotonic_ns,
     waiting::{self, WaitsInProgress},
 };
 use crate::{
@@ -69,6 +70,8 @@ pub struct Sampler {
     cpus: Vec<u32>,
     /// The rate of the CPU samples still to start, if asked for.
     cpu_clock_hz: Option<u64>,
+    /// How off-CPU user stacks are taken, when off-CPU time is recorded.
+    offcpu_user_stacks: Option<OffCpuUserStacks>,
     /// Keeps the kernel's BPF statistics on while held.
     _stats: Option<OwnedFd>,
 }
@@ -104,6 +107,10 @@ impl Sampler {
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
         let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
         let offcpu_recording_start = monotonic_ns();
+        let btf = Btf::from_sys_fs().map_err(|error| {
+            anyhow!("reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y")
+        })?;
+        let linked = kfuncs::link(profiler_ebpf::sampler_object(), &btf);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
         // type for it, which is no matter.
@@ -122,7 +129,7 @@ impl Sampler {
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
             .map_max_entries("unwind_pages", page_capacity(config.unwind_rows).max(1))
             .map_max_entries("unwind_processes", UNWIND_PROCESSES)
-            .load(profiler_ebpf::sampler_object())
+            .load(linked.object())
             .map_err(explain_load_error)?;
 
         if let Some(pids) = &config.pids {
@@ -140,36 +147,32 @@ impl Sampler {
         // Lifecycle tracepoints go first, so no exec between the first sample
         // and their attachment goes unnoticed. BTF tracepoints need no
         // tracefs, which a fresh host does not mount.
-        let btf = Btf::from_sys_fs().map_err(|error| {
-            anyhow!("reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y")
-        })?;
-        let mut tracepoints = vec![
-            ("process_exec", "sched_process_exec"),
-            ("process_exit", "sched_process_exit"),
-        ];
+        attach_tracepoint(&mut ebpf, &btf, "process_exec", "sched_process_exec")?;
+        attach_tracepoint(&mut ebpf, &btf, "process_exit", "sched_process_exit")?;
+        let mut offcpu_user_stacks = None;
         if config.offcpu.is_some() {
-            // Syscall exits first: no wait's record is left without its
-            // user stack.
-            tracepoints.push(("offcpu_syscall_exit", "sys_exit"));
-            tracepoints.push(("offcpu_thread_exit", "sched_process_exit"));
-            tracepoints.push(("offcpu_switch", "sched_switch"));
+            attach_tracepoint(&mut ebpf, &btf, "offcpu_thread_exit", "sched_process_exit")?;
+            // Task work where the kernel has it: a syscall-exit hook would
+            // slow every syscall of the host. The variable is a way back
+            // should a kernel's task work misbehave.
+            let task_work = linked.task_work
+                && std::env::var_os(OFFCPU_AT_SYSCALL_EXIT).is_none()
+                && load_tracepoint(&mut ebpf, &btf, "offcpu_switch_task_work", "sched_switch")
+                    .inspect_err(|error| debug!("off-CPU user stacks at syscall exits: {error:#}"))
+                    .is_ok();
+            if task_work {
+                attach_tracepoint(&mut ebpf, &btf, "offcpu_switch_task_work", "sched_switch")?;
+                offcpu_user_stacks = Some(OffCpuUserStacks::TaskWork);
+            } else {
+                // Syscall exits first: no wait's record is left without its
+                // user stack.
+                attach_tracepoint(&mut ebpf, &btf, "offcpu_syscall_exit", "sys_exit")?;
+                attach_tracepoint(&mut ebpf, &btf, "offcpu_switch", "sched_switch")?;
+                offcpu_user_stacks = Some(OffCpuUserStacks::SyscallExits);
+            }
         }
         if config.offcpu.is_some_and(|offcpu| !offcpu.jvms_only) {
             waiting::load(&mut ebpf, &btf)?;
-        }
-        for (program, event) in tracepoints {
-            let tracepoint: &mut BtfTracePoint = ebpf
-                .program_mut(program)
-                .with_context(|| format!("no {program} program in the BPF object"))?
-                .try_into()?;
-            tracepoint
-                .load(event, &btf)
-                .map_err(explain_program_error)
-                .with_context(|| format!("loading the {event} tracepoint program"))?;
-            tracepoint
-                .attach()
-                .map_err(explain_program_error)
-                .with_context(|| format!("attaching to the {event} tracepoint"))?;
         }
 
         cpu_program(&mut ebpf)?
@@ -182,6 +185,7 @@ impl Sampler {
             ring,
             cpus,
             cpu_clock_hz: config.cpu.then_some(config.frequency_hz),
+            offcpu_user_stacks,
             _stats: stats,
         })
     }
@@ -208,6 +212,11 @@ impl Sampler {
     /// The CPUs being sampled.
     pub fn cpus(&self) -> &[u32] {
         &self.cpus
+    }
+
+    /// How off-CPU user stacks are taken, when off-CPU time is recorded.
+    pub fn offcpu_user_stacks(&self) -> Option<OffCpuUserStacks> {
+        self.offcpu_user_stacks
     }
 
     /// Waits until the sampler wakes the reader or `timeout` passes.
@@ -348,6 +357,60 @@ fn ring_size(cpus: usize, frequency_hz: u64) -> u32 {
         .saturating_mul(frequency_hz)
         .saturating_mul(1024);
     wanted.clamp(1 << 20, 1 << 28).next_power_of_two() as u32
+}
+
+/// Where the user stack of an off-CPU wait is taken, in the thread's own
+/// context as it leaves the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OffCpuUserStacks {
+    /// By task work the switch schedules for the waits it records (Linux
+    /// 6.18): nothing for the others.
+    TaskWork,
+    /// At the next syscall exit, a hook that every syscall of the host runs.
+    SyscallExits,
+}
+
+impl std::fmt::Display for OffCpuUserStacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OffCpuUserStacks::TaskWork => "by task work, as the thread returns to user mode",
+            OffCpuUserStacks::SyscallExits => "at syscall exits",
+        })
+    }
+}
+
+/// When set, off-CPU user stacks are taken at syscall exits even where the
+/// kernel has task work for BPF.
+pub const OFFCPU_AT_SYSCALL_EXIT: &str = "STOKE_OFFCPU_AT_SYSCALL_EXIT";
+
+/// Loads BTF tracepoint program `program` for `event`, if not loaded yet.
+fn load_tracepoint(ebpf: &mut Ebpf, btf: &Btf, program: &str, event: &str) -> Result<()> {
+    let tracepoint: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .with_context(|| format!("no {program} program in the BPF object"))?
+        .try_into()?;
+    if tracepoint.fd().is_ok() {
+        return Ok(());
+    }
+    tracepoint
+        .load(event, btf)
+        .map_err(explain_program_error)
+        .with_context(|| format!("loading the {event} tracepoint program"))
+}
+
+/// Loads and attaches BTF tracepoint program `program` to `event`.
+fn attach_tracepoint(ebpf: &mut Ebpf, btf: &Btf, program: &str, event: &str) -> Result<()> {
+    load_tracepoint(ebpf, btf, program, event)?;
+    let tracepoint: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .with_context(|| format!("no {program} program in the BPF object"))?
+        .try_into()?;
+    tracepoint
+        .attach()
+        .map_err(explain_program_error)
+        .with_context(|| format!("attaching to the {event} tracepoint"))?;
+    Ok(())
 }
 
 fn is_permission_denied(error: &io::Error) -> bool {

@@ -77,6 +77,9 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
             "Malformed ring records (lost):", summary.malformed_records
         )?;
     }
+    if let Some(how) = summary.offcpu_user_stacks {
+        writeln!(out, "{:<33} {how}", "Off-CPU user stacks taken:")?;
+    }
     write_stack_quality(summary, out)?;
     write_java(&summary.java, out)?;
 
