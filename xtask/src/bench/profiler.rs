@@ -57,6 +57,8 @@ pub struct Options {
     pub pids: Vec<u32>,
     /// Stoke: more arguments, e.g. `-e offcpu`.
     pub stoke_args: Vec<String>,
+    /// Stoke: more environment, e.g. `STOKE_OFFCPU_AT_SYSCALL_EXIT`.
+    pub stoke_env: Vec<(&'static str, &'static str)>,
     /// Perf: record every occurrence of this event (a tracepoint such as
     /// `sched:sched_switch`) instead of sampling at the frequency.
     pub perf_event: Option<&'static str>,
@@ -79,6 +81,7 @@ impl Options {
             frame_pointers: false,
             pids: Vec::new(),
             stoke_args: Vec::new(),
+            stoke_env: Vec::new(),
             perf_event: None,
             may_be_empty: false,
             stoke_format,
@@ -161,7 +164,9 @@ impl Recording {
                 command.arg(flag);
             }
         }
-        command.args(&options.stoke_args);
+        command
+            .args(&options.stoke_args)
+            .envs(options.stoke_env.iter().copied());
         let mut process = Process::spawn("stoke", &mut command)?;
         let announced = process
             .stderr()

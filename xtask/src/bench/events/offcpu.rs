@@ -1,6 +1,7 @@
 //! Off-CPU time: what recording where threads wait costs a workload
 //! that does nothing but switch, `stoke record -a -e offcpu` (its default
-//! minimum, and none) beside `perf record -a -g -e sched:sched_switch`.
+//! minimum, and none; user stacks by task work, and at syscall exits as on
+//! kernels before 6.18) beside `perf record -a -g -e sched:sched_switch`.
 //!
 //! The workload (`switch_storm`) passes a byte back and forth between two
 //! threads for a fixed number of round trips and counts its context
@@ -29,12 +30,15 @@ enum Profiler {
     Nobody,
     /// stoke with `--offcpu-min` in nanoseconds (`None`: its default).
     Stoke(Option<u64>),
+    /// stoke at its default minimum, user stacks taken at syscall exits.
+    StokeAtSyscallExits,
     Perf,
 }
 
-const PROFILERS: [Profiler; 4] = [
+const PROFILERS: [Profiler; 5] = [
     Profiler::Nobody,
     Profiler::Stoke(None),
+    Profiler::StokeAtSyscallExits,
     Profiler::Stoke(Some(0)),
     Profiler::Perf,
 ];
@@ -49,6 +53,9 @@ impl Profiler {
             Profiler::Stoke(None) => "stoke record -a -e offcpu (minimum 100 µs)".into(),
             Profiler::Stoke(Some(min)) => {
                 format!("stoke record -a -e offcpu --offcpu-min {min}")
+            }
+            Profiler::StokeAtSyscallExits => {
+                "... minimum 100 µs, STOKE_OFFCPU_AT_SYSCALL_EXIT=1 (kernels before 6.18)".into()
             }
             Profiler::Perf => "perf record -a -g -e sched:sched_switch".into(),
         }
@@ -169,6 +176,11 @@ fn run_once(bench: &Bench, round_trips: u64, profiler: Profiler) -> Result<Run> 
                 ..Options::new(Tool::Stoke, 99, "json")
             }
         }
+        Profiler::StokeAtSyscallExits => Options {
+            stoke_args: vec!["-e".to_owned(), "offcpu".to_owned()],
+            stoke_env: vec![("STOKE_OFFCPU_AT_SYSCALL_EXIT", "1")],
+            ..Options::new(Tool::Stoke, 99, "json")
+        },
         Profiler::Perf => Options {
             perf_event: Some("sched:sched_switch"),
             ..Options::new(Tool::Perf, 99, "json")
@@ -258,7 +270,9 @@ fn section(round_trips: u64, runs: &[Vec<Run>], smoke: bool) -> (String, Vec<Tar
             },
             match profiler {
                 Profiler::Nobody => "–".into(),
-                Profiler::Stoke(_) => format!("{records:.0} ({over:.0})"),
+                Profiler::Stoke(_) | Profiler::StokeAtSyscallExits => {
+                    format!("{records:.0} ({over:.0})")
+                }
                 Profiler::Perf => format!("{records:.0}"),
             },
         ]);
