@@ -223,8 +223,8 @@ static __always_inline __u32 offcpu_kernel_stack(struct task_struct *task, __u64
  * there is none. */
 static __always_inline struct sample_record *offcpu_record(struct offcpu_task *state)
 {
-	__u32 zero = 0;
-	struct sample_record *record = bpf_map_lookup_elem(&scratch, &zero);
+	__u32 slot = SLOT_OFFCPU;
+	struct sample_record *record = bpf_map_lookup_elem(&scratch, &slot);
 
 	if (!record)
 		return NULL;
@@ -273,7 +273,7 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 		return;
 	process = bpf_map_lookup_elem(&unwind_processes, &tgid);
 	if (process) {
-		user_bytes = unwind_user(ip, sp, bp, process, kernel_bytes, &stop);
+		user_bytes = unwind_user(ip, sp, bp, process, kernel_bytes, &stop, SLOT_OFFCPU);
 		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {
 		user_bytes = bpf_get_task_stack(task, (void *)record->frames + kernel_bytes,

@@ -35,7 +35,7 @@ int offcpu_waiting(struct bpf_iter__task *ctx)
 	struct sample_record *record;
 	struct pt_regs *user;
 	__u64 now = bpf_ktime_get_ns(), since = offcpu_recording_start, off, user_ip;
-	__u32 zero = 0, frames;
+	__u32 slot = SLOT_OFFCPU, frames;
 	long user_bytes = 0;
 
 	if (!task || !offcpu_profiled(task))
@@ -66,7 +66,7 @@ int offcpu_waiting(struct bpf_iter__task *ctx)
 	/* Counted up to now: the rest of the wait from now on. */
 	off = offcpu_take_pending(state) + now - since;
 	state->off_since = now;
-	record = bpf_map_lookup_elem(&scratch, &zero);
+	record = bpf_map_lookup_elem(&scratch, &slot);
 	if (!record)
 		return 0;
 	frames = offcpu_kernel_stack(task, record->frames);

@@ -93,10 +93,19 @@ struct sample_record {
 	__u64 frames[2 * STOKE_MAX_FRAMES];
 };
 
+/* Per-CPU slots of the scratch record and the unwinder's state: CPU
+ * samples take the first; the off-CPU programs the second, as a CPU sample
+ * may interrupt one of them on the same CPU. */
+enum scratch_slot {
+	SLOT_CPU = 0,
+	SLOT_OFFCPU = 1,
+	SLOTS = 2,
+};
+
 /* A record is too large for the 512-byte BPF stack: it is built here. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SLOTS);
 	__type(key, __u32);
 	__type(value, struct sample_record);
 } scratch SEC(".maps");
@@ -144,7 +153,7 @@ struct stoke_unwind_state {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, SLOTS);
 	__type(key, __u32);
 	__type(value, struct stoke_unwind_state);
 } unwind_states SEC(".maps");
@@ -514,16 +523,15 @@ static long unwind_step(__u32 index, void *context)
 }
 
 /* Unwinds the user stack, from registers pc, sp and bp, with the
- * process's tables into the record, after the kernel frames; returns the
- * bytes written, and the stop reason. */
+ * process's tables into the record of scratch slot `slot`, after the
+ * kernel frames; returns the bytes written, and the stop reason. */
 static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 					struct stoke_process_mappings *process,
-					long kernel_bytes, __u32 *stop)
+					long kernel_bytes, __u32 *stop, __u32 slot)
 {
-	__u32 zero = 0;
 	struct unwind_walk walk = {
-		.state = bpf_map_lookup_elem(&unwind_states, &zero),
-		.record = bpf_map_lookup_elem(&scratch, &zero),
+		.state = bpf_map_lookup_elem(&unwind_states, &slot),
+		.record = bpf_map_lookup_elem(&scratch, &slot),
 		.process = process,
 		/* No mapping's index (those past the count are empty), and a
 		 * value the verifier cannot know: the indices steps store later
@@ -551,7 +559,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	__u32 zero = 0;
+	__u32 cpu_slot = SLOT_CPU;
 	struct sample_record *record;
 	struct stoke_process_mappings *process;
 	struct task_struct *task;
@@ -567,7 +575,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))
 		return 0;
 
-	record = bpf_map_lookup_elem(&scratch, &zero);
+	record = bpf_map_lookup_elem(&scratch, &cpu_slot);
 	if (!record)
 		return 0;
 
@@ -607,12 +615,12 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 			user = (struct pt_regs *)bpf_task_pt_regs(task);
 			user_bytes = unwind_user(BPF_CORE_READ(user, ip), BPF_CORE_READ(user, sp),
 						 BPF_CORE_READ(user, bp), process, kernel_bytes,
-						 &stop);
+						 &stop, SLOT_CPU);
 		} else {
 			user_bytes = unwind_user(*(volatile __u64 *)&ctx->regs.ip,
 						 *(volatile __u64 *)&ctx->regs.sp,
 						 *(volatile __u64 *)&ctx->regs.bp, process,
-						 kernel_bytes, &stop);
+						 kernel_bytes, &stop, SLOT_CPU);
 		}
 		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {
