@@ -258,7 +258,7 @@ fn section(bench: &Bench, longs: &[Long], namings: &[Naming]) -> Section {
         " MB",
     );
     row(
-        "peak RSS in all (wait4 ru_maxrss)",
+        "peak RSS in all (VmHWM at exit)",
         &|l| megabytes(l.stopped.exit.max_rss as f64),
         1,
         " MB",
@@ -371,8 +371,10 @@ fn section(bench: &Bench, longs: &[Long], namings: &[Naming]) -> Section {
         "Whole host at {HZ} Hz for {:.0} s, every CPU busy with `fixed_work` (one thread per \
          CPU), {} rounds, stoke and perf alternating. \"While recording\" is the CPU time \
          from the start of sampling to SIGINT (`/proc/PID/task/*/schedstat`) and VmHWM \
-         just before SIGINT; \"in all\" is `wait4`'s rusage of the whole process, \
-         startup, symbolization and output included. stoke \
+         just before SIGINT; \"in all\" is the whole process, startup, symbolization \
+         and output included: CPU from `wait4`, peak RSS the last VmHWM before it \
+         ended (`wait4`'s ru_maxrss counts the bench's own memory, copied into the \
+         child before its exec). stoke \
          writes named stacks when stopped; perf record writes raw samples (and collects \
          build-ids), and `perf script` names them, so its time and CPU are shown apart.\n\n{}\n\
          Symbolization with cold and warm page caches: per round, two {:.1} s stoke \

@@ -1,6 +1,7 @@
 //! The bench's child processes: started with their output captured, reaped
-//! with `wait4` for their CPU time and peak RSS, and killed when dropped, so
-//! that no error path leaves a workload or a profiler running.
+//! with `wait4` for their CPU time, their peak RSS read while waiting, and
+//! killed when dropped, so that no error path leaves a workload or a
+//! profiler running.
 
 use std::{
     fs::{self, File},
@@ -31,7 +32,10 @@ pub struct Exit {
     status: libc::c_int,
     /// CPU time (user + system) of the process and the children it reaped.
     pub cpu: Duration,
-    /// Peak resident set size, in bytes.
+    /// Peak resident set size, in bytes: the last VmHWM read while the
+    /// wait polled, if any. Not `wait4`'s ru_maxrss: Linux counts in it the
+    /// memory the child had before exec, a copy of the bench's own (tens of
+    /// MB after a few parts), whatever the program it ran.
     pub max_rss: u64,
 }
 
@@ -148,8 +152,15 @@ impl Process {
     /// fails), and returns its exit status and resource usage.
     pub fn wait(&mut self, timeout: Duration) -> Result<Exit> {
         let deadline = Instant::now() + timeout;
+        let mut peak_rss = None;
         loop {
-            if let Some(exit) = self.try_wait()? {
+            // A zombie has no VmHWM: the last read is from just before the
+            // end, short by what the last 2 ms added at most.
+            if let Ok(peak) = self.peak_rss_now() {
+                peak_rss = Some(peak);
+            }
+            if let Some(mut exit) = self.try_wait()? {
+                exit.max_rss = peak_rss.unwrap_or(exit.max_rss);
                 // The pipes close with the process: collect their last lines.
                 self.stdout.finish();
                 self.stderr.finish();

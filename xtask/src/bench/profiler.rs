@@ -116,7 +116,7 @@ pub struct Stopped {
     pub rss_recording: u64,
     /// CPU (user+sys) the profiler used before it sampled: startup.
     pub cpu_startup: Duration,
-    /// CPU and peak RSS over the whole run, output included (wait4).
+    /// CPU and peak RSS over the whole run, output included.
     pub exit: Exit,
     /// From SIGINT to the output written and the process gone.
     pub stop_latency: Duration,
