@@ -107,10 +107,10 @@ impl Sampler {
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
         let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
         let offcpu_recording_start = monotonic_ns();
-        let btf = Btf::from_sys_fs().map_err(|error| {
-            anyhow!("reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y")
-        })?;
-        let linked = kfuncs::link(profiler_ebpf::sampler_object(), &btf);
+        // The kernel's BTF (some 13 MB parsed) for the kfunc ids, dropped
+        // before the loader parses its own copy, as it always does: one
+        // alive at a time.
+        let linked = kfuncs::link(profiler_ebpf::sampler_object(), &kernel_btf()?);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
         // type for it, which is no matter.
@@ -147,6 +147,7 @@ impl Sampler {
         // Lifecycle tracepoints go first, so no exec between the first sample
         // and their attachment goes unnoticed. BTF tracepoints need no
         // tracefs, which a fresh host does not mount.
+        let btf = kernel_btf()?;
         attach_tracepoint(&mut ebpf, &btf, "process_exec", "sched_process_exec")?;
         attach_tracepoint(&mut ebpf, &btf, "process_exit", "sched_process_exit")?;
         let mut offcpu_user_stacks = None;
@@ -357,6 +358,12 @@ fn ring_size(cpus: usize, frequency_hz: u64) -> u32 {
         .saturating_mul(frequency_hz)
         .saturating_mul(1024);
     wanted.clamp(1 << 20, 1 << 28).next_power_of_two() as u32
+}
+
+fn kernel_btf() -> Result<Btf> {
+    Btf::from_sys_fs().map_err(|error| {
+        anyhow!("reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y")
+    })
 }
 
 /// Where the user stack of an off-CPU wait is taken, in the thread's own
