@@ -67,16 +67,15 @@ pub unsafe fn learn(env: *mut JNIEnv) {
 }
 
 unsafe fn layout_of(env: *mut JNIEnv) -> Option<Layout> {
-    let [anchor, state, sp, pc, fp, thread_id] = vm_structs::field_offsets([
-        ("JavaThread", "_anchor"),
-        ("JavaThread", "_thread_state"),
-        ("JavaFrameAnchor", "_last_Java_sp"),
-        ("JavaFrameAnchor", "_last_Java_pc"),
-        ("JavaFrameAnchor", "_last_Java_fp"),
-        ("OSThread", "_thread_id"),
+    let [anchor, state, sp, pc, fp, thread_id, osthread] = vm_structs::field_offsets([
+        (&["JavaThread"], "_anchor"),
+        (&["JavaThread"], "_thread_state"),
+        (&["JavaFrameAnchor"], "_last_Java_sp"),
+        (&["JavaFrameAnchor"], "_last_Java_pc"),
+        (&["JavaFrameAnchor"], "_last_Java_fp"),
+        (&["OSThread"], "_thread_id"),
+        (&["JavaThread", "Thread"], "_osthread"),
     ])?;
-    let [osthread] = vm_structs::field_offsets([("JavaThread", "_osthread")])
-        .or_else(|| vm_structs::field_offsets([("Thread", "_osthread")]))?;
     // The JNIEnv is a field of the thread object whose name the table does
     // not give in every JDK: the thread is where, that far below the env,
     // an OSThread names this very thread.
@@ -133,25 +132,20 @@ pub unsafe fn walk_completed(env: *mut c_void, mut walk: impl FnMut() -> i32) ->
     // The thread's own stack, read through calls that fail rather than
     // fault should the anchor hold anything else.
     let into_jvm = handler::read_word(sp.checked_sub(8)?).filter(|&pc| handler::in_code(pc))?;
-    let stub_caller = handler::read_bytes::<16>(sp).and_then(|words| {
-        let saved_rbp = u64::from_ne_bytes(words[..8].try_into().ok()?);
-        let return_address = u64::from_ne_bytes(words[8..].try_into().ok()?);
-        handler::in_code(return_address).then_some((sp + 16, return_address, saved_rbp))
-    });
-    let mut count = None;
-    for (sp, pc, fp) in [Some((sp, into_jvm, fp)), stub_caller]
-        .into_iter()
-        .flatten()
-    {
+    let mut walk_from = |(sp, pc, fp): (u64, u64, u64)| {
         ptr::write_volatile(fp_field, fp);
         ptr::write_volatile(sp_field, sp);
         ptr::write_volatile(pc_field, pc);
-        let walked = walk();
-        if walked > 0 {
-            count = Some(walked);
-            break;
-        }
-    }
+        Some(walk()).filter(|&walked| walked > 0)
+    };
+    // The stub's caller is read only when the JVM's own way finds nothing.
+    let count = walk_from((sp, into_jvm, fp)).or_else(|| {
+        let words = handler::read_bytes::<16>(sp)?;
+        let saved_rbp = u64::from_ne_bytes(words[..8].try_into().ok()?);
+        let return_address = u64::from_ne_bytes(words[8..].try_into().ok()?);
+        handler::in_code(return_address).then_some(())?;
+        walk_from((sp + 16, return_address, saved_rbp))
+    });
     // Not walkable again first, as it was.
     ptr::write_volatile(pc_field, saved.1);
     ptr::write_volatile(sp_field, saved.0);

@@ -143,38 +143,43 @@ fn take_stack(shared: &SharedMemory, context: *mut c_void) {
         (*slot).time_ns = monotonic_ns();
         (*slot).pc = interrupted_pc(context);
         let frames = ptr::addr_of_mut!((*slot).frames).cast();
-        let mut count = java_stack(frames, context);
-        let mut flags = 0;
-        // The anchor first: a thread in the JVM runtime, or just back from
-        // it in the stub that called it (already in the Java state), is
-        // found by it alone, and any other thread has none to complete.
-        if count == UNKNOWN_NOT_JAVA || count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
-            let completed = current_env().and_then(|env| {
-                frame_anchor::walk_completed(env, || java_stack_with(env, frames, context))
-            });
-            count = completed.unwrap_or(count);
-        }
-        if count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
-            if let Some(from_caller) = java_stack_from_caller(frames, context) {
-                count = from_caller;
-                flags = TOP_FRAME_POPPED;
-            }
-        }
+        let (count, flags) = match current_env() {
+            Some(env) => java_stack_of(env, frames, context),
+            None => (NOT_A_JAVA_THREAD, 0),
+        };
         (*slot).frame_count = count;
         (*slot).flags = flags;
     }
     shared.commit(claim);
 }
 
-/// Runs AsyncGetCallTrace into `frames`; its frame count or failure code.
+/// The Java stack of the thread whose JNIEnv is `env`, into `frames`: its
+/// frame count or failure code, and the sample's flags. When
+/// AsyncGetCallTrace cannot walk from where the thread is, walks from its
+/// completed frame anchor, then from its caller.
 ///
 /// # Safety
-/// `frames` holds MAX_JAVA_FRAMES frames; `context` is a signal ucontext.
-unsafe fn java_stack(frames: *mut JavaFrame, context: *mut c_void) -> i32 {
-    match current_env() {
-        Some(env) => java_stack_with(env, frames, context),
-        None => NOT_A_JAVA_THREAD,
+/// `frames` holds MAX_JAVA_FRAMES frames; `context` is a signal ucontext;
+/// `env` is the calling thread's.
+unsafe fn java_stack_of(
+    env: *mut c_void,
+    frames: *mut JavaFrame,
+    context: *mut c_void,
+) -> (i32, u32) {
+    let mut count = java_stack(env, frames, context);
+    // The anchor first: a thread in the JVM runtime, or just back from
+    // it in the stub that called it (already in the Java state), is
+    // found by it alone, and any other thread has none to complete.
+    if count == UNKNOWN_NOT_JAVA || count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
+        let completed = frame_anchor::walk_completed(env, || java_stack(env, frames, context));
+        count = completed.unwrap_or(count);
     }
+    if count == UNKNOWN_JAVA || count == NOT_WALKABLE_JAVA {
+        if let Some(from_caller) = java_stack_from_caller(env, frames, context) {
+            return (from_caller, TOP_FRAME_POPPED);
+        }
+    }
+    (count, 0)
 }
 
 /// The calling thread's JNIEnv; `None` for a thread the JVM does not know
@@ -192,11 +197,11 @@ fn current_env() -> Option<*mut c_void> {
     (got == JNI_OK as i32 && !env.is_null()).then_some(env)
 }
 
-/// [`java_stack`] for the thread whose JNIEnv is `env`.
+/// Runs AsyncGetCallTrace into `frames`; its frame count or failure code.
 ///
 /// # Safety
-/// As [`java_stack`]; `env` is the calling thread's.
-unsafe fn java_stack_with(env: *mut c_void, frames: *mut JavaFrame, context: *mut c_void) -> i32 {
+/// As [`java_stack_of`].
+unsafe fn java_stack(env: *mut c_void, frames: *mut JavaFrame, context: *mut c_void) -> i32 {
     let agct = ASYNC_GET_CALL_TRACE.load(Ordering::Acquire);
     if agct == 0 {
         return NOT_A_JAVA_THREAD;
@@ -227,8 +232,12 @@ unsafe fn java_stack_with(env: *mut c_void, frames: *mut JavaFrame, context: *mu
 /// walk found frames.
 ///
 /// # Safety
-/// As [`java_stack`].
-unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -> Option<i32> {
+/// As [`java_stack_of`].
+unsafe fn java_stack_from_caller(
+    env: *mut c_void,
+    frames: *mut JavaFrame,
+    context: *mut c_void,
+) -> Option<i32> {
     if context.is_null() {
         return None;
     }
@@ -267,7 +276,7 @@ unsafe fn java_stack_from_caller(frames: *mut JavaFrame, context: *mut c_void) -
         popped.uc_mcontext.gregs[libc::REG_RIP as usize] = pc as i64;
         popped.uc_mcontext.gregs[libc::REG_RSP as usize] = sp as i64;
         popped.uc_mcontext.gregs[libc::REG_RBP as usize] = fp as i64;
-        let count = java_stack(frames, ptr::addr_of_mut!(popped).cast());
+        let count = java_stack(env, frames, ptr::addr_of_mut!(popped).cast());
         if count > 0 {
             return Some(count);
         }

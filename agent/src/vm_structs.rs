@@ -19,10 +19,12 @@ struct EntryLayout {
 /// a table that has none (a few thousand entries in every JDK).
 const MAX_ENTRIES: usize = 100_000;
 
-/// The offsets of the non-static fields asked for, as `(type, field)`
-/// pairs, in the order asked; `None` if the JVM publishes no table or
-/// lacks any of them.
-pub fn field_offsets<const N: usize>(fields: [(&str, &str); N]) -> Option<[usize; N]> {
+/// The offsets of the non-static fields asked for, as `(types, field)`
+/// pairs, in the order asked, in one walk of the table; `None` if the JVM
+/// publishes no table or lacks any of them. A field is listed under the
+/// type that declares it, which may differ between JDKs (`_osthread` moved
+/// from `Thread` to `JavaThread`): any of `types` will do.
+pub fn field_offsets<const N: usize>(fields: [(&[&str], &str); N]) -> Option<[usize; N]> {
     let layout = EntryLayout {
         stride: exported_u64(c"gHotSpotVMStructEntryArrayStride")?,
         type_name: exported_u64(c"gHotSpotVMStructEntryTypeNameOffset")?,
@@ -59,9 +61,11 @@ pub fn field_offsets<const N: usize>(fields: [(&str, &str); N]) -> Option<[usize
         // SAFETY: the table's names are NUL-terminated static strings.
         let (type_name, field_name) =
             unsafe { (CStr::from_ptr(type_name), CStr::from_ptr(field_name)) };
-        for (slot, (wanted_type, wanted_field)) in found.iter_mut().zip(fields) {
-            if type_name.to_bytes() == wanted_type.as_bytes()
-                && field_name.to_bytes() == wanted_field.as_bytes()
+        for (slot, (wanted_types, wanted_field)) in found.iter_mut().zip(fields) {
+            if field_name.to_bytes() == wanted_field.as_bytes()
+                && wanted_types
+                    .iter()
+                    .any(|wanted| type_name.to_bytes() == wanted.as_bytes())
             {
                 let offset = unsafe { entry.add(layout.offset).cast::<u64>().read() };
                 *slot = usize::try_from(offset).ok();

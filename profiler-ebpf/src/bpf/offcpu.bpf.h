@@ -283,10 +283,8 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 			user_bytes = 0;
 		}
 	}
-	if (user_bytes > FRAME_BYTES)
-		user_bytes = FRAME_BYTES;
-	user_bytes &= 0x3ff8;
-	if (user_bytes > FRAME_BYTES)
+	user_bytes = frame_bytes_bounded(user_bytes);
+	if (user_bytes < 0)
 		return;
 	signal = bpf_map_lookup_elem(&signal_tgids, &tgid);
 	if (signal) {

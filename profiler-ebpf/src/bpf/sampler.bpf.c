@@ -522,6 +522,21 @@ static long unwind_step(__u32 index, void *context)
 	return 0;
 }
 
+/*
+ * A stack's byte count (at most FRAME_BYTES, whole frames), in a form the
+ * verifier keeps the bound of when it is used as an offset into a record's
+ * frames; -1 if it cannot.
+ */
+static __always_inline long frame_bytes_bounded(long bytes)
+{
+	if (bytes > FRAME_BYTES)
+		bytes = FRAME_BYTES;
+	bytes &= 0x3ff8;
+	if (bytes > FRAME_BYTES)
+		return -1;
+	return bytes;
+}
+
 /* Unwinds the user stack, from registers pc, sp and bp, with the
  * process's tables into the record of scratch slot `slot`, after the
  * kernel frames; returns the bytes written, and the stop reason. */
@@ -598,11 +613,8 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 			kernel_bytes = 0;
 		}
 	}
-	if (kernel_bytes > FRAME_BYTES)
-		kernel_bytes = FRAME_BYTES;
-	/* Keep the verifier sure of the bound it needs for the offset below. */
-	kernel_bytes &= 0x3ff8;
-	if (kernel_bytes > FRAME_BYTES)
+	kernel_bytes = frame_bytes_bounded(kernel_bytes);
+	if (kernel_bytes < 0)
 		return 0;
 
 	task = bpf_get_current_task_btf();
@@ -631,10 +643,8 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 			user_bytes = 0;
 		}
 	}
-	if (user_bytes > FRAME_BYTES)
-		user_bytes = FRAME_BYTES;
-	user_bytes &= 0x3ff8;
-	if (user_bytes > FRAME_BYTES)
+	user_bytes = frame_bytes_bounded(user_bytes);
+	if (user_bytes < 0)
 		return 0;
 
 	/* The agent's handler takes the Java stack when the thread next
