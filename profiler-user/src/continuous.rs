@@ -34,13 +34,6 @@ const PREPARED_FILES_BUDGET: u64 = 32 << 20;
 /// exporting a profile per service every interval; the last, partial
 /// interval is exported too.
 pub fn run(args: &ContinuousArgs) -> Result<()> {
-    // One malloc arena for all of stoke's threads, set before any starts:
-    // the unwind thread's own arena kept some 30 MB resident between the
-    // bursts of compiling tables (bench part 9: RSS 67-82 MB with an arena
-    // per thread, 36-48 MB with one, at the same CPU). The threads seldom
-    // allocate at the same moment.
-    // SAFETY: mallopt has no preconditions.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

@@ -107,14 +107,19 @@ impl Sampler {
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
         let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
         let offcpu_recording_start = monotonic_ns();
-        // The kernel's BTF (some 13 MB parsed) for the kfunc ids, dropped
-        // before the loader parses its own copy, as it always does: one
-        // alive at a time.
-        let linked = kfuncs::link(profiler_ebpf::sampler_object(), &kernel_btf()?);
+        // The kernel's BTF (some 13 MB parsed, ~20 ms) serves the kfunc
+        // ids, the loader and the tracepoints, parsed once: the copy the
+        // loader always parses for itself is dropped first, so that only one
+        // is alive at a time.
+        let mut loader = EbpfLoader::new();
+        loader.btf(None);
+        let btf = kernel_btf()?;
+        let linked = kfuncs::link(profiler_ebpf::sampler_object(), &btf);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
         // type for it, which is no matter.
-        let mut ebpf = EbpfLoader::new()
+        let mut ebpf = loader
+            .btf(Some(&btf))
             .allow_unsupported_maps()
             .override_global("filter_tgids", &filter_tgids, true)
             .override_global("include_idle", &include_idle, true)
@@ -147,7 +152,6 @@ impl Sampler {
         // Lifecycle tracepoints go first, so no exec between the first sample
         // and their attachment goes unnoticed. BTF tracepoints need no
         // tracefs, which a fresh host does not mount.
-        let btf = kernel_btf()?;
         attach_tracepoint(&mut ebpf, &btf, "process_exec", "sched_process_exec")?;
         attach_tracepoint(&mut ebpf, &btf, "process_exit", "sched_process_exit")?;
         let mut offcpu_user_stacks = None;
