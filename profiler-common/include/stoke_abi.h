@@ -46,6 +46,24 @@
 #define STOKE_COUNTER_COUNT 10
 
 /**
+ * Where [`PackedRow::rule`] keeps the RBP rule: the CFA's kind is in the
+ * 3 bits below.
+ */
+#define STOKE_ROW_RBP_SHIFT 3
+
+/**
+ * Where [`PackedRow::rule`] keeps the RBP offset, in 8 signed bits of
+ * 8-byte words.
+ */
+#define STOKE_ROW_RBP_OFFSET_SHIFT 5
+
+/**
+ * Where [`PackedRow::rule`] keeps the CFA offset: the 19 signed bits
+ * above the rest.
+ */
+#define STOKE_ROW_CFA_OFFSET_SHIFT 13
+
+/**
  * A table's rows are indexed by pages of `1 << UNWIND_PAGE_SHIFT` bytes of
  * `pc`, so that a lookup searches one page's rows, not the whole file's.
  */
@@ -391,8 +409,10 @@ struct stoke_record_header {
 };
 
 /**
- * One row: from `pc` up to the next row's, how to find the caller. The
- * return address is always at *(CFA - 8).
+ * An [`UnwindRow`] as the BPF unwinder reads it from the `unwind_rows`
+ * map: 8 bytes instead of 16 (a map value of 12 is rounded up to 16), so
+ * that the million rows the map has room for take 8 MB, which the kernel
+ * allocates, and stoke maps, in full when the map is created.
  */
 struct stoke_unwind_row {
   /**
@@ -400,21 +420,9 @@ struct stoke_unwind_row {
    */
   uint32_t pc;
   /**
-   * The CFA's offset for the kinds that have one.
+   * The kind, the RBP rule and both offsets (`ROW_*_SHIFT`).
    */
-  int32_t cfa_offset;
-  /**
-   * The offset of [`RbpRule::AtCfa`] and [`RbpRule::AtRbp`].
-   */
-  int16_t rbp_offset;
-  /**
-   * How to find the CFA.
-   */
-  stoke_row kind;
-  /**
-   * How to find the caller's RBP.
-   */
-  stoke_rbp rbp;
+  uint32_t rule;
 };
 
 /**

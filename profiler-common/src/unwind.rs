@@ -4,7 +4,7 @@ use num_enum::TryFromPrimitive;
 
 /// How a row finds the CFA (the caller's stack pointer before its call).
 #[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, TryFromPrimitive)]
 pub enum RowKind {
     /// No CFI covers these addresses: walk frame pointers.
     NoCfi = 0,
@@ -27,7 +27,7 @@ pub enum RowKind {
 
 /// Where the caller's RBP is.
 #[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, TryFromPrimitive)]
 pub enum RbpRule {
     /// RBP holds the caller's value.
     Unchanged = 0,
@@ -40,8 +40,8 @@ pub enum RbpRule {
 }
 
 /// One row: from `pc` up to the next row's, how to find the caller. The
-/// return address is always at *(CFA - 8).
-#[repr(C)]
+/// return address is always at *(CFA - 8). The BPF unwinder reads it
+/// packed ([`PackedRow`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnwindRow {
     /// Offset from the table's base address.
@@ -54,6 +54,80 @@ pub struct UnwindRow {
     pub kind: RowKind,
     /// How to find the caller's RBP.
     pub rbp: RbpRule,
+}
+
+/// Where [`PackedRow::rule`] keeps the RBP rule: the CFA's kind is in the
+/// 3 bits below.
+pub const ROW_RBP_SHIFT: u32 = 3;
+/// Where [`PackedRow::rule`] keeps the RBP offset, in 8 signed bits of
+/// 8-byte words.
+pub const ROW_RBP_OFFSET_SHIFT: u32 = 5;
+/// Where [`PackedRow::rule`] keeps the CFA offset: the 19 signed bits
+/// above the rest.
+pub const ROW_CFA_OFFSET_SHIFT: u32 = 13;
+
+/// The CFA offsets a packed row holds: a stack frame of up to 256 KiB.
+const CFA_OFFSETS: core::ops::RangeInclusive<i32> = -(1 << 18)..=(1 << 18) - 1;
+/// The RBP offsets a packed row holds: whole words within 1 KiB (RBP is
+/// saved by a push, 8-byte aligned from the CFA).
+const RBP_OFFSETS: core::ops::RangeInclusive<i16> = -1024..=1016;
+
+/// An [`UnwindRow`] as the BPF unwinder reads it from the `unwind_rows`
+/// map: 8 bytes instead of 16 (a map value of 12 is rounded up to 16), so
+/// that the million rows the map has room for take 8 MB, which the kernel
+/// allocates, and stoke maps, in full when the map is created.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedRow {
+    /// Offset from the table's base address.
+    pub pc: u32,
+    /// The kind, the RBP rule and both offsets (`ROW_*_SHIFT`).
+    pub rule: u32,
+}
+
+impl UnwindRow {
+    /// Whether a [`PackedRow`] holds this row's offsets.
+    pub fn packable(&self) -> bool {
+        let rbp_fits = match self.rbp {
+            RbpRule::AtCfa | RbpRule::AtRbp => {
+                RBP_OFFSETS.contains(&self.rbp_offset) && self.rbp_offset % 8 == 0
+            }
+            RbpRule::Unchanged | RbpRule::Unsupported => true,
+        };
+        rbp_fits && CFA_OFFSETS.contains(&self.cfa_offset)
+    }
+
+    /// The row packed; a row that is not [`packable`](Self::packable) is
+    /// packed as [`RowKind::Unsupported`], where the unwinder stops.
+    pub fn packed(&self) -> PackedRow {
+        let (kind, rbp, rbp_words, cfa_offset) = if self.packable() {
+            (self.kind, self.rbp, self.rbp_offset / 8, self.cfa_offset)
+        } else {
+            (RowKind::Unsupported, RbpRule::Unsupported, 0, 0)
+        };
+        PackedRow {
+            pc: self.pc,
+            rule: u32::from(kind as u8)
+                | u32::from(rbp as u8) << ROW_RBP_SHIFT
+                | u32::from(rbp_words as u8) << ROW_RBP_OFFSET_SHIFT
+                | (cfa_offset as u32) << ROW_CFA_OFFSET_SHIFT,
+        }
+    }
+}
+
+impl PackedRow {
+    /// The row it packs.
+    pub fn unpacked(&self) -> UnwindRow {
+        let rule = self.rule;
+        UnwindRow {
+            pc: self.pc,
+            kind: RowKind::try_from((rule & 7) as u8).unwrap_or(RowKind::Unsupported),
+            rbp: RbpRule::try_from((rule >> ROW_RBP_SHIFT & 3) as u8)
+                .unwrap_or(RbpRule::Unsupported),
+            rbp_offset: i16::from((rule >> ROW_RBP_OFFSET_SHIFT) as u8 as i8) * 8,
+            cfa_offset: rule as i32 >> ROW_CFA_OFFSET_SHIFT,
+        }
+    }
 }
 
 /// A table's rows are indexed by pages of `1 << UNWIND_PAGE_SHIFT` bytes of
@@ -166,3 +240,49 @@ pub const ROOT_FUNCTIONS: [&str; 8] = [
     "clone",
     "__clone",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(kind: RowKind, cfa_offset: i32, rbp: RbpRule, rbp_offset: i16) -> UnwindRow {
+        UnwindRow {
+            pc: 0x1234_5678,
+            cfa_offset,
+            rbp_offset,
+            kind,
+            rbp,
+        }
+    }
+
+    #[test]
+    fn rows_pack_and_unpack_to_themselves_at_the_edges() {
+        for row in [
+            row(RowKind::CfaRsp, 8, RbpRule::Unchanged, 0),
+            row(RowKind::CfaRsp, 16, RbpRule::AtCfa, -16),
+            row(RowKind::CfaRbp, -(1 << 18), RbpRule::AtCfa, -1024),
+            row(RowKind::CfaRbpDeref, (1 << 18) - 1, RbpRule::AtRbp, 1016),
+            row(RowKind::Plt, 24, RbpRule::AtRbp, 0),
+            row(RowKind::Signal, 0, RbpRule::Unsupported, 0),
+            row(RowKind::End, 0, RbpRule::Unchanged, 0),
+        ] {
+            assert!(row.packable(), "{row:?}");
+            assert_eq!(row.packed().unpacked(), row);
+        }
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_pack_as_unsupported() {
+        for row in [
+            row(RowKind::CfaRsp, 1 << 18, RbpRule::Unchanged, 0),
+            row(RowKind::CfaRsp, -(1 << 18) - 1, RbpRule::Unchanged, 0),
+            row(RowKind::CfaRsp, 16, RbpRule::AtCfa, -1032),
+            row(RowKind::CfaRsp, 16, RbpRule::AtCfa, 1024),
+            row(RowKind::CfaRsp, 16, RbpRule::AtRbp, -12),
+        ] {
+            assert!(!row.packable(), "{row:?}");
+            let unpacked = row.packed().unpacked();
+            assert_eq!((unpacked.pc, unpacked.kind), (row.pc, RowKind::Unsupported));
+        }
+    }
+}

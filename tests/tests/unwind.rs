@@ -443,8 +443,8 @@ fn tables_command_lists_files_and_refuses_non_elf() {
         assert_eq!(line.len(), header.len(), "{line:?}");
         let rows = number(line, "rows");
         assert!(rows > 100.0, "{line:?}");
-        // 12-byte rows, 16 in the BPF array map.
-        assert_eq!(number(line, "bytes"), rows * 16.0, "{line:?}");
+        // 8-byte rows, packed for the BPF array map.
+        assert_eq!(number(line, "bytes"), rows * 8.0, "{line:?}");
         assert!(number(line, "compile_ms") > 0.0, "{line:?}");
         let decimals = line[column("compile_ms")]
             .split_once('.')

@@ -425,6 +425,27 @@ struct unwind_walk {
 	__u32 last_mapping; /* index of the previous frame's mapping */
 };
 
+/* A packed row's fields (struct stoke_unwind_row's rule). */
+static __always_inline __u32 row_kind(__u32 rule)
+{
+	return rule & ((1 << STOKE_ROW_RBP_SHIFT) - 1);
+}
+
+static __always_inline __u32 row_rbp(__u32 rule)
+{
+	return (rule >> STOKE_ROW_RBP_SHIFT) & 3;
+}
+
+static __always_inline __s64 row_rbp_offset(__u32 rule)
+{
+	return (__s64)(__s8)(rule >> STOKE_ROW_RBP_OFFSET_SHIFT) * 8;
+}
+
+static __always_inline __s64 row_cfa_offset(__u32 rule)
+{
+	return (__s32)rule >> STOKE_ROW_CFA_OFFSET_SHIFT;
+}
+
 /* One frame: record the pc, then find the caller's registers. */
 static long unwind_step(__u32 index, void *context)
 {
@@ -434,7 +455,8 @@ static long unwind_step(__u32 index, void *context)
 	struct stoke_mapping *mapping;
 	struct stoke_unwind_row *row;
 	__u64 pc, cfa, return_address, bp;
-	__u32 slot;
+	__s64 cfa_offset, rbp_offset;
+	__u32 slot, rule, kind, rbp;
 
 	if (state->count >= STOKE_MAX_FRAMES)
 		return stop_with(state, STOKE_STOP_DEPTH);
@@ -452,30 +474,33 @@ static long unwind_step(__u32 index, void *context)
 	if (!mapping)
 		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
 	row = mapping->rows_count ? find_row(mapping, pc) : NULL;
-	if (!row || row->kind == STOKE_ROW_NO_CFI) {
+	rule = row ? row->rule : STOKE_ROW_NO_CFI;
+	kind = row_kind(rule);
+	if (kind == STOKE_ROW_NO_CFI) {
 		if (!frame_pointer_step(state))
 			return stop_with(state, mapping->rows_count ? STOKE_STOP_NO_CFI :
 								      STOKE_STOP_BAD_FRAME);
 		return 0;
 	}
 
-	if (row->kind == STOKE_ROW_SIGNAL)
+	if (kind == STOKE_ROW_SIGNAL)
 		return signal_frame_step(state);
 
-	switch (row->kind) {
+	cfa_offset = row_cfa_offset(rule);
+	switch (kind) {
 	case STOKE_ROW_CFA_RSP:
-		cfa = state->sp + row->cfa_offset;
+		cfa = state->sp + cfa_offset;
 		break;
 	case STOKE_ROW_CFA_RBP:
-		cfa = state->bp + row->cfa_offset;
+		cfa = state->bp + cfa_offset;
 		break;
 	case STOKE_ROW_CFA_RBP_DEREF:
-		if (!read_user(&cfa, state->bp + row->cfa_offset))
+		if (!read_user(&cfa, state->bp + cfa_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
 		break;
 	case STOKE_ROW_PLT:
 		/* 16-byte PLT entries push once, at offset 11. */
-		cfa = state->sp + row->cfa_offset + ((state->pc & 15) >= 11 ? 8 : 0);
+		cfa = state->sp + cfa_offset + ((state->pc & 15) >= 11 ? 8 : 0);
 		break;
 	case STOKE_ROW_END:
 		return stop_with(state, STOKE_STOP_END);
@@ -485,7 +510,9 @@ static long unwind_step(__u32 index, void *context)
 	/* The caller's RBP pushed right below the return address (any
 	 * function that saves RBP first, as with frame pointers): both in
 	 * one read. */
-	bool paired = row->rbp == STOKE_RBP_AT_CFA && row->rbp_offset == -16;
+	rbp = row_rbp(rule);
+	rbp_offset = row_rbp_offset(rule);
+	bool paired = rbp == STOKE_RBP_AT_CFA && rbp_offset == -16;
 
 	if (paired) {
 		__u64 saved[2];
@@ -497,18 +524,18 @@ static long unwind_step(__u32 index, void *context)
 	} else if (!read_user(&return_address, cfa - 8)) {
 		return stop_with(state, STOKE_STOP_READ_FAILED);
 	}
-	switch (row->rbp) {
+	switch (rbp) {
 	case STOKE_RBP_UNCHANGED:
 		break;
 	case STOKE_RBP_AT_CFA:
 		if (paired)
 			break;
-		if (!read_user(&bp, cfa + row->rbp_offset))
+		if (!read_user(&bp, cfa + rbp_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
 		state->bp = bp;
 		break;
 	case STOKE_RBP_AT_RBP:
-		if (!read_user(&bp, state->bp + row->rbp_offset))
+		if (!read_user(&bp, state->bp + rbp_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
 		state->bp = bp;
 		break;

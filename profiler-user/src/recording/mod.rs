@@ -42,7 +42,7 @@ use crate::{
 /// the reader: it bounds the memory the ring needs and the progress lag.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Rows of compiled unwind tables the BPF map holds (16 bytes each): room
+/// Rows of compiled unwind tables the BPF map holds (8 bytes each): room
 /// for libc, libjvm and a few hundred other libraries.
 const UNWIND_ROWS: u32 = 1 << 20;
 

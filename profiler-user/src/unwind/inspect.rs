@@ -181,7 +181,7 @@ mod tests {
         let number = |line: &[&str], column: usize| line[column].parse::<f64>().unwrap();
         for line in &lines[1..] {
             assert_eq!(line.len(), HEADER.len());
-            assert_eq!(number(line, 2), number(line, 1) * 16.0);
+            assert_eq!(number(line, 2), number(line, 1) * 8.0);
         }
         for column in [1, 2, 4, 5, 6, 7, 8] {
             assert_eq!(

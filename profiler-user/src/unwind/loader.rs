@@ -33,7 +33,9 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-use profiler_common::unwind::{Mapping, ProcessMappings, UnwindPage, UnwindRow, MAX_MAPPINGS};
+use profiler_common::unwind::{
+    Mapping, PackedRow, ProcessMappings, UnwindPage, UnwindRow, MAX_MAPPINGS,
+};
 
 use super::{
     bounded::BoundedFile,
@@ -54,7 +56,7 @@ const MAX_FILE_ROWS: usize = 1 << 24;
 
 /// Bytes that `rows` rows take in the map.
 pub fn map_bytes(rows: usize) -> usize {
-    rows * stride::<UnwindRow>()
+    rows * stride::<PackedRow>()
 }
 
 /// Capacity of the page-index map for a rows map of `rows`: pages are
@@ -238,7 +240,7 @@ struct LoadedFile {
 }
 
 struct Worker {
-    rows: MappedArray<UnwindRow>,
+    rows: MappedArray<PackedRow>,
     pages: MappedArray<UnwindPage>,
     processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]>,
     /// By device and inode; `None` for files without a usable table.
@@ -343,13 +345,13 @@ impl Worker {
             self.summary.files_without_table += 1;
             return None;
         };
-        let Some(rows_start) = self.rows.append(&table.rows) else {
+        let Some(rows_start) = self.rows.append(table.rows.iter().map(UnwindRow::packed)) else {
             self.summary.files_without_room += 1;
             return None;
         };
         // Without room for its index, a file's rows are searched whole.
         let index = pages::page_index(&table.rows).unwrap_or_default();
-        let (pages_start, pages_count) = match self.pages.append(&index) {
+        let (pages_start, pages_count) = match self.pages.append(index.iter().copied()) {
             Some(start) => (start, index.len() as u32),
             None => (0, 0),
         };
@@ -425,19 +427,21 @@ impl<T: Copy> MappedArray<T> {
 
     /// Copies `values` in after the others; their first index, or `None`
     /// when they do not fit.
-    fn append(&mut self, values: &[T]) -> Option<u32> {
-        if self.capacity - self.used < values.len() {
+    fn append(&mut self, values: impl ExactSizeIterator<Item = T>) -> Option<u32> {
+        let count = values.len();
+        if self.capacity - self.used < count {
             return None;
         }
         let start = self.used;
-        for (index, value) in values.iter().enumerate() {
+        // `take`: never past the room checked, whatever the iterator yields.
+        for value in values.take(count) {
             // SAFETY: within the mapping; values are plain data.
             unsafe {
-                let slot = self.base.as_ptr().add((start + index) * stride::<T>());
-                std::ptr::write_unaligned(slot.cast::<T>(), *value);
+                let slot = self.base.as_ptr().add(self.used * stride::<T>());
+                std::ptr::write_unaligned(slot.cast::<T>(), value);
             }
+            self.used += 1;
         }
-        self.used += values.len();
         u32::try_from(start).ok()
     }
 }

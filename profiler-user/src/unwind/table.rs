@@ -31,7 +31,7 @@ use super::{
 pub use profiler_common::unwind::{RbpRule, RowKind, UnwindRow};
 
 // The BPF map's value size: a change here is a change of the BPF side.
-const _: () = assert!(std::mem::size_of::<UnwindRow>() == 12);
+const _: () = assert!(std::mem::size_of::<profiler_common::unwind::PackedRow>() == 8);
 
 /// A row without its address: what merging compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,22 +382,23 @@ fn push(rows: &mut Vec<UnwindRow>, pc: u32, rule: Rule) {
     if rows.last().is_some_and(|last| last.pc == pc) {
         rows.pop();
     }
-    if let Some(last) = rows.last() {
-        let last_rule = Rule {
-            kind: last.kind,
-            cfa_offset: last.cfa_offset,
-            rbp: last.rbp,
-            rbp_offset: last.rbp_offset,
-        };
-        if last_rule == rule {
-            return;
-        }
-    }
-    rows.push(UnwindRow {
+    // The row as the unwinder will read it (a frame over 256 KiB is
+    // Unsupported there), so that this table says what it does.
+    let row = UnwindRow {
         pc,
         cfa_offset: rule.cfa_offset,
         rbp_offset: rule.rbp_offset,
         kind: rule.kind,
         rbp: rule.rbp,
-    });
+    }
+    .packed()
+    .unpacked();
+    let rule_of = |row: &UnwindRow| (row.kind, row.cfa_offset, row.rbp, row.rbp_offset);
+    if rows
+        .last()
+        .is_some_and(|last| rule_of(last) == rule_of(&row))
+    {
+        return;
+    }
+    rows.push(row);
 }

@@ -372,7 +372,7 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             Target::judge(goal, measured, steady.rss_max_mb <= RSS_TARGET_MB, || {
                 format!(
                     "{:.1} MB over; at the end the heap was {:.1} MB, the rest {:.1} MB \
-                     (the binary, and the unwind-rows BPF map: 16 MB, mapped whole)",
+                     (the binary, and the unwind-rows BPF map: 8 MB, mapped whole)",
                     steady.rss_max_mb - RSS_TARGET_MB,
                     steady.anon_end_mb,
                     steady.rss_end_mb - steady.anon_end_mb

@@ -23,7 +23,7 @@ const TYPES: &[(&str, &str)] = &[
     ("RecordHeader", "stoke_record_header"),
     ("RecordKind", "stoke_record"),
     ("Counter", "stoke_counter"),
-    ("UnwindRow", "stoke_unwind_row"),
+    ("PackedRow", "stoke_unwind_row"),
     ("UnwindPage", "stoke_unwind_page"),
     ("RowKind", "stoke_row"),
     ("RbpRule", "stoke_rbp"),
