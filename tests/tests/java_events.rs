@@ -279,8 +279,19 @@ fn a_stoke_killed_while_recording_allocations_leaves_sampling_off() {
 }
 
 #[test]
-fn contended_monitors_and_reentrant_locks_show_their_class_and_wait() {
-    let (dir, workload) = prepare_java("java-locks", "JavaLocks", JDK_17);
+fn contended_monitors_and_reentrant_locks_show_their_class_and_wait_on_jdk_17() {
+    locks_on(JDK_17);
+}
+
+/// JDK 24 reworked monitors (JEP 491: virtual threads no longer pin them);
+/// their contention events must still come.
+#[test]
+fn contended_monitors_and_reentrant_locks_show_their_class_and_wait_on_temurin_25() {
+    locks_on(TEMURIN_25);
+}
+
+fn locks_on(jdk: Jdk) {
+    let (dir, workload) = prepare_java("java-locks", "JavaLocks", jdk);
     let mut running = workload.spawn(&["10"]);
     let out = dir.join("locks.folded");
     let args = record_args(
