@@ -59,9 +59,10 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
             .map(|profile| profile.summary.clone())
             .unwrap_or_default();
         info!(
-            "interval: {} samples ({} lost), {} processes, {services} profiles, named and encoded in {:.0} ms; {}",
+            "interval: {} samples ({} lost; {} exec/exit records lost), {} processes, {services} profiles, named and encoded in {:.0} ms; {}",
             summary.samples,
             summary.lost_ring_full,
+            summary.lost_lifecycle_records,
             summary.processes,
             cut_started.elapsed().as_secs_f64() * 1000.0,
             exporter.stats()

@@ -22,6 +22,7 @@
 //! output ([`perf_script`]). Those modules return errors instead of
 //! panicking.
 
+mod go_pprof;
 mod host;
 mod java;
 pub mod json;
@@ -35,6 +36,7 @@ mod synthetic;
 mod temp_dir;
 mod workload;
 
+pub use go_pprof::{go_pprof, pprof_tags};
 pub use host::{cpu_time, pid_max, require_root, run_tool};
 pub use java::{
     agent_paths, is_java_frame, java_method, java_workloads_dir, prepare_java, JavaWorkload, Jdk,

@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 use stoke_tests::docker::{Container, Engine, Image, Rootfs};
 use stoke_tests::{
-    args, assert_share, cpu_time, describe, prepare, read_folded, record_args, record_to,
-    require_root, samples_where, stacks_of, total_samples, JavaWorkload, Stack, Stoke, StokeOutput,
-    TempDir, Workload, JDK_17,
+    args, assert_share, cpu_time, describe, pprof_tags, prepare, read_folded, record_args,
+    record_to, require_root, samples_where, stacks_of, total_samples, JavaWorkload, Stack, Stoke,
+    StokeOutput, TempDir, Workload, JDK_17,
 };
 
 /// Samples per second of the recordings.
@@ -227,10 +227,11 @@ fn json_labels_name_the_container_as_docker_does() {
     let container = run_workload(&image, &workload);
     let host_copy = workload.spawn(&["60"]);
     let out = dir.join("host.json");
+    let pprof = dir.join("host.pb.gz");
 
-    record_to(&args!["-a"], HZ, 2.0, &out);
+    record_to(&args!["-a", "-o", pprof.display()], HZ, 2.0, &out);
     let stacks = json_stacks(&out);
-    container_json_stacks(
+    let mine = container_json_stacks(
         &stacks,
         &container,
         "docker",
@@ -238,6 +239,22 @@ fn json_labels_name_the_container_as_docker_does() {
         &workload.comm(),
         "other_spin",
     );
+
+    // The same recording as pprof, read by Go's own reader: the container's
+    // samples carry its id and name.
+    let in_container: u64 = mine.iter().map(|s| samples(s)).sum();
+    let tags = pprof_tags(&pprof);
+    for (key, value) in [
+        ("container_id", container.id()),
+        ("container_name", container.name()),
+    ] {
+        assert_eq!(
+            tags.get(key).and_then(|values| values.get(value)),
+            Some(&in_container),
+            "pprof's {key} tags: {:?}",
+            tags.get(key)
+        );
+    }
 
     // The host's copy: its own pid, no container label.
     let host_pid = host_copy.pid().to_string();

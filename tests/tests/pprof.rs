@@ -7,16 +7,12 @@ use std::{
     collections::{BTreeMap, HashMap},
     ffi::OsStr,
     path::{Path, PathBuf},
-    process::Command,
 };
 
 use stoke_tests::{
-    args, assert_all_of_process, describe, is_java_frame, parse_thread_frame, prepare,
-    prepare_java, read_folded, record, run_tool, Stack, JDK_17,
+    args, assert_all_of_process, describe, go_pprof, is_java_frame, parse_thread_frame, pprof_tags,
+    prepare, prepare_java, read_folded, record, run_tool, Stack, JDK_17,
 };
-
-/// Debian's golang-go puts `go` here, not on PATH.
-const DEBIAN_GO: &str = "/usr/lib/go/bin/go";
 
 /// Records `pid` (with `extra` options) at 499 Hz for `seconds` into
 /// `dir/profile.pb.gz` and `dir/profile.folded`, in one recording.
@@ -37,28 +33,6 @@ fn record_both(pid: u32, extra: &[String], seconds: f64, dir: &Path) -> (PathBuf
     let stacks = read_folded(&folded);
     println!("{}", describe(&stacks, 15));
     (pprof, stacks)
-}
-
-/// `go tool pprof ARGS FILE`'s output, which must succeed.
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let go = if Path::new(DEBIAN_GO).exists() {
-        DEBIAN_GO
-    } else {
-        "go"
-    };
-    let output = Command::new(go)
-        .args(["tool", "pprof", "-sample_index=samples"])
-        .args(args)
-        .arg(file)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {go} (cargo xtask setup installs golang-go): {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "go tool pprof {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
 }
 
 /// What `-raw` prints of a profile recorded at 499 Hz.
@@ -136,33 +110,6 @@ fn top(pprof: &Path) -> HashMap<String, (u64, u64)> {
             (rest.to_owned(), (count(fields[0]), count(fields[3])))
         })
         .collect()
-}
-
-/// `-tags`' samples by label key and value.
-fn tags(pprof: &Path) -> BTreeMap<String, BTreeMap<String, u64>> {
-    let text = go_pprof(&["-tags"], pprof);
-    let mut tags: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    let mut key = String::new();
-    for line in text.lines().map(str::trim).filter(|line| !line.is_empty()) {
-        if let Some((name, _)) = line.split_once(": Total ") {
-            key = name.to_owned();
-        } else if let Some((count, value)) = line.split_once(" (") {
-            let value = value.split_once("): ").expect("a tag value").1;
-            tags.entry(key.clone())
-                .or_default()
-                .insert(value.to_owned(), whole_count(count));
-        }
-    }
-    tags
-}
-
-/// A count `-tags` prints as a decimal (`1782.0`).
-fn whole_count(text: &str) -> u64 {
-    let count: f64 = text
-        .parse()
-        .unwrap_or_else(|_| panic!("{text} is no count"));
-    assert_eq!(count.fract(), 0.0, "{text} samples");
-    count as u64
 }
 
 /// The folded stacks' samples by function: as the innermost frame (flat)
@@ -279,7 +226,7 @@ fn native_workload_has_the_same_functions_samples_and_labels_in_pprof() {
         raw.mappings
     );
 
-    let tags = tags(&pprof);
+    let tags = pprof_tags(&pprof);
     println!("{tags:#?}");
     let pid = running.pid().to_string();
     assert_eq!(tags["pid"], BTreeMap::from([(pid, total)]));

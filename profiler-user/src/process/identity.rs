@@ -19,8 +19,10 @@ use crate::rootfs::Root;
 /// host creating containers for days keeps bounded memory.
 const MAX_CGROUPS: usize = 16 * 1024;
 
-/// This host's name (the UTS namespace stoke runs in: the host's, for a
-/// profiler of the whole host), read once.
+/// This host's name, read once: that of the UTS namespace stoke runs in,
+/// which must be the host's (in a container: `--uts host` for docker,
+/// `hostNetwork` in Kubernetes, as deploy/ does), or every host is named
+/// after its profiler's container.
 pub fn host_name() -> Arc<str> {
     static NAME: OnceLock<Arc<str>> = OnceLock::new();
     NAME.get_or_init(|| {

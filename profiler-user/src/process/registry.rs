@@ -147,6 +147,16 @@ impl ProcessRegistry {
         }
     }
 
+    /// The processes taken as alive whose /proc entry is gone: their exit
+    /// record was lost (a full ring), and nothing else would end them.
+    pub fn live_but_gone(&self) -> Vec<u32> {
+        self.live
+            .keys()
+            .copied()
+            .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+            .collect()
+    }
+
     /// Whether the image is its process's current one: the process has
     /// not exec'd or exited since.
     pub fn is_live(&self, id: ImageId) -> bool {
@@ -387,6 +397,19 @@ mod tests {
         registry.forget(own);
         registry.evict_ended();
         assert_eq!((registry.len(), registry.files.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_process_gone_without_its_exit_record_is_found() {
+        let mut registry = ProcessRegistry::default();
+        let own = std::process::id();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        registry.image_for(child.id(), "child");
+        registry.image_for(own, "self");
+        child.wait().unwrap();
+        assert_eq!(registry.live_but_gone(), [child.id()]);
+        registry.exited(child.id());
+        assert!(registry.live_but_gone().is_empty());
     }
 
     #[test]

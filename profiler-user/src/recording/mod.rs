@@ -310,6 +310,7 @@ impl Recording {
             frequency_hz: self.frequency_hz,
             cpus: self.cpus(),
             lost_ring_full: since_cut[Counter::LostRingFull as usize],
+            lost_lifecycle_records: since_cut[Counter::LostLifecycle as usize],
             processes: self.processes.len(),
             waits_in_progress,
             offcpu_user_stacks: self.sampler.offcpu_user_stacks(),
@@ -320,6 +321,16 @@ impl Recording {
             self.name_and_fold(aggregator, summary)
         });
         self.events = events;
+        // An exit record lost to a full ring would leave its process
+        // registered for good (its tables loaded, its JVM's memory held):
+        // after a loss, processes whose /proc entry is gone have ended.
+        if since_cut[Counter::LostLifecycle as usize] > 0 {
+            for pid in self.processes.live_but_gone() {
+                self.processes.exited(pid);
+                self.java.process_ended(pid);
+                self.ended.push(pid);
+            }
+        }
         self.load_new_images();
         self.processes.evict_ended();
         self.images_loaded = self.processes.len();

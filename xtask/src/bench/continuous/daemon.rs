@@ -55,8 +55,9 @@ pub struct Usage {
     pub cpu: Duration,
 }
 
-/// One interval as stoke logs it: `interval: 197 samples (0 lost), 1
-/// processes, 1 profiles, named and encoded in 129 ms; output-dir: ...`.
+/// One interval as stoke logs it: `interval: 197 samples (0 lost; 0
+/// exec/exit records lost), 1 processes, 1 profiles, named and encoded in
+/// 129 ms; output-dir: ...`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Interval {
     pub samples: u64,
@@ -201,7 +202,7 @@ impl Interval {
         let count = |label| number_before(text, label).map(|n| n as u64);
         Some(Self {
             samples: count(" samples")?,
-            lost: count(" lost)")?,
+            lost: count(" lost;")?,
             processes: count(" processes")?,
             profiles: count(" profiles")?,
             encode_ms: number_before(text, " ms;")?,
@@ -228,7 +229,8 @@ mod tests {
 
     #[test]
     fn parses_the_interval_and_stopped_lines() {
-        let interval = "2026-11-23T19:33:53.724038Z  INFO interval: 197 samples (3 lost), \
+        let interval = "2026-11-23T19:33:53.724038Z  INFO interval: 197 samples (3 lost; 0 \
+                        exec/exit records lost), \
                         12 processes, 4 profiles, named and encoded in 129 ms; output-dir: 2 \
                         delivered, 0 refused, 0 failed attempts, 0 batches dropped";
         assert_eq!(
