@@ -20,8 +20,10 @@ const PACKAGES: &[&str] = &[
     "bpftool",
     "gcc",
     "util-linux",
-    // perf, which `cargo xtask bench` measures stoke against.
+    // perf and bcc's offcputime (as libbpf-tools builds it), which
+    // `cargo xtask bench` measures stoke against.
     "linux-perf",
+    "libbpf-tools",
     // javac and a JDK for the Java tests and bench workloads.
     "openjdk-17-jdk-headless",
     // libc's own symbol names (start_thread, __libc_start_call_main...).

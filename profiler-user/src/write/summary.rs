@@ -1,7 +1,6 @@
 //! A flat text report: how the recording went and where the time went.
 
 use std::{
-    cmp::Reverse,
     collections::{HashMap, HashSet},
     io::{self, Write},
 };
@@ -88,8 +87,41 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
     let (self_samples, total_samples) = count_functions(profile);
     let unit = profile.event.unit();
-    write_table(out, "self", self_samples, total, unit)?;
-    write_table(out, "total", total_samples, total, unit)
+    write_table(
+        out,
+        "Top containers and processes by",
+        "where",
+        count_places(profile),
+        total,
+        unit,
+    )?;
+    write_table(
+        out,
+        "Top functions by self",
+        "function",
+        self_samples,
+        total,
+        unit,
+    )?;
+    write_table(
+        out,
+        "Top functions by total",
+        "function",
+        total_samples,
+        total,
+        unit,
+    )
+}
+
+/// Samples per place a stack ran: its context frames (container, process,
+/// thread with -t), outermost first.
+fn count_places(profile: &Profile) -> HashMap<String, u64> {
+    let mut places = HashMap::new();
+    for stack in &profile.stacks {
+        let context = stack.frames.get(..stack.context_frames).unwrap_or_default();
+        *places.entry(context.join(" / ")).or_default() += stack.samples;
+    }
+    places
 }
 
 /// How far native stacks got, and what the unwind tables cost.
@@ -218,22 +250,26 @@ fn count_functions(profile: &Profile) -> (HashMap<&str, u64>, HashMap<&str, u64>
     (self_samples, total_samples)
 }
 
-/// The top functions by `kind` (self or total) value, in `unit`.
-fn write_table(
+/// The top rows of `counts` in `unit`, under `title` and `unit`, the names'
+/// column headed `what`.
+fn write_table<K: AsRef<str> + Ord>(
     out: &mut dyn Write,
-    kind: &str,
-    counts: HashMap<&str, u64>,
+    title: &str,
+    what: &str,
+    counts: HashMap<K, u64>,
     total: u64,
     unit: &str,
 ) -> io::Result<()> {
     let mut rows: Vec<_> = counts.into_iter().collect();
-    rows.sort_unstable_by_key(|&(name, samples)| (Reverse(samples), name));
+    rows.sort_unstable_by(|(a, a_samples), (b, b_samples)| {
+        b_samples.cmp(a_samples).then_with(|| a.cmp(b))
+    });
     writeln!(out)?;
-    writeln!(out, "Top functions by {kind} {unit}")?;
-    writeln!(out, "{unit:>10}  {:>8}  function", "percent")?;
+    writeln!(out, "{title} {unit}")?;
+    writeln!(out, "{unit:>10}  {:>8}  {what}", "percent")?;
     for (name, samples) in rows.into_iter().take(MAX_ROWS) {
         let percent = percent(samples, total);
-        writeln!(out, "{samples:>10}  {percent:>7.2}%  {name}")?;
+        writeln!(out, "{samples:>10}  {percent:>7.2}%  {}", name.as_ref())?;
     }
     Ok(())
 }
@@ -296,6 +332,29 @@ mod tests {
                 "        10    66.67%  fib",
                 "        10    66.67%  main",
                 "         3    20.00%  write_[k]",
+            ]
+        );
+        assert_eq!(
+            table(&report, "Top containers and processes by samples"),
+            ["        14    93.33%  app", "         1     6.67%  worker",]
+        );
+    }
+
+    #[test]
+    fn places_are_all_the_context_frames() {
+        let mut profile = profile(&[
+            ("web [container 1a2b3c4d5e6f];nginx [7];main", 3),
+            ("web [container 1a2b3c4d5e6f];nginx [7];poll", 2),
+            ("cron [9];main", 1),
+        ]);
+        for stack in &mut profile.stacks {
+            stack.context_frames = stack.frames.len() - 1;
+        }
+        assert_eq!(
+            table(&report(&profile), "Top containers and processes by samples"),
+            [
+                "         5    83.33%  web [container 1a2b3c4d5e6f] / nginx [7]",
+                "         1    16.67%  cron [9]",
             ]
         );
     }

@@ -7,11 +7,17 @@
 //! threads for a fixed number of round trips and counts its context
 //! switches: its slowdown over its switches is the cost per switch, paid in
 //! the sched_switch hook, the stack reads and the profiler's own CPU.
-//! bcc's `offcputime` is not in the table: it compiles its program against
-//! kernel headers and hooks `finish_task_switch` with a kprobe, and this
-//! kernel has neither headers nor kprobes.
+//! bcc's `offcputime` is in the table as libbpf-tools builds it (Debian's
+//! `libbpf-tools`, a BTF tracepoint on sched_switch): the Python bcc one
+//! compiles its program against kernel headers and hooks
+//! `finish_task_switch` with a kprobe, and this kernel has neither.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{
+    path::Path,
+    process::Command,
+    thread,
+    time::{Duration, Instant},
+};
 
 use anyhow::{ensure, Context, Result};
 
@@ -33,15 +39,25 @@ enum Profiler {
     /// stoke at its default minimum, user stacks taken at syscall exits.
     StokeAtSyscallExits,
     Perf,
+    /// libbpf-tools' offcputime with the same minimum as stoke's default.
+    Offcputime,
 }
 
-const PROFILERS: [Profiler; 5] = [
+const PROFILERS: [Profiler; 6] = [
     Profiler::Nobody,
     Profiler::Stoke(None),
     Profiler::StokeAtSyscallExits,
     Profiler::Stoke(Some(0)),
     Profiler::Perf,
+    Profiler::Offcputime,
 ];
+
+/// Where Debian's libbpf-tools puts offcputime (`cargo xtask setup`
+/// installs it).
+const OFFCPUTIME: &str = "/usr/sbin/offcputime";
+
+/// How long offcputime may take to load and attach its programs.
+const OFFCPUTIME_START: Duration = Duration::from_secs(10);
 
 /// The slowdown stoke's default off-CPU recording may cost the storm.
 const DEFAULT_TARGET: f64 = 0.05;
@@ -58,6 +74,7 @@ impl Profiler {
                 "... minimum 100 µs, STOKE_OFFCPU_AT_SYSCALL_EXIT=1 (kernels before 6.18)".into()
             }
             Profiler::Perf => "perf record -a -g -e sched:sched_switch".into(),
+            Profiler::Offcputime => "offcputime -m 100 (libbpf-tools, bcc's tool)".into(),
         }
     }
 }
@@ -185,6 +202,7 @@ fn run_once(bench: &Bench, round_trips: u64, profiler: Profiler) -> Result<Run> 
             perf_event: Some("sched:sched_switch"),
             ..Options::new(Tool::Perf, 99, "json")
         },
+        Profiler::Offcputime => return offcputime_run(bench, round_trips),
     };
     let recording = Recording::start(bench, &options, "offcpu")?;
     let cpu_before = recording.cpu_now()?;
@@ -208,6 +226,48 @@ fn run_once(bench: &Bench, round_trips: u64, profiler: Profiler) -> Result<Run> 
     })
 }
 
+/// The storm under offcputime, which aggregates in the kernel and prints
+/// its stacks when interrupted.
+fn offcputime_run(bench: &Bench, round_trips: u64) -> Result<Run> {
+    let mut command = Command::new(OFFCPUTIME);
+    command.args(["-m", "100"]);
+    let mut process = Process::spawn("offcputime", &mut command)?;
+    wait_for_bpf_link(&process)?;
+    let cpu_before = process.cpu_now()?;
+    let (elapsed, switches) = storm(bench, round_trips)?;
+    let profiler_cpu = (process.cpu_now()? - cpu_before).as_secs_f64();
+    process.signal(libc::SIGINT);
+    let exit = process.wait(Duration::from_secs(60))?;
+    ensure!(exit.success(), "offcputime failed: {}", exit.describe());
+    Ok(Run {
+        elapsed,
+        switches,
+        profiler_cpu,
+        records: 0,
+        over_budget: 0,
+    })
+}
+
+/// Waits until `process` holds a BPF link: its programs are attached (it
+/// prints nothing before it ends).
+fn wait_for_bpf_link(process: &Process) -> Result<()> {
+    let fds = format!("/proc/{}/fd", process.pid());
+    let deadline = Instant::now() + OFFCPUTIME_START;
+    while Instant::now() < deadline {
+        let linked = std::fs::read_dir(&fds)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .any(|target| target.to_string_lossy().contains("bpf_link"));
+        if linked {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    anyhow::bail!("offcputime attached nothing within {OFFCPUTIME_START:?}")
+}
+
 fn median(values: impl Iterator<Item = f64>) -> f64 {
     Spread::of(&values.collect::<Vec<_>>()).map_or(0.0, |spread| spread.median)
 }
@@ -227,9 +287,10 @@ fn section(round_trips: u64, runs: &[Vec<Run>], smoke: bool) -> (String, Vec<Tar
          switches, everything the profiler adds to a switch (its hook, the stacks it \
          reads, and its own work where it lands on the storm's CPU). **Noise** (range \
          of `none`): {noise}. Records: waits stoke sent (and left out past its budget of \
-         2000 per CPU per second), or switches perf wrote. bcc's `offcputime` cannot run \
-         here: it needs kernel headers and a kprobe on `finish_task_switch`, and this \
-         kernel has neither.\n\n",
+         2000 per CPU per second), or switches perf wrote; offcputime counts in the kernel \
+         and writes its stacks at the end. bcc's `offcputime` is libbpf-tools' here \
+         (Debian's `libbpf-tools`): the Python one needs kernel headers and a kprobe on \
+         `finish_task_switch`, and this kernel has neither.\n\n",
         rate = switches / base.max(f64::MIN_POSITIVE),
         noise = percent(noise),
     );
@@ -274,6 +335,7 @@ fn section(round_trips: u64, runs: &[Vec<Run>], smoke: bool) -> (String, Vec<Tar
                     format!("{records:.0} ({over:.0})")
                 }
                 Profiler::Perf => format!("{records:.0}"),
+                Profiler::Offcputime => "–".into(),
             },
         ]);
     }
@@ -285,9 +347,11 @@ fn section(round_trips: u64, runs: &[Vec<Run>], smoke: bool) -> (String, Vec<Tar
             .map(|&(_, slowdown, cost)| (slowdown, cost))
             .expect("every profiler measured")
     };
-    let (default_slowdown, _) = of(Profiler::Stoke(None));
+    let (default_slowdown, default_cost) = of(Profiler::Stoke(None));
     let (_, stoke_cost) = of(Profiler::Stoke(Some(0)));
     let (_, perf_cost) = of(Profiler::Perf);
+    let (_, offcputime_cost) = of(Profiler::Offcputime);
+    let noise_ns = noise * base / switches * 1e9;
     let mut targets = vec![
         Target::at_most(
             format!(
@@ -301,7 +365,13 @@ fn section(round_trips: u64, runs: &[Vec<Run>], smoke: bool) -> (String, Vec<Tar
         Target::at_most(
             "stoke -e offcpu with no minimum costs a switch no more than perf's sched_switch -g",
             format!("{stoke_cost:.0} ns against {perf_cost:.0} ns"),
-            (stoke_cost, perf_cost, noise * base / switches * 1e9),
+            (stoke_cost, perf_cost, noise_ns),
+            |ns| format!("{ns:.0} ns"),
+        ),
+        Target::at_most(
+            "stoke -e offcpu (default minimum) costs a switch no more than offcputime -m 100",
+            format!("{default_cost:.0} ns against {offcputime_cost:.0} ns"),
+            (default_cost, offcputime_cost, noise_ns),
             |ns| format!("{ns:.0} ns"),
         ),
     ];
