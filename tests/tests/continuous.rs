@@ -16,7 +16,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use stoke_tests::{args, cpu_time, prepare, run_tool, Running, Stoke, StokeOutput, TempDir};
+use stoke_tests::{
+    args, cpu_time, pprof_tags, prepare, run_tool, Running, Stoke, StokeOutput, TempDir,
+};
 
 /// Samples per second.
 const HZ: u32 = 99;
@@ -266,6 +268,19 @@ fn every_interval_is_pushed_with_its_labels_and_samples() {
             functions.get("other_spin").copied().unwrap_or(0) * 10 >= samples * 8,
             "interval {index}: other_spin in {functions:?} of {samples}"
         );
+        // Each sample says whose it is.
+        let tags = pprof_tags(&dir.path().join(format!("{index}.pb.gz")));
+        for (key, value) in [
+            ("pid", running.pid().to_string()),
+            ("comm", "busy_other".to_owned()),
+        ] {
+            assert_eq!(
+                tags.get(key).and_then(|values| values.get(&value)),
+                Some(&samples),
+                "interval {index}: {key} tags {:?}",
+                tags.get(key)
+            );
+        }
         total += samples;
     }
     // Every sample of the recording is in one interval or another: the
@@ -314,6 +329,59 @@ fn a_failing_then_recovering_backend_loses_nothing_within_the_queue() {
         froms.windows(2).all(|pair| pair[0] <= pair[1]),
         "out of order: {froms:?}"
     );
+}
+
+/// An outage longer than the queue holds: the oldest intervals are
+/// dropped (the one being retried too) and counted, the newest delivered.
+#[test]
+fn an_outage_longer_than_the_queue_drops_the_oldest_and_counts_them() {
+    let receiver = Receiver::start(0, 500);
+    let (_dir, _running, stoke) = start(
+        "continuous-drops",
+        &args!["--interval", 1, "--queue", 2, "--pyroscope", receiver.url()],
+    );
+    thread::sleep(Duration::from_secs(6));
+    receiver.status.store(200, Ordering::SeqCst);
+    thread::sleep(Duration::from_secs(3));
+    let output = stop(stoke);
+    let requests = receiver.requests.lock().unwrap().clone();
+    let refused: Vec<u64> = requests
+        .iter()
+        .filter(|r| r.status == 500)
+        .map(|r| r.seconds("from"))
+        .collect();
+    let accepted: Vec<u64> = receiver
+        .accepted()
+        .iter()
+        .map(|r| r.seconds("from"))
+        .collect();
+    println!(
+        "refused {refused:?}, accepted {accepted:?}\n{}",
+        output.stderr
+    );
+    let dropped = output
+        .stderr
+        .lines()
+        .find_map(|line| {
+            let (_, counts) = line.split_once("stopped: pyroscope: ")?;
+            let (before, _) = counts.split_once(" batches dropped")?;
+            before.rsplit(' ').next()?.parse::<u64>().ok()
+        })
+        .expect("a stopped line with the batches dropped");
+    // Six intervals during the outage, room for two: at least three gone.
+    assert!(dropped >= 3, "{dropped} batches dropped");
+    let first_refused = *refused.first().expect("a refused push");
+    assert!(
+        !accepted.contains(&first_refused),
+        "the oldest interval of the outage was delivered, not dropped: {accepted:?}"
+    );
+    assert!(
+        accepted.len() >= 4,
+        "the newest intervals were not delivered: {accepted:?}"
+    );
+    let mut distinct = accepted.clone();
+    distinct.dedup();
+    assert_eq!(distinct, accepted, "an interval delivered twice");
 }
 
 #[test]
