@@ -317,6 +317,10 @@ pub enum ServiceFrom {
     /// The Kubernetes namespace/container, else the container's name, else
     /// the systemd unit, else the process name.
     Auto,
+    /// The Kubernetes namespace/workload (Deployment, StatefulSet...: the
+    /// pod's name less what its controller added), else the container's
+    /// name, else the process name.
+    Workload,
     /// The container's name, else the process name.
     Container,
     /// The systemd unit, else the process name.

@@ -144,9 +144,16 @@ fn label<'a>(stack: &'a FoldedStack, key: &str) -> Option<&'a str> {
 /// The service a stack's process is part of, as `from` says.
 fn service_name(stack: &FoldedStack, from: ServiceFrom) -> String {
     let comm = label(stack, "comm").unwrap_or("unknown");
+    if from == ServiceFrom::Workload {
+        if let (Some(namespace), Some(workload)) =
+            (label(stack, "namespace"), label(stack, "workload"))
+        {
+            return format!("{namespace}/{workload}");
+        }
+    }
     let named = match from {
         ServiceFrom::Auto => label(stack, "service"),
-        ServiceFrom::Container => label(stack, "container_name"),
+        ServiceFrom::Container | ServiceFrom::Workload => label(stack, "container_name"),
         ServiceFrom::Unit => label(stack, "systemd_unit"),
         ServiceFrom::Comm => None,
     };
@@ -191,6 +198,16 @@ mod tests {
         assert_eq!(service_name(&web, ServiceFrom::Unit), "nginx");
         assert_eq!(service_name(&sshd, ServiceFrom::Unit), "ssh.service");
         assert_eq!(service_name(&sshd, ServiceFrom::Comm), "sshd");
+        assert_eq!(service_name(&web, ServiceFrom::Workload), "web-1");
+        let pod = stack(&[
+            ("comm", "java"),
+            ("service", "shop/app"),
+            ("container_name", "k8s_app_checkout-7c9d8b6f5d-x2k4q_shop"),
+            ("namespace", "shop"),
+            ("workload", "checkout"),
+        ]);
+        assert_eq!(service_name(&pod, ServiceFrom::Workload), "shop/checkout");
+        assert_eq!(service_name(&pod, ServiceFrom::Auto), "shop/app");
     }
 
     #[test]

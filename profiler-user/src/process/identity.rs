@@ -122,6 +122,7 @@ impl Identity {
             }
             if let Some(pod) = &container.pod {
                 labels.push(("pod", pod.name.clone()));
+                labels.push(("workload", Arc::from(workload_of(&pod.name))));
                 labels.push(("namespace", pod.namespace.clone()));
                 if let Some(name) = &pod.container {
                     labels.push(("pod_container", name.clone()));
@@ -132,6 +133,36 @@ impl Identity {
             labels.push(("systemd_unit", unit.clone()));
         }
         labels
+    }
+}
+
+/// The alphabet of the random and hashed parts Kubernetes' controllers
+/// put in the names they give (`rand.String`, `rand.SafeEncodeString`: no
+/// vowels, no digits that look like letters).
+const KUBERNETES_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// The workload (Deployment, StatefulSet, DaemonSet, Job, CronJob) a pod
+/// belongs to, from the name its controller gave it: `NAME-HASH-XXXXX` for a
+/// Deployment's pods, `NAME-XXXXX` for a DaemonSet's or Job's,
+/// `NAME-TIME-XXXXX` for a CronJob's, `NAME-N` for a StatefulSet's; any
+/// other name is its own. The pod's owner is in the Kubernetes API only,
+/// not in what the runtime and kubelet leave on the host, so the name is
+/// read as the controllers write it, as the Pyroscope and Parca agents'
+/// "workload" does without API access.
+pub fn workload_of(pod: &str) -> &str {
+    fn strip(name: &str, part: impl Fn(&[u8]) -> bool) -> Option<&str> {
+        let (head, tail) = name.rsplit_once('-')?;
+        (!head.is_empty() && part(tail.as_bytes())).then_some(head)
+    }
+    let encoded = |part: &[u8]| part.iter().all(|byte| KUBERNETES_ALPHABET.contains(byte));
+    let number = |part: &[u8]| !part.is_empty() && part.iter().all(u8::is_ascii_digit);
+    match strip(pod, |part| part.len() == 5 && encoded(part)) {
+        // A ReplicaSet's pod-template hash (a 32-bit hash's decimal digits,
+        // encoded) or a CronJob's scheduled minute, then the pod's suffix.
+        Some(head) => strip(head, |part| (6..=10).contains(&part.len()) && encoded(part))
+            .or_else(|| strip(head, number))
+            .unwrap_or(head),
+        None => strip(pod, number).unwrap_or(pod),
     }
 }
 
@@ -234,6 +265,24 @@ impl Identities {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workloads_are_named_as_their_controllers_name_their_pods() {
+        for (pod, workload) in [
+            ("checkout-7c9d8b6f5d-x2k4q", "checkout"),
+            ("checkout-api-5d7b9c4f8-7hzvl", "checkout-api"),
+            ("node-exporter-4fz9w", "node-exporter"),
+            ("postgres-0", "postgres"),
+            ("kafka-broker-12", "kafka-broker"),
+            ("backup-28391234-bq7tx", "backup"),
+            ("nginx", "nginx"),
+            ("my-app", "my-app"),
+            ("a-b-c-aeiou", "a-b-c-aeiou"),
+            ("-0", "-0"),
+        ] {
+            assert_eq!(workload_of(pod), workload, "{pod}");
+        }
+    }
 
     fn container(name: Option<&str>, pod: Option<Pod>) -> Identity {
         Identity {
