@@ -3,7 +3,8 @@
 //! gets Java frames, a stoke killed with SIGKILL leaves its JVMs running
 //! with an agent that the next recording reuses, and a JVM whose agent an
 //! earlier recording loaded has its Java stack taken from the next one's
-//! first sample.
+//! first sample; `stoke continuous` releases the memory it shares with JVMs
+//! that exited.
 
 use std::fs;
 use std::thread;
@@ -535,4 +536,72 @@ fn an_agent_no_stoke_reads_goes_idle_and_the_next_stoke_wakes_it() {
         handlers_before,
         "the JVM's signal handlers changed"
     );
+}
+
+/// `stoke continuous` runs for days while JVMs come and go: the memory it
+/// shares with each JVM's agent is released once the JVM has exited (at
+/// the end of the interval that may still name its frames).
+#[test]
+fn continuous_releases_the_agent_memory_of_jvms_that_exit() {
+    let (dir, workload) = prepare_java("java-continuous-release", "JavaBusy", JDK_17);
+    let mut stoke = Stoke::spawn(&args![
+        "continuous",
+        "-a",
+        "-F",
+        99,
+        "--interval",
+        1,
+        "--output-dir",
+        dir.join("profiles").display()
+    ]);
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+    for round in 0..2 {
+        // Runs until stoke's agent shows up in it, then 1.5 s more.
+        let mut running = workload.spawn(&["1.5", "after-attach"]);
+        running.wait_for_line("attached", Duration::from_secs(10));
+        // This JVM's memory (other JVMs of the host are none of the test's).
+        let memory = agent_memfd_inode(running.pid());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while mappings_of(stoke.pid(), memory) == 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let attached = mappings_of(stoke.pid(), memory);
+        running.wait_success(Duration::from_secs(10));
+        // The interval the JVM ended in, and the next: its memory is gone.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while mappings_of(stoke.pid(), memory) > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(100));
+        }
+        let after = mappings_of(stoke.pid(), memory);
+        println!("round {round}: stoke maps JVM's agent memory {attached} times attached, {after} after it exited");
+        assert!(attached > 0, "stoke never mapped the JVM's agent memory");
+        assert_eq!(
+            after, 0,
+            "the agent memory of an exited JVM is still mapped"
+        );
+    }
+    stoke.signal(libc::SIGTERM);
+    stoke.wait(Duration::from_secs(60)).assert_success();
+}
+
+/// The inode of the agent's memfd in JVM `pid`.
+fn agent_memfd_inode(pid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).expect("listing the JVM's fds");
+    fds.flatten()
+        .find(|fd| {
+            fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy() == "/memfd:stoke-agent (deleted)")
+        })
+        .map(|fd| fs::metadata(fd.path()).expect("stat of the memfd").ino())
+        .expect("the JVM has no agent memfd")
+}
+
+/// How many mappings of the file with inode `inode` process `pid` has.
+fn mappings_of(pid: u32, inode: u64) -> usize {
+    fs::read_to_string(format!("/proc/{pid}/maps"))
+        .expect("reading stoke's maps")
+        .lines()
+        .filter(|line| line.split_whitespace().nth(4) == Some(&*inode.to_string()))
+        .count()
 }
