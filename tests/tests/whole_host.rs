@@ -7,8 +7,8 @@ use std::fs;
 
 use stoke_tests::{
     args, assert_run_share, assert_share, describe, parse_process_frame, parse_thread_frame,
-    prepare, process_stacks, read_folded, record_process, record_to, samples_where, stacks_of,
-    total_samples, Workload,
+    pprof_tags, prepare, process_stacks, read_folded, record_process, record_to, samples_where,
+    stacks_of, total_samples, Workload,
 };
 
 #[test]
@@ -252,6 +252,32 @@ fn txt_and_svg_reports_and_format_selection() {
     assert!(
         (22.0..=40.0).contains(&thirty_total),
         "hot_thirty has {thirty_total}% total samples, expected about 30:\n{txt}"
+    );
+    // Where the samples ran: this one process, under its process frame.
+    let places = table(&txt, "Top containers and processes by samples");
+    let process = places
+        .iter()
+        .map(|row| (row.function.as_str(), row.samples))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        process,
+        [(format!("{} [{pid}]", workload.comm()).as_str(), total)],
+        "the txt report's places:\n{txt}"
+    );
+
+    // --format pprof: Go's reader counts the same process's samples.
+    let pprof_path = dir.join("report.out");
+    record_to(
+        &args!["-p", pid, "--format", "pprof"],
+        499,
+        2.0,
+        &pprof_path,
+    );
+    let tags = pprof_tags(&pprof_path);
+    let pprof_samples = tags["pid"][&pid.to_string()];
+    assert!(
+        pprof_samples > 500,
+        "only {pprof_samples} samples of pid {pid} in the pprof of 2 s at 499 Hz: {tags:?}"
     );
 
     // .svg: an inferno flame graph.
