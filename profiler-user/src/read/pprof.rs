@@ -21,7 +21,7 @@ use crate::{
 const MAX_UNZIPPED: u64 = 1 << 30;
 
 /// The stacks of the pprof profile `input` (named `path` in errors), counted
-/// by its `samples` values (else its default or first sample type). A
+/// by its default sample type's values (else `samples`, else the last). A
 /// sample's `comm` label, which Stoke writes, becomes its root frame.
 pub(super) fn read(input: impl BufRead, path: &Path) -> Result<Profile> {
     let mut bytes = Vec::new();
@@ -37,23 +37,34 @@ pub(super) fn read(input: impl BufRead, path: &Path) -> Result<Profile> {
     Ok(stacks(&profile))
 }
 
-fn stacks(pprof: &proto::Profile) -> Profile {
-    let text = |index: i64| -> &str {
-        usize::try_from(index)
-            .ok()
-            .and_then(|index| pprof.string_table.get(index))
-            .map_or("", String::as_str)
+/// The string at `index` in the profile's string table ("" if none).
+fn text(pprof: &proto::Profile, index: i64) -> &str {
+    usize::try_from(index)
+        .ok()
+        .and_then(|index| pprof.string_table.get(index))
+        .map_or("", String::as_str)
+}
+
+/// Which of a sample's values stacks are counted by: the profile's default
+/// sample type (a string, named by its index in the string table), else
+/// Stoke's `samples`, else the last, as profile.proto says.
+fn value_index(pprof: &proto::Profile) -> usize {
+    let position = |name: &str| {
+        pprof
+            .sample_type
+            .iter()
+            .position(|kind| text(pprof, kind.r#type) == name)
     };
-    let value = pprof
-        .sample_type
-        .iter()
-        .position(|kind| text(kind.r#type) == "samples")
-        .or_else(|| {
-            usize::try_from(pprof.default_sample_type)
-                .ok()
-                .filter(|&i| i > 0)
-        })
-        .unwrap_or(0);
+    (pprof.default_sample_type != 0)
+        .then(|| position(text(pprof, pprof.default_sample_type)))
+        .flatten()
+        .or_else(|| position("samples"))
+        .unwrap_or(pprof.sample_type.len().saturating_sub(1))
+}
+
+fn stacks(pprof: &proto::Profile) -> Profile {
+    let text = |index: i64| text(pprof, index);
+    let value = value_index(pprof);
     let functions: HashMap<u64, Arc<str>> = pprof
         .function
         .iter()
@@ -136,6 +147,63 @@ mod tests {
         // The test profile has no labels, so no comm frame.
         assert_eq!(stacks, [("main".into(), 2), ("main;f_[k]".into(), 3)]);
         assert_eq!(read.summary.samples, 5);
+    }
+
+    /// A Go heap profile's shape: four sample types, one stack whose
+    /// values tell which type was counted.
+    fn heap_profile(default_sample_type: &str) -> proto::Profile {
+        let strings = [
+            "",
+            "alloc_objects",
+            "count",
+            "alloc_space",
+            "bytes",
+            "inuse_objects",
+            "inuse_space",
+            "main",
+        ];
+        let index = |name: &str| strings.iter().position(|s| *s == name).unwrap() as i64;
+        let kind = |kind: &str, unit: &str| proto::ValueType {
+            r#type: index(kind),
+            unit: index(unit),
+        };
+        proto::Profile {
+            sample_type: vec![
+                kind("alloc_objects", "count"),
+                kind("alloc_space", "bytes"),
+                kind("inuse_objects", "count"),
+                kind("inuse_space", "bytes"),
+            ],
+            sample: vec![proto::Sample {
+                location_id: vec![1],
+                value: vec![1, 20, 300, 4000],
+                label: Vec::new(),
+            }],
+            location: vec![proto::Location {
+                id: 1,
+                line: vec![proto::Line {
+                    function_id: 1,
+                    ..proto::Line::default()
+                }],
+                ..proto::Location::default()
+            }],
+            function: vec![proto::Function {
+                id: 1,
+                name: index("main"),
+                ..proto::Function::default()
+            }],
+            string_table: strings.map(String::from).to_vec(),
+            default_sample_type: index(default_sample_type),
+            ..proto::Profile::default()
+        }
+    }
+
+    #[test]
+    fn the_default_sample_type_is_found_by_name_and_is_else_the_last() {
+        for (default, counted) in [("alloc_space", 20), ("inuse_space", 4000), ("", 4000)] {
+            let read = stacks(&heap_profile(default));
+            assert_eq!(read.summary.samples, counted, "default {default:?}");
+        }
     }
 
     #[test]
