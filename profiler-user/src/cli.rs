@@ -153,7 +153,9 @@ pub struct SamplingArgs {
     #[arg(long, value_enum, value_name = "GROUP", default_value_t = GroupBy::Container)]
     pub group_by: GroupBy,
 
-    /// Add source file and line to native frames that have debug info.
+    /// Add the source file and line to frames: `(file.c:LINE)` to native
+    /// frames with debug info, with inlined functions as frames of their
+    /// own, and `(File.java:LINE)` to Java frames.
     #[arg(long)]
     pub lines: bool,
 
