@@ -120,9 +120,13 @@ fn a_report_names_a_container_and_a_host_process_with_their_cpu() {
         row.contains(&format!("<td>{}</td>", container.name())),
         "the process row does not name its container: {row}"
     );
+    let functions = &html[html
+        .find("id=\"functions\"")
+        .expect("no functions table in the report")..];
+    let functions = &functions[..functions.find("</table>").unwrap()];
     assert!(
-        html.contains("other_spin"),
-        "the workload's hot function is not in the report"
+        functions.contains(">other_spin</td>"),
+        "the workload's hot function is not in the top functions table: {functions}"
     );
     assert!(
         html.contains("<iframe class=\"flamegraph\""),
