@@ -153,7 +153,9 @@ pub struct SamplingArgs {
     #[arg(long, value_enum, value_name = "GROUP", default_value_t = GroupBy::Container)]
     pub group_by: GroupBy,
 
-    /// Add source file and line to native frames that have debug info.
+    /// Add the source file and line to frames: `(file.c:LINE)` to native
+    /// frames with debug info, with inlined functions as frames of their
+    /// own, and `(File.java:LINE)` to Java frames.
     #[arg(long)]
     pub lines: bool,
 
@@ -285,10 +287,28 @@ pub struct DiffArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
     pub outputs: Vec<PathBuf>,
 
-    /// Output format (html or folded), overriding the extension of a
-    /// single -o.
+    /// Output format, overriding the extension of a single -o.
     #[arg(long, value_enum)]
-    pub format: Option<Format>,
+    pub format: Option<DiffFormat>,
+}
+
+/// What `stoke diff` writes: of the formats, the two that can show two
+/// profiles' counts.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiffFormat {
+    /// A differential flame graph page.
+    Html,
+    /// `stack BEFORE AFTER` lines, as difffolded.pl writes them.
+    Folded,
+}
+
+impl From<DiffFormat> for Format {
+    fn from(format: DiffFormat) -> Self {
+        match format {
+            DiffFormat::Html => Self::Html,
+            DiffFormat::Folded => Self::Folded,
+        }
+    }
 }
 
 /// Arguments of `stoke continuous`.

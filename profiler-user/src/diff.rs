@@ -61,7 +61,8 @@ impl Diff {
 
 /// Compares as `args` says.
 pub fn run(args: &DiffArgs) -> Result<()> {
-    let outputs = OutputPlan::new(&args.outputs, args.format, &[Event::Cpu])?;
+    let format = args.format.map(Format::from);
+    let outputs = OutputPlan::new(&args.outputs, format, &[Event::Cpu])?;
     if let Some(format) = outputs
         .formats()
         .find(|format| !matches!(format, Format::Html | Format::Folded))

@@ -30,6 +30,7 @@ mod paths;
 pub mod perf_script;
 mod pipes;
 mod running;
+mod source_lines;
 mod stacks;
 mod stoke;
 mod synthetic;
@@ -45,6 +46,7 @@ pub use java::{
 pub use json::{read_json, JavaReport, JsonProfile};
 pub use paths::{crate_dir, stoke_bin, workloads_dir, workspace_root};
 pub use running::{Line, Running};
+pub use source_lines::{frame_location, function_lines, line_of};
 pub use stacks::{
     assert_all_of_process, assert_run_share, assert_share, describe, is_kernel_frame, parse_folded,
     parse_process_frame, parse_thread_frame, process_stacks, read_folded, samples_where,

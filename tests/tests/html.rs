@@ -103,13 +103,19 @@ fn recorded_workload_in_the_browser() {
     let tooltip = browser.js("return document.getElementById('tooltip').textContent;");
     let tooltip = tooltip.as_str().unwrap();
     println!("tooltip: {tooltip:?}");
-    let hovered = number(&browser.js("return stoke.frames('hot_thirty')[0].samples;"));
+    // The hovered frame, and the main frame it is drawn on: its caller.
+    let hovered = browser.js("const f = stoke.frames('hot_thirty')[0];
+         const caller = stoke.frames('main')
+           .find((m) => m.depth === f.depth - 1 && m.x <= f.x && f.x < m.x + m.width);
+         return [f.samples, caller.samples];");
+    let (hovered, caller) = (number(&hovered[0]), number(&hovered[1]));
     let of_all = format!("{hovered} samples, {:.2}% of all", 100.0 * hovered / total);
     assert!(
         tooltip.starts_with("hot_thirty\nnative\n") && tooltip.contains(&of_all),
         "{tooltip}"
     );
-    assert!(tooltip.contains("% of main"), "{tooltip}");
+    let of_main = format!("\n{:.2}% of main\n", 100.0 * hovered / caller);
+    assert!(tooltip.contains(&of_main), "not {of_main:?}: {tooltip}");
 
     // Zoom: a click on hot_thirty makes it span the width; hot_seventy goes.
     let renders = browser.js("return stoke.renders();");
@@ -161,12 +167,11 @@ fn recorded_workload_in_the_browser() {
     browser.type_into("replace", "");
     browser.type_into("with", "");
 
+    // No function recurses here: collapsing leaves every frame as it was.
+    let frames = "return [stoke.state().nodes, stoke.names().sort()];";
+    let before = browser.js(frames);
     browser.click("collapse");
-    assert_eq!(
-        number(&browser.js("return stoke.state().total;")),
-        total,
-        "no recursion here"
-    );
+    assert_eq!(browser.js(frames), before, "collapsed without recursion");
     browser.click("collapse");
 
     // Reversed: the leaf spin at the top row, with every sample that ends in it.

@@ -48,6 +48,28 @@ fn convert_and_diff_refuse_bad_input_in_one_line() {
     ]);
     output.assert_user_error(&["html", "folded"]);
     assert!(!svg.exists());
+    // --format takes only what diff writes, and its help lists only those.
+    let output = run_stoke(&[
+        "diff".as_ref(),
+        good.as_os_str(),
+        good.as_os_str(),
+        "-o".as_ref(),
+        page.as_os_str(),
+        "--format".as_ref(),
+        "svg".as_ref(),
+    ]);
+    output.assert_usage_error(&["svg", "html", "folded"]);
+    assert!(!page.exists());
+    let output = run_stoke(&["diff".as_ref(), "--help".as_ref()]);
+    output.assert_success();
+    let values: Vec<&str> = output
+        .stdout
+        .lines()
+        .skip_while(|line| !line.contains("--format"))
+        .take_while(|line| !line.contains("--help"))
+        .filter_map(|line| line.trim().strip_prefix("- ")?.split(':').next())
+        .collect();
+    assert_eq!(values, ["html", "folded"], "{}", output.stdout);
     let output = run_stoke(&[
         "diff".as_ref(),
         good.as_os_str(),

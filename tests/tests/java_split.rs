@@ -1,13 +1,15 @@
 //! Two Java methods at a known 70:30 split of CPU time, in a JVM started
 //! with no option and attached by stoke while it runs, come out at 70 ± 3 %
 //! on both JDKs, with merged stacks rooted at the workload's `main`:
-//! `java [PID];JavaSplit.main_[0];JavaSplit.seventy_[j];...`.
+//! `java [PID];JavaSplit.main_[0];JavaSplit.seventy_[j];...`; with
+//! `--lines`, each Java frame names its source line.
 
 use std::time::Duration;
 
 use stoke_tests::{
-    args, assert_all_of_process, assert_share, describe, java_method, prepare_java, read_folded,
-    record_to, samples_where, stacks_of_thread, total_samples, Jdk, JDK_17, TEMURIN_25,
+    args, assert_all_of_process, assert_share, describe, frame_location, function_lines,
+    java_method, java_workloads_dir, line_of, prepare_java, read_folded, record_to, samples_where,
+    stacks_of_thread, total_samples, Jdk, JDK_17, TEMURIN_25,
 };
 
 const MAIN: &str = "JavaSplit.main";
@@ -258,5 +260,67 @@ fn a_warm_jvm_gets_whole_stacks_with_and_without_retransform() {
         cuts == 0 || redefined(&retransformed),
         "with --java-retransform, {cuts} stacks were cut short, and JavaSplit was never retransformed:\n{}",
         retransformed.stdout_text()
+    );
+}
+
+/// With `--lines`, each Java frame names its line in JavaSplit.java:
+/// main() the line of its call of seventy(), seventy() and spin() lines of
+/// their own bodies.
+#[test]
+fn java_frames_name_their_source_lines_with_lines() {
+    let (dir, workload) = prepare_java("java-lines", "JavaSplit", JDK_17);
+    let running = workload.spawn(&["30"]);
+    let out = dir.join("lines.folded");
+    record_to(&args!["-p", running.pid(), "--lines"], 499, 3.0, &out);
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 10));
+    let source = std::fs::read_to_string(java_workloads_dir().join("JavaSplit.java")).unwrap();
+    let call = line_of(&source, "seventy += seventy(");
+    let bodies = [
+        (SEVENTY, function_lines(&source, "static long seventy(")),
+        (
+            "JavaSplit.spin",
+            function_lines(&source, "static void spin("),
+        ),
+    ];
+    println!("main calls seventy on line {call}; {bodies:?}");
+    fn located(frame: &str) -> Option<(&str, &str, u32)> {
+        java_method(frame)
+            .and_then(frame_location)
+            .filter(|&(_, file, _)| file == "JavaSplit.java")
+    }
+
+    let mut in_bodies = [0; 2];
+    let mut placed = 0;
+    for stack in &stacks {
+        let frames: Vec<_> = stack.frames.iter().map(|frame| located(frame)).collect();
+        for (&(name, ref lines), count) in bodies.iter().zip(&mut in_bodies) {
+            for &(_, _, line) in frames.iter().flatten().filter(|frame| frame.0 == name) {
+                assert!(
+                    lines.contains(&line),
+                    "{name} on line {line}, outside its lines {lines:?}: {}",
+                    stack.joined()
+                );
+                *count += stack.count;
+            }
+        }
+        let called = frames.windows(2).any(|pair| {
+            pair[0] == Some((MAIN, "JavaSplit.java", call))
+                && pair[1].is_some_and(|(name, ..)| name == SEVENTY)
+        });
+        if called {
+            placed += stack.count;
+        }
+    }
+    println!("under seventy, spin: {in_bodies:?}; {placed} called from main's line {call}");
+    let total = total_samples(&stacks);
+    // seventy() has 70% of the JVM's samples, nearly all in spin().
+    assert_share(in_bodies[0], total, 0.5, "are in a located seventy frame");
+    assert_share(in_bodies[1], total, 0.7, "are in a located spin frame");
+    assert_share(
+        placed,
+        in_bodies[0],
+        0.95,
+        format_args!("under seventy are called from main's line {call}"),
     );
 }

@@ -1,17 +1,19 @@
 //! One recording written as pprof and folded (`-o x.pb.gz -o x.folded`):
 //! Go's own `go tool pprof` reads the pprof profile, and it says what the
 //! folded one says: the same total, the same samples per function, the
-//! samples' pid, comm and thread labels, Java frames with their kind.
+//! samples' pid, comm and thread labels, Java frames with their kind; and
+//! `stoke diff` of the two finds no change.
 
 use std::{
     collections::{BTreeMap, HashMap},
     ffi::OsStr,
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use stoke_tests::{
     args, assert_all_of_process, describe, go_pprof, is_java_frame, parse_thread_frame, pprof_tags,
-    prepare, prepare_java, read_folded, record, run_tool, Stack, JDK_17,
+    prepare, prepare_java, read_folded, record, run_tool, Stack, Stoke, JDK_17,
 };
 
 /// Records `pid` (with `extra` options) at 499 Hz for `seconds` into
@@ -275,4 +277,47 @@ fn java_frames_keep_their_kind_in_pprof() {
             "no {method} frame (with its _[j], _[i] or _[0]) in pprof"
         );
     }
+}
+
+/// The folded and the pprof output of one recording with `-t`, compared by
+/// `stoke diff`: each stack lines up with itself, under its process and
+/// thread frames, with the same samples on both sides.
+#[test]
+fn stoke_diff_of_the_folded_and_pprof_of_one_recording_finds_no_change() {
+    let (dir, workload) = prepare("pprof-diff", "two_threads");
+    let running = workload.spawn(&args![30]);
+    let (pprof, stacks) = record_both(running.pid(), &args!["-t"], 2.0, dir.path());
+    drop(running);
+    let total: u64 = stacks.iter().map(|stack| stack.count).sum();
+    assert!(total > 200, "only {total} samples of two busy threads");
+    let diff = dir.join("diff.folded");
+    Stoke::spawn(&args![
+        "diff",
+        dir.join("profile.folded").display(),
+        pprof.display(),
+        "-o",
+        diff.display()
+    ])
+    .wait(Duration::from_secs(60))
+    .assert_success();
+    let text = std::fs::read_to_string(&diff).expect("the diff was written");
+    let process = format!("{} [*]", workload.comm());
+    let (mut before, mut after) = (0, 0);
+    for line in text.lines() {
+        let mut fields = line.rsplitn(3, ' ');
+        let counts: Vec<u64> = fields
+            .by_ref()
+            .take(2)
+            .map(|count| count.parse().expect("a count"))
+            .collect();
+        let frames: Vec<&str> = fields.next().expect("frames").split(';').collect();
+        assert_eq!(counts[0], counts[1], "a stack changed: {line}");
+        assert!(
+            frames[0] == process && frames[1].ends_with(" [tid *]"),
+            "no process and thread frame: {line}"
+        );
+        (before, after) = (before + counts[1], after + counts[0]);
+    }
+    assert_eq!((before, after), (total, total), "{text}");
+    assert_eq!(text.lines().count(), stacks.len(), "{text}");
 }

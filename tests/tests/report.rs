@@ -120,9 +120,13 @@ fn a_report_names_a_container_and_a_host_process_with_their_cpu() {
         row.contains(&format!("<td>{}</td>", container.name())),
         "the process row does not name its container: {row}"
     );
+    let functions = &html[html
+        .find("id=\"functions\"")
+        .expect("no functions table in the report")..];
+    let functions = &functions[..functions.find("</table>").unwrap()];
     assert!(
-        html.contains("other_spin"),
-        "the workload's hot function is not in the report"
+        functions.contains(">other_spin</td>"),
+        "the workload's hot function is not in the top functions table: {functions}"
     );
     assert!(
         html.contains("<iframe class=\"flamegraph\""),
@@ -236,6 +240,118 @@ fn assert_drawn_in_chromium(report: &Path, in_container: u32, container: &str, o
         coloured > 0.05,
         "the report's flame graph drew nothing ({:.1}% coloured)",
         coloured * 100.0
+    );
+}
+
+/// A click at the middle of the widest drawn frame named `name` in the
+/// flame graph of the frame the browser is in; waits for the redraw.
+fn click_frame(browser: &Browser, name: &str) {
+    let renders = browser.js("return stoke.renders();");
+    browser.js(&format!(
+        "const f = stoke.frames({name:?}).sort((a, b) => b.width - a.width)[0];
+         const r = canvas.getBoundingClientRect();
+         canvas.dispatchEvent(new MouseEvent('click', {{clientX: r.left + f.x + f.width / 2, clientY: r.top + f.y + 8}}));"
+    ));
+    browser.wait_for(
+        &format!("stoke.renders() > {renders}"),
+        Duration::from_secs(5),
+    );
+}
+
+/// The report of the 70:30 workload, and its flame graph in Chromium: a
+/// search finds hot_seventy's share, a click on hot_thirty zooms it to
+/// the graph's width, and the report's URL keeps that view: loading it
+/// again restores the search and the zoom.
+#[test]
+fn the_reports_flame_graph_searches_zooms_and_shares_its_view() {
+    require_root();
+    let (dir, workload) = prepare("report-flamegraph", "fp_split");
+    let running = workload.spawn(&["30"]);
+    let out = dir.join("report.html");
+    Stoke::spawn(&args![
+        "report",
+        "-p",
+        running.pid(),
+        "-F",
+        HZ,
+        "-d",
+        2,
+        "-o",
+        out.display()
+    ])
+    .wait(Duration::from_secs(120))
+    .assert_success();
+    drop(running);
+
+    let browser = Browser::start();
+    let open = |url: &str| {
+        browser.load(url, "document.readyState === 'complete'");
+        browser.enter_frame("iframe.flamegraph");
+        browser.wait_for("window.stoke !== undefined", Duration::from_secs(30));
+    };
+    open(&format!("file://{}", out.display()));
+    let total = number(&browser.js("return stoke.state().total;"));
+    let drawn = |name: &str| {
+        let frames = browser.js(&format!("return stoke.frames({name:?});"));
+        frames
+            .as_array()
+            .expect("the drawn frames")
+            .iter()
+            .map(|frame| number(&frame["samples"]))
+            .sum::<f64>()
+    };
+    let seventy = drawn("hot_seventy");
+
+    browser.type_into("search", "hot_seventy");
+    let state = browser.js("return stoke.state();");
+    println!("search hot_seventy in the report's flame graph: {state}");
+    let matched = number(&state["matched"]);
+    assert_eq!(matched, seventy, "{state}");
+    // The workload splits its own CPU time 70:30, however busy the host.
+    let share = matched / total;
+    assert!((0.6..0.8).contains(&share), "{state}");
+    assert!(
+        state["matchedText"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{:.2}%", 100.0 * share)),
+        "{state}"
+    );
+    assert_eq!(
+        browser.js("return stoke.frames('hot_seventy').every((frame) => frame.matched);"),
+        true
+    );
+
+    click_frame(&browser, "hot_thirty");
+    let zoomed = browser.js(
+        "return [stoke.state(), stoke.frames('hot_thirty'), stoke.frames('hot_seventy'), \
+         document.getElementById('totals').textContent];",
+    );
+    println!("zoomed on hot_thirty: {zoomed}");
+    let width = number(&zoomed[0]["canvasWidth"]);
+    assert!(
+        (number(&zoomed[1][0]["width"]) - width).abs() < 1.0,
+        "hot_thirty does not span the graph: {zoomed}"
+    );
+    assert_eq!(zoomed[2].as_array().unwrap().len(), 0, "{zoomed}");
+    assert!(
+        zoomed[3].as_str().unwrap().contains("zoomed on hot_thirty"),
+        "{zoomed}"
+    );
+
+    let before = browser.js("return [stoke.view(), stoke.state()];");
+    browser.leave_frame();
+    let url = browser.url();
+    println!("the report's shared view: {url}");
+    open(&url);
+    let after = browser.js("return [stoke.view(), stoke.state()];");
+    assert_eq!(
+        before, after,
+        "the view did not survive loading the report from its URL"
+    );
+    assert_eq!(
+        browser.js("return document.getElementById('search').value;"),
+        "hot_seventy"
     );
 }
 

@@ -1,5 +1,8 @@
 //! pprof profiles (`profile.proto`, gzipped), from Stoke or any pprof tool,
-//! as stacks of function names.
+//! as stacks of function names. Stoke's own say where a sample ran in
+//! labels, not frames: the context frames its folded output has are built
+//! again from them, so that `stoke diff` lines a Stoke pprof up with a Stoke
+//! folded file.
 
 use std::{
     collections::HashMap,
@@ -13,16 +16,36 @@ use flate2::bufread::GzDecoder;
 use prost::Message;
 
 use crate::{
-    profile::{clean_frame, FoldedStack, Profile},
+    profile::{clean_frame, FoldedStack, Labels, Profile},
     write::pprof::proto,
 };
+
+/// The labels Stoke writes ([`Labels`]), kept with the stacks read, so that
+/// a profile converted again keeps them.
+const STOKE_LABELS: &[&str] = &[
+    "pid",
+    "comm",
+    "exe",
+    "service",
+    "hostname",
+    "container_runtime",
+    "container_id",
+    "container_name",
+    "container_image",
+    "pod",
+    "namespace",
+    "pod_container",
+    "systemd_unit",
+    "tid",
+    "thread",
+];
 
 /// The most a profile may take unzipped: a gzip bomb stops there.
 const MAX_UNZIPPED: u64 = 1 << 30;
 
 /// The stacks of the pprof profile `input` (named `path` in errors), counted
-/// by its `samples` values (else its default or first sample type). A
-/// sample's `comm` label, which Stoke writes, becomes its root frame.
+/// by its default sample type's values (else `samples`, else the last), under
+/// the context frames its labels name ([`context_frames`]).
 pub(super) fn read(input: impl BufRead, path: &Path) -> Result<Profile> {
     let mut bytes = Vec::new();
     GzDecoder::new(input)
@@ -37,23 +60,34 @@ pub(super) fn read(input: impl BufRead, path: &Path) -> Result<Profile> {
     Ok(stacks(&profile))
 }
 
-fn stacks(pprof: &proto::Profile) -> Profile {
-    let text = |index: i64| -> &str {
-        usize::try_from(index)
-            .ok()
-            .and_then(|index| pprof.string_table.get(index))
-            .map_or("", String::as_str)
+/// The string at `index` in the profile's string table ("" if none).
+fn text(pprof: &proto::Profile, index: i64) -> &str {
+    usize::try_from(index)
+        .ok()
+        .and_then(|index| pprof.string_table.get(index))
+        .map_or("", String::as_str)
+}
+
+/// Which of a sample's values stacks are counted by: the profile's default
+/// sample type (a string, named by its index in the string table), else
+/// Stoke's `samples`, else the last, as profile.proto says.
+fn value_index(pprof: &proto::Profile) -> usize {
+    let position = |name: &str| {
+        pprof
+            .sample_type
+            .iter()
+            .position(|kind| text(pprof, kind.r#type) == name)
     };
-    let value = pprof
-        .sample_type
-        .iter()
-        .position(|kind| text(kind.r#type) == "samples")
-        .or_else(|| {
-            usize::try_from(pprof.default_sample_type)
-                .ok()
-                .filter(|&i| i > 0)
-        })
-        .unwrap_or(0);
+    (pprof.default_sample_type != 0)
+        .then(|| position(text(pprof, pprof.default_sample_type)))
+        .flatten()
+        .or_else(|| position("samples"))
+        .unwrap_or(pprof.sample_type.len().saturating_sub(1))
+}
+
+fn stacks(pprof: &proto::Profile) -> Profile {
+    let text = |index: i64| text(pprof, index);
+    let value = value_index(pprof);
     let functions: HashMap<u64, Arc<str>> = pprof
         .function
         .iter()
@@ -79,41 +113,92 @@ fn stacks(pprof: &proto::Profile) -> Profile {
             (location.id, frames)
         })
         .collect();
-    let comm = pprof.string_table.iter().position(|key| key == "comm");
-    let mut counts: HashMap<Vec<Arc<str>>, u64> = HashMap::new();
+    let mut counts: HashMap<Vec<Arc<str>>, (u64, usize, Labels)> = HashMap::new();
     for sample in &pprof.sample {
         let samples = sample.value.get(value).copied().unwrap_or(0);
         let Ok(samples) = u64::try_from(samples) else {
             continue;
         };
-        let mut frames: Vec<Arc<str>> = sample
-            .label
-            .iter()
-            .filter(|label| comm.is_some_and(|comm| label.key == comm as i64))
-            .map(|label| clean_frame(text(label.str).into()))
-            .take(1)
-            .collect();
+        let labels = stoke_labels(pprof, sample);
+        let mut frames = context_frames(&labels);
+        let context = frames.len();
         for id in sample.location_id.iter().rev() {
             match locations.get(id) {
                 Some(location) => frames.extend(location.iter().cloned()),
                 None => frames.push("[unknown]".into()),
             }
         }
-        *counts.entry(frames).or_default() += samples;
+        counts
+            .entry(frames)
+            .or_insert_with(|| (0, context, labels.into()))
+            .0 += samples;
     }
     let mut profile = Profile::default();
-    profile.summary.samples = counts.values().sum();
+    profile.summary.samples = counts.values().map(|&(samples, ..)| samples).sum();
     profile.stacks = counts
         .into_iter()
-        .map(|(frames, samples)| FoldedStack {
-            context_frames: 0,
+        .map(|(frames, (samples, context_frames, labels))| FoldedStack {
+            context_frames,
             frames,
             samples,
-            labels: Arc::new([]),
+            labels,
             modules: Box::new([]),
         })
         .collect();
     profile
+}
+
+/// The labels of `sample` that Stoke writes, in its order; `pid` and `tid`
+/// are numbers.
+fn stoke_labels(pprof: &proto::Profile, sample: &proto::Sample) -> Vec<(&'static str, Arc<str>)> {
+    sample
+        .label
+        .iter()
+        .filter_map(|label| {
+            let key = *STOKE_LABELS
+                .iter()
+                .find(|&&key| key == text(pprof, label.key))?;
+            let value: Arc<str> = match key {
+                "pid" | "tid" if label.str == 0 => label.num.to_string().into(),
+                _ => text(pprof, label.str).into(),
+            };
+            Some((key, value))
+        })
+        .collect()
+}
+
+/// The context frames Stoke's folded output has above the code of a sample
+/// with `labels`, as its default `--group-by container` names them: the
+/// container's, the process's (`comm [*]` without a pid, as `stoke diff`
+/// shows it anyway), the thread's with `-t`. None without a `comm`: the
+/// samples are not Stoke's.
+fn context_frames(labels: &[(&str, Arc<str>)]) -> Vec<Arc<str>> {
+    let label = |key: &str| {
+        labels
+            .iter()
+            .find(|&&(name, _)| name == key)
+            .map(|(_, value)| &**value)
+    };
+    let Some(comm) = label("comm") else {
+        return Vec::new();
+    };
+    let mut frames = Vec::new();
+    if let Some(id) = label("container_id") {
+        // The short id, as `docker ps` shows it and the folded frame has it.
+        let id = id.get(..12).unwrap_or(id);
+        frames.push(match label("container_name") {
+            Some(name) => format!("{name} [container {id}]"),
+            None => format!("[container {id}]"),
+        });
+    }
+    frames.push(format!("{comm} [{}]", label("pid").unwrap_or("*")));
+    if let (Some(tid), Some(thread)) = (label("tid"), label("thread")) {
+        frames.push(format!("{thread} [tid {tid}]"));
+    }
+    frames
+        .into_iter()
+        .map(|frame| clean_frame(frame.into()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -133,9 +218,112 @@ mod tests {
             .map(|stack| (stack.frames.join(";"), stack.samples))
             .collect();
         stacks.sort();
-        // The test profile has no labels, so no comm frame.
+        // The test profile has no labels, so no process frame.
         assert_eq!(stacks, [("main".into(), 2), ("main;f_[k]".into(), 3)]);
         assert_eq!(read.summary.samples, 5);
+    }
+
+    /// A Go heap profile's shape: four sample types, one stack whose
+    /// values tell which type was counted.
+    fn heap_profile(default_sample_type: &str) -> proto::Profile {
+        let strings = [
+            "",
+            "alloc_objects",
+            "count",
+            "alloc_space",
+            "bytes",
+            "inuse_objects",
+            "inuse_space",
+            "main",
+        ];
+        let index = |name: &str| strings.iter().position(|s| *s == name).unwrap() as i64;
+        let kind = |kind: &str, unit: &str| proto::ValueType {
+            r#type: index(kind),
+            unit: index(unit),
+        };
+        proto::Profile {
+            sample_type: vec![
+                kind("alloc_objects", "count"),
+                kind("alloc_space", "bytes"),
+                kind("inuse_objects", "count"),
+                kind("inuse_space", "bytes"),
+            ],
+            sample: vec![proto::Sample {
+                location_id: vec![1],
+                value: vec![1, 20, 300, 4000],
+                label: Vec::new(),
+            }],
+            location: vec![proto::Location {
+                id: 1,
+                line: vec![proto::Line {
+                    function_id: 1,
+                    ..proto::Line::default()
+                }],
+                ..proto::Location::default()
+            }],
+            function: vec![proto::Function {
+                id: 1,
+                name: index("main"),
+                ..proto::Function::default()
+            }],
+            string_table: strings.map(String::from).to_vec(),
+            default_sample_type: index(default_sample_type),
+            ..proto::Profile::default()
+        }
+    }
+
+    #[test]
+    fn the_default_sample_type_is_found_by_name_and_is_else_the_last() {
+        for (default, counted) in [("alloc_space", 20), ("inuse_space", 4000), ("", 4000)] {
+            let read = stacks(&heap_profile(default));
+            assert_eq!(read.summary.samples, counted, "default {default:?}");
+        }
+    }
+
+    #[test]
+    fn stokes_labels_read_back_as_the_context_frames_of_its_folded_output() {
+        let labels = |pairs: &[(&'static str, &str)]| -> Labels {
+            pairs
+                .iter()
+                .map(|&(key, value)| (key, Arc::from(value)))
+                .collect()
+        };
+        let mut original = profile(&[
+            (
+                "web [container 0123456789ab];nginx [7];worker [tid 8];main;serve",
+                3,
+            ),
+            ("bash [9];main", 2),
+            ("main;orphan", 1),
+        ]);
+        original.stacks[0].context_frames = 3;
+        original.stacks[0].labels = labels(&[
+            ("pid", "7"),
+            ("comm", "nginx"),
+            ("service", "web"),
+            ("container_runtime", "docker"),
+            ("container_id", "0123456789abcdef0123"),
+            ("container_name", "web"),
+            ("tid", "8"),
+            ("thread", "worker"),
+        ]);
+        original.stacks[1].labels = labels(&[("pid", "9"), ("comm", "bash")]);
+        original.stacks[2].context_frames = 0;
+        let mut bytes = Vec::new();
+        write_profile(&original, Format::Pprof, &mut bytes).unwrap();
+        let read = read(&bytes[..], Path::new("p.pb.gz")).unwrap();
+        for stack in &original.stacks {
+            let again = read
+                .stacks
+                .iter()
+                .find(|again| again.frames == stack.frames)
+                .unwrap_or_else(|| panic!("{:?} not read back: {read:?}", stack.frames));
+            assert_eq!(
+                (again.context_frames, again.samples, &again.labels),
+                (stack.context_frames, stack.samples, &stack.labels)
+            );
+        }
+        assert_eq!(read.stacks.len(), 3);
     }
 
     #[test]

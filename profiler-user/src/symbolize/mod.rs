@@ -277,17 +277,16 @@ impl Symbolizer {
         if !self.lines {
             return Frames::from([frame_name(&sym.name, None)]);
         }
-        // An inlined function's code_info is where it was called from, so
-        // each frame's location is that of the next frame's call.
-        let names =
-            std::iter::once(&sym.name).chain(sym.inlined.iter().map(|inlined| &inlined.name));
-        let locations = sym
-            .inlined
-            .iter()
-            .map(|inlined| inlined.code_info.as_ref())
-            .chain(std::iter::once(sym.code_info.as_deref()));
-        names
-            .zip(locations)
+        // blazesym has moved each location to the frame whose code it is in
+        // (its docs notwithstanding): the symbol's is where it calls the
+        // first inlined function, the innermost inlined function's the
+        // address's own.
+        std::iter::once((&sym.name, sym.code_info.as_deref()))
+            .chain(
+                sym.inlined
+                    .iter()
+                    .map(|inlined| (&inlined.name, inlined.code_info.as_ref())),
+            )
             .map(|(name, location)| frame_name(name, location))
             .collect()
     }

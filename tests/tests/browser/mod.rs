@@ -130,6 +130,29 @@ impl Browser {
         self.wait_for(ready, Duration::from_secs(30));
     }
 
+    /// Makes what follows (scripts, typing, clicks) act in the frame the
+    /// CSS `selector` finds, until [`Browser::leave_frame`].
+    pub fn enter_frame(&self, selector: &str) {
+        let client = self.client();
+        self.runtime
+            .block_on(async {
+                client
+                    .find(Locator::Css(selector))
+                    .await?
+                    .enter_frame()
+                    .await
+            })
+            .unwrap_or_else(|e| panic!("entering the frame {selector}: {e}"));
+    }
+
+    /// Back from a frame [`Browser::enter_frame`] went into to its page.
+    pub fn leave_frame(&self) {
+        let client = self.client();
+        self.runtime
+            .block_on(client.enter_parent_frame())
+            .unwrap_or_else(|e| panic!("leaving a frame: {e}"));
+    }
+
     /// Runs `script` (a function body: `return ...`) in the page.
     pub fn js(&self, script: &str) -> Value {
         let client = self.client();

@@ -1,7 +1,8 @@
 // The flame graph view: draws the call tree on a canvas (only frames at
 // least MIN_WIDTH pixels wide, so a profile of any size draws quickly),
 // and keeps the view state (search, transforms, reversal, zoom) in the
-// controls and the URL fragment. Names go to the canvas or textContent only.
+// controls and the URL fragment (a report's, for the report's frames).
+// Names go to the canvas or textContent only.
 
 const ROW = 16;
 const MIN_WIDTH = 0.4;
@@ -233,7 +234,26 @@ function research() {
   draw();
 }
 
+/**
+ * Where the view is kept: in the page's URL fragment, or, for a frame of a
+ * `stoke report` (about:srcdoc, whose history refuses any fragment), in the
+ * report's, under the frame's id, so that the report's URL shares it too.
+ * Null in a frame of another origin: the view works but is not kept.
+ */
+function viewHome() {
+  if (location.href !== 'about:srcdoc') return { window, key: null };
+  const frame = window.frameElement;
+  return frame && frame.id ? { window: parent, key: frame.id } : null;
+}
+const home = viewHome();
+
+/** The fragment of the page that keeps the view, as parameters. */
+function homeFragment() {
+  return new URLSearchParams(home ? home.window.location.hash.slice(1) : '');
+}
+
 function saveView() {
+  if (!home) return;
   const params = new URLSearchParams();
   for (const key of VIEW_KEYS) {
     const value = view[key];
@@ -245,11 +265,22 @@ function saveView() {
       params.set(key, value);
     }
   }
-  history.replaceState(null, '', `#${params}`);
+  let fragment = params;
+  if (home.key) {
+    fragment = homeFragment();
+    if (params.toString()) fragment.set(home.key, params);
+    else fragment.delete(home.key);
+  }
+  try {
+    home.window.history.replaceState(null, '', `#${fragment}`);
+  } catch {
+    // The view is drawn already: a history that refuses the URL only leaves it unshared.
+  }
 }
 
 function loadView() {
-  const params = new URLSearchParams(location.hash.slice(1));
+  const fragment = homeFragment();
+  const params = home && home.key ? new URLSearchParams(fragment.get(home.key) || '') : fragment;
   for (const key of VIEW_KEYS) {
     const value = params.get(key) || '';
     if (key === 'zoom') view.zoom = value ? value.split(';') : [];
@@ -265,8 +296,8 @@ function loadView() {
 function setZoom(node) {
   zoom = node;
   view.zoom = pathOf(tree, node);
-  saveView();
   draw();
+  saveView();
 }
 
 let pendingInput = null;
@@ -276,9 +307,9 @@ function onInput(event) {
   clearTimeout(pendingInput);
   // Transforms of a large profile take a moment: wait for typing to pause.
   pendingInput = setTimeout(() => {
-    saveView();
     if (TRANSFORM_KEYS.includes(key)) rebuild();
     else research();
+    saveView();
   }, event.target.type === 'checkbox' ? 0 : 150);
 }
 
@@ -323,7 +354,7 @@ canvas.addEventListener('mouseleave', () => {
   tooltip.hidden = true;
 });
 window.addEventListener('resize', draw);
-window.addEventListener('hashchange', () => {
+(home ? home.window : window).addEventListener('hashchange', () => {
   loadView();
   rebuild();
 });
