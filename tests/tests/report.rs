@@ -406,6 +406,30 @@ fn a_baseline_shows_which_function_grew_and_which_shrank() {
         shrank < -0.6,
         "spin shrank by only {shrank:.3} of the samples"
     );
+
+    // The differential flame graph below it: now's stacks, the function
+    // that grew in red; the one gone since has no width.
+    let browser = Browser::start();
+    browser.load(
+        &format!("file://{}", out.display()),
+        "document.readyState === 'complete'",
+    );
+    browser.enter_frame("#flamegraph-baseline");
+    browser.wait_for("window.stoke !== undefined", Duration::from_secs(30));
+    browser.screenshot("report-baseline.png");
+    let grown = browser.js("return stoke.frames('other_spin')[0];");
+    println!("other_spin in the differential flame graph: {grown}");
+    let colour = grown["colour"].as_str().expect("other_spin is drawn");
+    assert!(
+        colour.starts_with("hsl(0,") || colour.starts_with("hsl(0 "),
+        "other_spin, which grew, is not red: {colour}"
+    );
+    assert!(number(&grown["samples"]) > 0.0 && number(&grown["before"]) == 0.0);
+    assert_eq!(
+        browser.js("return stoke.frames('spin').length;"),
+        0,
+        "spin, gone since the baseline, has a width now"
+    );
 }
 
 #[test]
@@ -427,4 +451,59 @@ fn a_baseline_that_is_not_a_profile_is_refused_before_recording() {
     .wait(Duration::from_secs(60));
     output.assert_user_error(&["baseline", "folded"]);
     assert!(!out.exists(), "a report was written after the error");
+}
+
+/// With `-e cpu,offcpu` the report adds where threads waited: an off-CPU
+/// flame graph whose waits split as the workload blocks (7 ms asleep, 3 ms
+/// on a pipe per round), the tables still counting CPU.
+#[test]
+fn a_report_with_offcpu_draws_where_threads_waited() {
+    require_root();
+    let (dir, workload) = prepare("report-offcpu", "offcpu_split");
+    let running = workload.spawn(&args![60]);
+    let out = dir.join("report.html");
+    let output = Stoke::spawn(&args![
+        "report",
+        "-p",
+        running.pid(),
+        "-e",
+        "cpu,offcpu",
+        "-d",
+        3,
+        "-o",
+        out.display()
+    ])
+    .wait(Duration::from_secs(120));
+    output.assert_success();
+
+    let browser = Browser::start();
+    browser.load(
+        &format!("file://{}", out.display()),
+        "document.readyState === 'complete'",
+    );
+    browser.enter_frame("#flamegraph-offcpu");
+    browser.wait_for("window.stoke !== undefined", Duration::from_secs(30));
+    browser.screenshot("report-offcpu.png");
+    let waited = |name: &str| {
+        let frames = browser.js(&format!("return stoke.frames({name:?});"));
+        frames
+            .as_array()
+            .expect("the drawn frames")
+            .iter()
+            .map(|frame| number(&frame["samples"]))
+            .sum::<f64>()
+    };
+    let (seventy, thirty) = (waited("sleep_seventy"), waited("wait_thirty"));
+    let share = 100.0 * seventy / (seventy + thirty);
+    println!("off-CPU: sleep_seventy {seventy} ns, wait_thirty {thirty} ns: {share:.1}%");
+    // 3 s of rounds: nearly all of the main thread's time waits.
+    assert!(
+        seventy + thirty > 2.0e9,
+        "only {:.2} s of waits drawn",
+        (seventy + thirty) / 1e9
+    );
+    assert!(
+        (65.0..=75.0).contains(&share),
+        "sleep_seventy has {share:.1}% of the waits, expected about 70"
+    );
 }

@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::Path, sync::Arc};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{profile::Profile, read::read_profile};
+use crate::{diff::diff, profile::Profile, read::read_profile, write::write_diff_html};
 
 /// Rows of the changes table.
 pub const MAX_CHANGES: usize = 30;
@@ -23,9 +23,12 @@ pub struct Change {
     pub after: f64,
 }
 
-/// Self samples by function of a baseline.
+/// A baseline: its profile, and its self samples by function.
 #[derive(Debug, Default)]
 pub struct Baseline {
+    /// The file's name, as the differential flame graph calls it.
+    name: String,
+    profile: Profile,
     leaves: HashMap<Arc<str>, u64>,
     total: u64,
 }
@@ -54,7 +57,22 @@ impl Baseline {
                 path.display()
             );
         }
-        Ok(Self { leaves, total })
+        Ok(Self {
+            name: path.display().to_string(),
+            profile,
+            leaves,
+            total,
+        })
+    }
+
+    /// The differential flame graph page of `profile` against the
+    /// baseline (`stoke diff`'s): the stacks of now, coloured by how their
+    /// share changed.
+    pub fn flame_graph(&self, profile: &Profile) -> Result<String> {
+        let diff = diff(&self.profile, profile, self.name.clone(), "now".to_owned());
+        let mut html = Vec::new();
+        write_diff_html(&diff, &mut html)?;
+        Ok(String::from_utf8_lossy(&html).into_owned())
     }
 
     /// The functions whose self share changed most between the baseline and
@@ -102,7 +120,11 @@ mod tests {
             ..Profile::default()
         };
         let (leaves, total) = leaves(&profile(vec![stack("a", 90), stack("b", 10)]));
-        let baseline = Baseline { leaves, total };
+        let baseline = Baseline {
+            leaves,
+            total,
+            ..Baseline::default()
+        };
         let changes = baseline.changes(&profile(vec![stack("a", 5), stack("b", 15)]));
         assert_eq!(changes.len(), 2);
         assert_eq!(&*changes[0].name, "a");

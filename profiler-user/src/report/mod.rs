@@ -63,12 +63,15 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         summary: profile.summary.clone(),
     };
     let sweep = Sweep::of(profile);
-    let changes = baseline.as_ref().map(|baseline| baseline.changes(profile));
+    let changes = baseline
+        .as_ref()
+        .map(|baseline| anyhow::Ok((baseline.changes(profile), baseline.flame_graph(profile)?)))
+        .transpose()?;
     let flame_graphs = profiles
         .iter()
         .map(|profile| Ok((profile.event, flame_graph(profile)?)))
         .collect::<Result<Vec<_>>>()?;
-    let html = page::render(&facts, &sweep, changes.as_deref(), &flame_graphs);
+    let html = page::render(&facts, &sweep, changes.as_ref(), &flame_graphs);
     output.file().write_all(html.as_bytes())?;
     output
         .commit()

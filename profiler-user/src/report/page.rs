@@ -93,11 +93,20 @@ fn count_cell(count: u64) -> Cell {
     Cell::Number(count.to_string(), count as f64)
 }
 
-/// The whole page; `flame_graphs` are HTML documents, one per event.
+/// The whole page; `flame_graphs` are HTML documents, one per event, and
+/// A flame graph page in a frame of the report, by its id and title.
+fn frame(id: &str, title: &str, page: &str) -> String {
+    format!(
+        "<iframe class=\"flamegraph\" id=\"{id}\" title=\"{title}\" srcdoc=\"{}\"></iframe>",
+        escape(page)
+    )
+}
+
+/// `changes` come with the differential flame graph's.
 pub fn render(
     facts: &Facts,
     sweep: &Sweep,
-    changes: Option<&[Change]>,
+    changes: Option<&(Vec<Change>, String)>,
     flame_graphs: &[(Event, String)],
 ) -> String {
     let title = format!("Stoke report: {}", facts.host);
@@ -111,22 +120,29 @@ pub fn render(
     for (event, flame_graph) in flame_graphs {
         let _ = write!(
             body,
-            "<h2>Flame graph: {title} ({unit})</h2>\
-             <iframe class=\"flamegraph\" id=\"flamegraph-{name}\" title=\"{title} flame graph\" \
-             srcdoc=\"{svg}\"></iframe>",
-            title = event.title(),
-            unit = event.unit(),
-            name = event.name(),
-            svg = escape(flame_graph)
+            "<h2>Flame graph: {} ({})</h2>",
+            event.title(),
+            event.unit()
+        );
+        body += &frame(
+            &format!("flamegraph-{}", event.name()),
+            &format!("{} flame graph", event.title()),
+            flame_graph,
         );
     }
     body += "<h2>Top functions</h2>";
     body += &functions(sweep);
     body += "<h2>Recording quality</h2>";
     body += &quality(facts, sweep);
-    if let Some(changes) = changes {
+    if let Some((changes, flame_graph)) = changes {
         body += "<h2>Changes against the baseline</h2>";
         body += &changes_table(changes);
+        body += "<h2>Differential flame graph: now against the baseline</h2>";
+        body += &frame(
+            "flamegraph-baseline",
+            "differential flame graph",
+            flame_graph,
+        );
     }
     TEMPLATE
         .replace("{{TITLE}}", &escape(&title))
