@@ -46,7 +46,7 @@ pub use java::{
 pub use json::{read_json, JavaReport, JsonProfile};
 pub use paths::{crate_dir, stoke_bin, workloads_dir, workspace_root};
 pub use running::{Line, Running};
-pub use source_lines::{frame_location, function_lines, line_of};
+pub use source_lines::{count_in_bodies, frame_location, function_lines, line_of, Located};
 pub use stacks::{
     assert_all_of_process, assert_run_share, assert_share, describe, is_kernel_frame, parse_folded,
     parse_process_frame, parse_thread_frame, process_stacks, read_folded, samples_where,

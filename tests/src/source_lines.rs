@@ -4,6 +4,32 @@
 
 use std::ops::RangeInclusive;
 
+use crate::Stack;
+
+/// A frame's name, file and line ([`frame_location`]).
+pub type Located<'a> = Option<(&'a str, &'a str, u32)>;
+
+/// Adds the samples of `stack`, whose frames are `located`, to `counts`
+/// for each function of `bodies` (its name and lines) it is in, after
+/// checking that every frame of the function is on one of its lines.
+pub fn count_in_bodies<const N: usize>(
+    stack: &Stack,
+    located: &[Located],
+    bodies: &[(&str, RangeInclusive<u32>); N],
+    counts: &mut [u64; N],
+) {
+    for (&(name, ref lines), count) in bodies.iter().zip(counts) {
+        for &(_, _, line) in located.iter().flatten().filter(|frame| frame.0 == name) {
+            assert!(
+                lines.contains(&line),
+                "{name} on line {line}, outside its lines {lines:?}: {}",
+                stack.joined()
+            );
+            *count += stack.count;
+        }
+    }
+}
+
 /// The name, file and line of a frame named `name (file:line)`, as
 /// `--lines` names native frames and Java frames (the latter without their
 /// kind suffix: see [`crate::java_method`]).

@@ -411,13 +411,18 @@ fn a_second_stoke_leaves_a_recorded_jvm_to_the_first() {
 /// Bytes of memory process `pid`'s agent memfd holds (its allocated blocks).
 fn agent_memory_bytes(pid: u32) -> u64 {
     use std::os::unix::fs::MetadataExt;
+    agent_memfd(pid).blocks() * 512
+}
+
+/// The metadata of the agent's memfd in process `pid`.
+fn agent_memfd(pid: u32) -> fs::Metadata {
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).expect("listing the JVM's fds");
     fds.flatten()
         .find(|fd| {
             fs::read_link(fd.path())
                 .is_ok_and(|target| target.to_string_lossy() == "/memfd:stoke-agent (deleted)")
         })
-        .map(|fd| fs::metadata(fd.path()).expect("stat of the memfd").blocks() * 512)
+        .map(|fd| fs::metadata(fd.path()).expect("stat of the memfd"))
         .expect("the JVM has no agent memfd")
 }
 
@@ -587,14 +592,7 @@ fn continuous_releases_the_agent_memory_of_jvms_that_exit() {
 /// The inode of the agent's memfd in JVM `pid`.
 fn agent_memfd_inode(pid: u32) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    let fds = fs::read_dir(format!("/proc/{pid}/fd")).expect("listing the JVM's fds");
-    fds.flatten()
-        .find(|fd| {
-            fs::read_link(fd.path())
-                .is_ok_and(|target| target.to_string_lossy() == "/memfd:stoke-agent (deleted)")
-        })
-        .map(|fd| fs::metadata(fd.path()).expect("stat of the memfd").ino())
-        .expect("the JVM has no agent memfd")
+    agent_memfd(pid).ino()
 }
 
 /// How many mappings of the file with inode `inode` process `pid` has.

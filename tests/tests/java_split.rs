@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use stoke_tests::{
-    args, assert_all_of_process, assert_share, describe, frame_location, function_lines,
-    java_method, java_workloads_dir, line_of, prepare_java, read_folded, record_to, samples_where,
-    stacks_of_thread, total_samples, Jdk, JDK_17, TEMURIN_25,
+    args, assert_all_of_process, assert_share, count_in_bodies, describe, frame_location,
+    function_lines, java_method, java_workloads_dir, line_of, prepare_java, read_folded, record_to,
+    samples_where, stacks_of_thread, total_samples, Jdk, Located, JDK_17, TEMURIN_25,
 };
 
 const MAIN: &str = "JavaSplit.main";
@@ -284,7 +284,7 @@ fn java_frames_name_their_source_lines_with_lines() {
         ),
     ];
     println!("main calls seventy on line {call}; {bodies:?}");
-    fn located(frame: &str) -> Option<(&str, &str, u32)> {
+    fn located(frame: &str) -> Located<'_> {
         java_method(frame)
             .and_then(frame_location)
             .filter(|&(_, file, _)| file == "JavaSplit.java")
@@ -293,17 +293,8 @@ fn java_frames_name_their_source_lines_with_lines() {
     let mut in_bodies = [0; 2];
     let mut placed = 0;
     for stack in &stacks {
-        let frames: Vec<_> = stack.frames.iter().map(|frame| located(frame)).collect();
-        for (&(name, ref lines), count) in bodies.iter().zip(&mut in_bodies) {
-            for &(_, _, line) in frames.iter().flatten().filter(|frame| frame.0 == name) {
-                assert!(
-                    lines.contains(&line),
-                    "{name} on line {line}, outside its lines {lines:?}: {}",
-                    stack.joined()
-                );
-                *count += stack.count;
-            }
-        }
+        let frames: Vec<Located> = stack.frames.iter().map(|frame| located(frame)).collect();
+        count_in_bodies(stack, &frames, &bodies, &mut in_bodies);
         let called = frames.windows(2).any(|pair| {
             pair[0] == Some((MAIN, "JavaSplit.java", call))
                 && pair[1].is_some_and(|(name, ..)| name == SEVENTY)

@@ -291,15 +291,7 @@ fn the_reports_flame_graph_searches_zooms_and_shares_its_view() {
     };
     open(&format!("file://{}", out.display()));
     let total = number(&browser.js("return stoke.state().total;"));
-    let drawn = |name: &str| {
-        let frames = browser.js(&format!("return stoke.frames({name:?});"));
-        frames
-            .as_array()
-            .expect("the drawn frames")
-            .iter()
-            .map(|frame| number(&frame["samples"]))
-            .sum::<f64>()
-    };
+    let drawn = |name: &str| drawn_samples(&browser, name);
     let seventy = drawn("hot_seventy");
 
     browser.type_into("search", "hot_seventy");
@@ -410,12 +402,7 @@ fn a_baseline_shows_which_function_grew_and_which_shrank() {
     // The differential flame graph below it: now's stacks, the function
     // that grew in red; the one gone since has no width.
     let browser = Browser::start();
-    browser.load(
-        &format!("file://{}", out.display()),
-        "document.readyState === 'complete'",
-    );
-    browser.enter_frame("#flamegraph-baseline");
-    browser.wait_for("window.stoke !== undefined", Duration::from_secs(30));
+    open_frame(&browser, &out, "#flamegraph-baseline");
     browser.screenshot("report-baseline.png");
     let grown = browser.js("return stoke.frames('other_spin')[0];");
     println!("other_spin in the differential flame graph: {grown}");
@@ -477,23 +464,12 @@ fn a_report_with_offcpu_draws_where_threads_waited() {
     output.assert_success();
 
     let browser = Browser::start();
-    browser.load(
-        &format!("file://{}", out.display()),
-        "document.readyState === 'complete'",
-    );
-    browser.enter_frame("#flamegraph-offcpu");
-    browser.wait_for("window.stoke !== undefined", Duration::from_secs(30));
+    open_frame(&browser, &out, "#flamegraph-offcpu");
     browser.screenshot("report-offcpu.png");
-    let waited = |name: &str| {
-        let frames = browser.js(&format!("return stoke.frames({name:?});"));
-        frames
-            .as_array()
-            .expect("the drawn frames")
-            .iter()
-            .map(|frame| number(&frame["samples"]))
-            .sum::<f64>()
-    };
-    let (seventy, thirty) = (waited("sleep_seventy"), waited("wait_thirty"));
+    let (seventy, thirty) = (
+        drawn_samples(&browser, "sleep_seventy"),
+        drawn_samples(&browser, "wait_thirty"),
+    );
     let share = 100.0 * seventy / (seventy + thirty);
     println!("off-CPU: sleep_seventy {seventy} ns, wait_thirty {thirty} ns: {share:.1}%");
     // 3 s of rounds: nearly all of the main thread's time waits.
@@ -506,4 +482,26 @@ fn a_report_with_offcpu_draws_where_threads_waited() {
         (65.0..=75.0).contains(&share),
         "sleep_seventy has {share:.1}% of the waits, expected about 70"
     );
+}
+
+/// Opens the report `out` and enters its flame graph frame `selector`.
+fn open_frame(browser: &Browser, out: &Path, selector: &str) {
+    browser.load(
+        &format!("file://{}", out.display()),
+        "document.readyState === 'complete'",
+    );
+    browser.enter_frame(selector);
+    browser.wait_for("window.stoke !== undefined", Duration::from_secs(30));
+}
+
+/// The samples of the drawn frames named `name` in the flame graph the
+/// browser is in.
+fn drawn_samples(browser: &Browser, name: &str) -> f64 {
+    let frames = browser.js(&format!("return stoke.frames({name:?});"));
+    frames
+        .as_array()
+        .expect("the drawn frames")
+        .iter()
+        .map(|frame| number(&frame["samples"]))
+        .sum()
 }

@@ -4,8 +4,9 @@
 //! with `--lines`, its frames name the source lines they were on.
 
 use stoke_tests::{
-    args, assert_share, describe, frame_location, function_lines, line_of, prepare, read_folded,
-    record_process, record_to, samples_where, total_samples, workloads_dir,
+    args, assert_share, count_in_bodies, describe, frame_location, function_lines, line_of,
+    prepare, read_folded, record_process, record_to, samples_where, total_samples, workloads_dir,
+    Located,
 };
 
 #[test]
@@ -98,7 +99,7 @@ fn native_frames_name_their_source_lines_with_lines() {
         ("spin", function_lines(&source, "void spin(")),
     ];
     println!("main calls hot_seventy on line {call}; hot_seventy is lines {hot:?}, {bodies:?}");
-    fn located(frame: &str) -> Option<(&str, &str, u32)> {
+    fn located(frame: &str) -> Located<'_> {
         frame_location(frame).filter(|&(_, file, _)| file == "fp_split.c")
     }
 
@@ -106,17 +107,8 @@ fn native_frames_name_their_source_lines_with_lines() {
     let mut placed = 0;
     let mut in_bodies = [0; 2];
     for stack in &stacks {
-        let frames: Vec<_> = stack.frames.iter().map(|frame| located(frame)).collect();
-        for (&(name, ref lines), count) in bodies.iter().zip(&mut in_bodies) {
-            for &(_, _, line) in frames.iter().flatten().filter(|frame| frame.0 == name) {
-                assert!(
-                    lines.contains(&line),
-                    "{name} on line {line}, outside its lines {lines:?}: {}",
-                    stack.joined()
-                );
-                *count += stack.count;
-            }
-        }
+        let frames: Vec<Located> = stack.frames.iter().map(|frame| located(frame)).collect();
+        count_in_bodies(stack, &frames, &bodies, &mut in_bodies);
         let Some(at) = frames
             .iter()
             .position(|frame| frame.is_some_and(|(name, ..)| name == "hot_seventy"))
