@@ -227,6 +227,16 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
+        // Its libraries are all mapped once it sleeps (clock_nanosleep, 230
+        // on x86-64): while ld.so maps them, two reads may differ.
+        let asleep = || {
+            std::fs::read_to_string(format!("/proc/{}/syscall", child.id()))
+                .is_ok_and(|syscall| syscall.starts_with("230 "))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !asleep() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         for pid in [std::process::id(), child.id()] {
             let file = File::open(format!("/proc/{pid}/maps")).unwrap();
             let asked = super::super::maps_query::executable(&file)
