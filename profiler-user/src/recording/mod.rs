@@ -255,15 +255,8 @@ impl Recording {
                     counted.add(MergedSample::native(image, sample));
                 }
             }
-            Ok(record @ (Record::Exec { tgid } | Record::Exit { tgid })) => {
-                if matches!(record, Record::Exit { .. }) {
-                    processes.exited(tgid);
-                } else {
-                    processes.forget(tgid);
-                }
-                java.process_ended(tgid);
-                ended.push(tgid);
-            }
+            Ok(Record::Exec { tgid }) => end_process(processes, java, ended, tgid, false),
+            Ok(Record::Exit { tgid }) => end_process(processes, java, ended, tgid, true),
             Err(_) => *malformed += 1,
         });
         for merged in java.collect(sampler, processes)? {
@@ -326,9 +319,13 @@ impl Recording {
         // after a loss, processes whose /proc entry is gone have ended.
         if since_cut[Counter::LostLifecycle as usize] > 0 {
             for pid in self.processes.live_but_gone() {
-                self.processes.exited(pid);
-                self.java.process_ended(pid);
-                self.ended.push(pid);
+                end_process(
+                    &mut self.processes,
+                    &mut self.java,
+                    &mut self.ended,
+                    pid,
+                    true,
+                );
             }
         }
         self.load_new_images();
@@ -455,6 +452,25 @@ fn offcpu_config(args: &SamplingArgs, events: &[Event]) -> Option<OffCpuConfig> 
     } else {
         None
     }
+}
+
+/// A process exited, or replaced its image by exec (`exited` false): the
+/// registry and the Java side let it go, and the unwinder at its next
+/// update.
+fn end_process(
+    processes: &mut ProcessRegistry,
+    java: &mut JavaProfiler,
+    ended: &mut Vec<u32>,
+    tgid: u32,
+    exited: bool,
+) {
+    if exited {
+        processes.exited(tgid);
+    } else {
+        processes.forget(tgid);
+    }
+    java.process_ended(tgid);
+    ended.push(tgid);
 }
 
 /// With `-p`, once every target has exited there is nothing left to sample.

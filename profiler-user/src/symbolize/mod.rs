@@ -173,6 +173,7 @@ impl Symbolizer {
                     .collect();
             }
         };
+        kept.make_room(copy.allocated_bytes());
         // blazesym keeps every file it parsed mapped and indexed: a fresh one
         // per file bounds stoke's memory by the largest file, not their sum.
         let prepared = Prepared::new(copy, self.blazesym());

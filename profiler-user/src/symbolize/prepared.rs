@@ -64,13 +64,15 @@ impl PreparedFiles {
         Some(prepared)
     }
 
-    /// Keeps `prepared` as `version`, in place of the files least recently
-    /// used if the budget is short; not at all if it alone exceeds it.
-    pub fn keep(&mut self, version: FileVersion, mut prepared: Prepared) {
-        if self.budget == 0 || prepared.bytes > self.budget {
+    /// Forgets the files least recently used until a copy of `bytes` fits
+    /// the budget beside those left; none if it alone exceeds it (it will
+    /// not be kept). Called before a new copy is mapped and indexed, so that
+    /// stoke's memory peaks at the budget, not at the budget and a file.
+    pub fn make_room(&mut self, bytes: u64) {
+        if bytes > self.budget {
             return;
         }
-        while self.bytes + prepared.bytes > self.budget {
+        while self.bytes + bytes > self.budget {
             let Some(oldest) = self
                 .files
                 .iter()
@@ -81,6 +83,15 @@ impl PreparedFiles {
             };
             self.forget(&oldest);
         }
+    }
+
+    /// Keeps `prepared` as `version`, in place of the files least recently
+    /// used if the budget is short; not at all if it alone exceeds it.
+    pub fn keep(&mut self, version: FileVersion, mut prepared: Prepared) {
+        if self.budget == 0 || prepared.bytes > self.budget {
+            return;
+        }
+        self.make_room(prepared.bytes);
         prepared.last_used = self.interval;
         self.bytes += prepared.bytes;
         if let Some(replaced) = self.files.insert(version, prepared) {
@@ -142,6 +153,15 @@ mod tests {
         assert!(kept.get(&version(2)).is_none());
         assert!(kept.get(&version(1)).is_some() && kept.get(&version(3)).is_some());
         assert_eq!(kept.bytes, 2 * one);
+        // Room for a new copy is made before it is indexed: 1 goes.
+        kept.end_interval();
+        assert!(kept.get(&version(3)).is_some());
+        kept.make_room(one);
+        assert_eq!(kept.bytes, one);
+        assert!(
+            kept.get(&version(1)).is_none(),
+            "the least recently used kept"
+        );
         // The interval they were used in, then the unused ones.
         for _ in 0..=KEPT_UNUSED_INTERVALS {
             kept.end_interval();

@@ -17,11 +17,8 @@
 //! switches for a map update of microseconds.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     hash::RandomState,
-    marker::PhantomData,
-    os::fd::{AsFd, AsRawFd},
-    ptr::NonNull,
     sync::{
         atomic::{AtomicUsize, Ordering},
         mpsc::{self, Sender},
@@ -31,7 +28,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use profiler_common::unwind::{
     Mapping, PackedRow, ProcessMappings, UnwindPage, UnwindRow, MAX_MAPPINGS,
@@ -41,18 +38,18 @@ use super::{
     bounded::BoundedFile,
     debug_file,
     elf_file::{self, Fingerprint},
+    mapped_array::{stride, MappedArray},
     pages,
     table::{self, UnwindTable},
 };
 use crate::process::{MappedFile, MappingTarget, ProcessImage};
 
-/// Bytes of one `T` in an array map: the kernel rounds values up to 8.
-const fn stride<T>() -> usize {
-    size_of::<T>().next_multiple_of(8)
-}
-
 /// Rows of one file the BPF binary search can handle (25 steps).
 const MAX_FILE_ROWS: usize = 1 << 24;
+
+/// Files remembered by device and inode, beyond those that loaded
+/// processes map, before the others are forgotten.
+const MAX_FILES_SEEN: usize = 4096;
 
 /// Bytes that `rows` rows take in the map.
 pub fn map_bytes(rows: usize) -> usize {
@@ -107,8 +104,12 @@ pub struct UnwindSummary {
     pub debug_files: usize,
     /// Files without usable CFI (their frames walk frame pointers).
     pub files_without_table: usize,
-    /// Files left out because the rows map was full.
+    /// Files left out because the rows map was full, even without the
+    /// tables of files no process mapped any more.
     pub files_without_room: usize,
+    /// Tables removed from the maps to make room, their files mapped by no
+    /// process any more.
+    pub files_removed: usize,
     /// Rows loaded, all files together.
     pub rows: usize,
     /// CFI entries the compiler could not read, left out of the tables.
@@ -158,6 +159,9 @@ impl UnwindLoader {
                 files: HashMap::new(),
                 builds: HashMap::new(),
                 hasher: RandomState::new(),
+                mapped_by: HashMap::new(),
+                loaded: Vec::new(),
+                files_limit: MAX_FILES_SEEN,
                 summary: UnwindSummary::default(),
             }),
             pending: AtomicUsize::new(0),
@@ -249,6 +253,14 @@ struct Worker {
     builds: HashMap<Fingerprint, Option<Arc<LoadedFile>>>,
     /// Keys the `.eh_frame` hashes of fingerprints, secret to this run.
     hasher: RandomState,
+    /// The files each loaded process maps, by device and inode: tables
+    /// no process maps can make room for others.
+    mapped_by: HashMap<u32, Vec<(u64, u64)>>,
+    /// Every table in the maps.
+    loaded: Vec<Arc<LoadedFile>>,
+    /// How many files by device and inode are remembered before those no
+    /// process maps are forgotten.
+    files_limit: usize,
     summary: UnwindSummary,
 }
 
@@ -257,9 +269,13 @@ impl Worker {
         let Request { ended, new } = request;
         for pid in ended {
             let _ = self.processes.remove(&pid);
+            self.mapped_by.remove(&pid);
         }
         for (pid, mappings) in new {
             self.load(pid, &mappings);
+        }
+        if self.files.len() > self.files_limit {
+            self.forget_unmapped_files();
         }
     }
 
@@ -279,7 +295,11 @@ impl Worker {
             padding: 0,
             mappings: [Mapping::default(); MAX_MAPPINGS],
         };
-        for mapping in mappings.iter().take(MAX_MAPPINGS) {
+        let mappings = &mappings[..mappings.len().min(MAX_MAPPINGS)];
+        // Before its files load: they are in use while the others make room.
+        self.mapped_by
+            .insert(pid, mappings.iter().map(|m| m.file.key).collect());
+        for mapping in mappings {
             let entry = match self.files.get(&mapping.file.key) {
                 Some(entry) => entry.clone(),
                 None => {
@@ -326,14 +346,14 @@ impl Worker {
             self.summary.shared_files += usize::from(shared.is_some());
             return shared.clone();
         }
-        let loaded = self.compile_and_load(file).map(Arc::new);
+        let loaded = self.compile_and_load(file);
         if let Some(fingerprint) = fingerprint {
             self.builds.insert(fingerprint, loaded.clone());
         }
         loaded
     }
 
-    fn compile_and_load(&mut self, file: &MappedFile) -> Option<LoadedFile> {
+    fn compile_and_load(&mut self, file: &MappedFile) -> Option<Arc<LoadedFile>> {
         let origin = file.origin.as_ref();
         let (table, elapsed) = debug_file::read_and_compile(
             &file.path(),
@@ -345,13 +365,18 @@ impl Worker {
             self.summary.files_without_table += 1;
             return None;
         };
-        let Some(rows_start) = self.rows.append(table.rows.iter().map(UnwindRow::packed)) else {
+        let packed = || table.rows.iter().map(UnwindRow::packed);
+        let mut rows_start = self.rows.insert(packed());
+        if rows_start.is_none() && self.remove_unmapped_tables() {
+            rows_start = self.rows.insert(packed());
+        }
+        let Some(rows_start) = rows_start else {
             self.summary.files_without_room += 1;
             return None;
         };
         // Without room for its index, a file's rows are searched whole.
         let index = pages::page_index(&table.rows).unwrap_or_default();
-        let (pages_start, pages_count) = match self.pages.append(index.iter().copied()) {
+        let (pages_start, pages_count) = match self.pages.insert(index.iter().copied()) {
             Some(start) => (start, index.len() as u32),
             None => (0, 0),
         };
@@ -363,85 +388,55 @@ impl Worker {
         self.summary.debug_files += usize::from(table.debug_file.is_some());
         let rows_count = table.rows.len() as u32;
         table.rows = Vec::new();
-        Some(LoadedFile {
+        let loaded = Arc::new(LoadedFile {
             rows_start,
             rows_count,
             pages_start,
             pages_count,
             table,
-        })
+        });
+        self.loaded.push(loaded.clone());
+        Some(loaded)
     }
-}
 
-/// An array map (`unwind_rows`, `unwind_pages`), mapped into stoke
-/// (BPF_F_MMAPABLE), filled from the front.
-struct MappedArray<T> {
-    /// Keeps the map (and so the mapping's memory) alive.
-    _map: MapData,
-    base: NonNull<u8>,
-    capacity: usize,
-    used: usize,
-    values: PhantomData<T>,
-}
-
-// SAFETY: the mapping is owned by this value and used from one thread.
-unsafe impl<T> Send for MappedArray<T> {}
-
-impl<T> Drop for MappedArray<T> {
-    fn drop(&mut self) {
-        let len = (self.capacity * stride::<T>()).next_multiple_of(4096);
-        // SAFETY: unmapping what map() mapped.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), len) };
-    }
-}
-
-impl<T: Copy> MappedArray<T> {
-    fn map(map: Map, name: &str) -> Result<Self> {
-        let Map::Array(data) = map else {
-            bail!("{name} is not an array map");
-        };
-        let capacity = data.info()?.max_entries() as usize;
-        let len = (capacity * stride::<T>()).next_multiple_of(4096);
-        // SAFETY: mapping the whole of a BPF_F_MMAPABLE array map.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                data.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("mapping {name}"));
+    /// Forgets which device and inode had which table for the files no
+    /// loaded process maps: a host that runs for days sees new inodes by
+    /// the thousand (each container its own). The tables stay, found again
+    /// by build.
+    fn forget_unmapped_files(&mut self) {
+        let mapped: HashSet<(u64, u64)> = self.mapped_by.values().flatten().copied().collect();
+        self.files.retain(|key, _| mapped.contains(key));
+        // Builds without a table hold no room in the maps, only memory.
+        if self.builds.len() > MAX_FILES_SEEN {
+            self.builds.retain(|_, file| file.is_some());
         }
-        Ok(Self {
-            _map: data,
-            base: NonNull::new(base.cast()).context("mmap returned null")?,
-            capacity,
-            used: 0,
-            values: PhantomData,
-        })
+        self.files_limit = MAX_FILES_SEEN.max(2 * self.files.len());
     }
 
-    /// Copies `values` in after the others; their first index, or `None`
-    /// when they do not fit.
-    fn append(&mut self, values: impl ExactSizeIterator<Item = T>) -> Option<u32> {
-        let count = values.len();
-        if self.capacity - self.used < count {
-            return None;
-        }
-        let start = self.used;
-        // `take`: never past the room checked, whatever the iterator yields.
-        for value in values.take(count) {
-            // SAFETY: within the mapping; values are plain data.
-            unsafe {
-                let slot = self.base.as_ptr().add(self.used * stride::<T>());
-                std::ptr::write_unaligned(slot.cast::<T>(), value);
+    /// Removes from the maps the tables of the files no loaded process
+    /// maps, to make room for a new one: whether any were. Their processes
+    /// have left the processes map, so no sample reads their rows any more
+    /// (but one being taken as a process exits).
+    fn remove_unmapped_tables(&mut self) -> bool {
+        self.forget_unmapped_files();
+        let in_use: HashSet<*const LoadedFile> =
+            self.files.values().flatten().map(Arc::as_ptr).collect();
+        self.builds.retain(|_, file| {
+            file.as_ref()
+                .is_none_or(|file| in_use.contains(&Arc::as_ptr(file)))
+        });
+        let before = self.loaded.len();
+        let (rows, pages) = (&mut self.rows, &mut self.pages);
+        self.loaded.retain(|file| {
+            let keep = in_use.contains(&Arc::as_ptr(file));
+            if !keep {
+                rows.remove(file.rows_start, file.rows_count);
+                pages.remove(file.pages_start, file.pages_count);
             }
-            self.used += 1;
-        }
-        u32::try_from(start).ok()
+            keep
+        });
+        let removed = before - self.loaded.len();
+        self.summary.files_removed += removed;
+        removed > 0
     }
 }

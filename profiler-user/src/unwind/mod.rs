@@ -7,7 +7,8 @@
 //! ([`bounded`] holds the reads to bounds), `cfi` evaluates them, and
 //! [`debug_file`] finds its separate debug file. [`loader`] puts the tables
 //! of the sampled processes where the BPF unwinder finds them, with a
-//! [`pages`] index into each, and [`inspect`] is `stoke tables`. For
+//! [`pages`] index into each, in ranges of the maps (`mapped_array`) that
+//! files no process maps any more give back (`free_ranges`), and [`inspect`] is `stoke tables`. For
 //! tests, `reference` is an unwinder that applies the rows the way the BPF
 //! side does.
 
@@ -15,8 +16,10 @@ pub mod bounded;
 mod cfi;
 pub mod debug_file;
 pub mod elf_file;
+mod free_ranges;
 pub mod inspect;
 pub mod loader;
+mod mapped_array;
 pub mod pages;
 #[cfg(test)]
 pub mod reference;

@@ -355,7 +355,10 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
                      v1 hierarchies, as here): the first touch of /proc/PID, which creates \
                      its entries, is most of it; each interval names the addresses new in \
                      it, in files kept indexed from one interval to the next \
-                     (symbolize/prepared.rs)",
+                     (symbolize/prepared.rs). perf on stoke in a soak (2026-11-26): 39% \
+                     registering new processes (opening /proc/PID/maps 10%, PROCMAP_QUERY \
+                     8%, reading /proc/PID/cgroup 14%), 11% encoding pprof profiles (5% \
+                     setting up a gzip stream each), 18% waking up and polling the ring",
                     (steady.cpu_share - CPU_TARGET) * 100.0
                 )
             }),

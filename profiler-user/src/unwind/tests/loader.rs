@@ -1,0 +1,76 @@
+//! The loader on real BPF maps: the tables of files no process maps any
+//! more make room for new ones.
+
+use std::{
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    process::ProcessRegistry,
+    sample::sampler::{Sampler, SamplerConfig},
+    unwind::loader::{UnwindLoader, UnwindSummary},
+};
+
+/// Loads the image of process `first`, then, `first` having ended, that of
+/// `second`, into maps of `rows` rows.
+fn load_in_turn(rows: u32, first: u32, second: u32) -> UnwindSummary {
+    let mut sampler = Sampler::load(&SamplerConfig {
+        frequency_hz: 1,
+        pids: Some(vec![std::process::id()]),
+        include_idle: false,
+        bpf_stats: false,
+        unwind_rows: rows,
+        cpu: false,
+        cpu_java_stacks: false,
+        offcpu: None,
+    })
+    .unwrap();
+    let loader = UnwindLoader::start(sampler.take_unwind_maps().unwrap()).unwrap();
+    let mut processes = ProcessRegistry::default();
+    let image = processes.image_for(first, "first");
+    loader.update(Vec::new(), std::iter::once(processes.image(image)));
+    processes.exited(first);
+    let image = processes.image_for(second, "second");
+    loader.update(vec![first], std::iter::once(processes.image(image)));
+    loader.finish()
+}
+
+/// `sleep`, once its libraries are mapped (it sleeps: clock_nanosleep,
+/// 230 on x86-64).
+fn sleeping_child() -> Child {
+    let child = Command::new("sleep").arg("30").spawn().unwrap();
+    let asleep = || {
+        std::fs::read_to_string(format!("/proc/{}/syscall", child.id()))
+            .is_ok_and(|syscall| syscall.starts_with("230 "))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !asleep() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child
+}
+
+/// This test process's files fill the maps; once it is taken as ended,
+/// `sleep`'s own binary gets room from the files `sleep` does not map
+/// (this test binary), while libc's table, which `sleep` maps too, stays.
+#[test]
+fn tables_of_files_no_process_maps_make_room_for_new_ones() {
+    let mut child = sleeping_child();
+    let (own, sleep) = (std::process::id(), child.id());
+    let own_rows = load_in_turn(1 << 20, own, own).rows;
+    let roomy = load_in_turn(1 << 20, own, sleep);
+    let sleep_rows = roomy.rows - own_rows;
+    assert!(sleep_rows > 0, "sleep has no table of its own: {roomy:?}");
+
+    let full = load_in_turn(own_rows as u32, own, sleep);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(full.files_without_room, 0, "{full:?}");
+    assert!(full.files_removed >= 1, "{full:?}");
+    assert_eq!(
+        (full.files, full.rows),
+        (roomy.files, roomy.rows),
+        "{full:?}"
+    );
+}
