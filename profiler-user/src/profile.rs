@@ -167,6 +167,11 @@ pub struct JavaSummary {
     pub jvms: usize,
     /// Time each attach took, in milliseconds, by JVM pid, slowest first.
     pub attach_ms: Vec<(u32, u64)>,
+    /// Why each JVM whose agent did not answer keeps native stacks only,
+    /// by pid (the first ones).
+    pub not_attached: Vec<(u32, String)>,
+    /// `--no-jvm`: no JVM was asked.
+    pub disabled: bool,
     /// For each JVM started during the recording, the milliseconds from
     /// its start to its first sample with Java frames, by JVM pid.
     pub java_after_start_ms: Vec<(u32, u64)>,

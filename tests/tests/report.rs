@@ -4,7 +4,8 @@
 //! says the same; in Chromium, the drawn tables list the process with its
 //! container and sort by a click, and the flame graph draws. Against a
 //! baseline of another workload, the function that took over and the one
-//! that went away head the changes table.
+//! that went away head the changes table. A process whose agent stoke did
+//! not load says why in its row.
 
 mod browser;
 
@@ -14,7 +15,9 @@ use browser::{number, Browser};
 use serde_json::Value;
 
 use stoke_tests::docker::{Container, Engine, Image, Rootfs};
-use stoke_tests::{args, cpu_time, prepare, record_to, require_root, Stoke, TempDir, Workload};
+use stoke_tests::{
+    args, cpu_time, prepare, record_to, require_root, Stoke, TempDir, Workload, JDK_17,
+};
 
 /// Samples per second of the recordings.
 const HZ: u32 = 299;
@@ -416,6 +419,55 @@ fn a_baseline_shows_which_function_grew_and_which_shrank() {
         browser.js("return stoke.frames('spin').length;"),
         0,
         "spin, gone since the baseline, has a width now"
+    );
+}
+
+/// A process that maps libjvm.so but runs no JVM: stoke does not load its
+/// agent there, and the report's row for it says why, as stoke's warning
+/// did.
+#[test]
+fn a_jvm_row_says_why_its_stacks_are_native() {
+    require_root();
+    let (dir, workload) = prepare("report-no-agent", "libjvm_host");
+    let running = workload.spawn(&args![10, JDK_17.libjvm().display()]);
+    let pid = running.pid();
+    let out = dir.join("report.html");
+    let output = Stoke::spawn(&args![
+        "report",
+        "-p",
+        pid,
+        "-F",
+        HZ,
+        "-d",
+        2,
+        "-o",
+        out.display()
+    ])
+    .wait(Duration::from_secs(120));
+    output.assert_success();
+    let prefix = format!("stoke: warning: JVM {pid}: ");
+    let why = output
+        .stderr
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(&prefix)?
+                .strip_suffix("; its stacks stay native-only")
+        })
+        .unwrap_or_else(|| panic!("no warning for {pid}:\n{}", output.stderr));
+    let html = fs::read_to_string(&out).expect("the report was written");
+    let row_start = html
+        .find(&format!("data-pid=\"{pid}\""))
+        .expect("no row for the process");
+    let row = &html[row_start..row_start + html[row_start..].find("</tr>").unwrap()];
+    let escaped = why
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;");
+    assert!(
+        row.contains(&format!("<td>native frames only: {escaped}</td>")),
+        "the row does not say why ({why}): {row}"
     );
 }
 

@@ -206,7 +206,10 @@ impl JavaProfiler {
             jvms: HashMap::new(),
             ended: Vec::new(),
             merger: Merger::default(),
-            summary: JavaSummary::default(),
+            summary: JavaSummary {
+                disabled: !enabled,
+                ..JavaSummary::default()
+            },
             retransform,
             warnings: 0,
             event_settings: JavaEventSettings::default(),
@@ -362,8 +365,8 @@ impl JavaProfiler {
     /// After sampling: waits briefly for the last answers, then hands back
     /// every remaining sample and the JVMs' symbols.
     pub fn finish(mut self, processes: &mut ProcessRegistry) -> JavaResults {
-        for (_, last) in std::mem::take(&mut self.attach_retries).into_values() {
-            self.warn_native_only(&last);
+        for (pid, (_, last)) in std::mem::take(&mut self.attach_retries) {
+            self.warn_native_only(pid, &last);
         }
         if self.warnings > MAX_WARNINGS {
             eprintln!(
@@ -473,12 +476,16 @@ impl JavaProfiler {
         self.request_names(wanted);
     }
 
-    /// Says why a JVM keeps native stacks only; after [`MAX_WARNINGS`],
-    /// only counts it.
-    fn warn_native_only(&mut self, why: &str) {
+    /// Says why JVM `pid` keeps native stacks only (`why` names it),
+    /// and keeps the reason for the summary; after [`MAX_WARNINGS`], only
+    /// counts it.
+    fn warn_native_only(&mut self, pid: u32, why: &str) {
         self.warnings += 1;
         if self.warnings <= MAX_WARNINGS {
             eprintln!("stoke: warning: {why}; its stacks stay native-only");
+            let own_name = format!("JVM {pid}: ");
+            let reason = why.strip_prefix(&own_name).unwrap_or(why);
+            self.summary.not_attached.push((pid, reason.to_owned()));
         }
     }
 
@@ -500,7 +507,7 @@ impl JavaProfiler {
                 self.attach_retries.remove(&pid);
                 if let Err(refused) = sampler.allow_signals(pid, SIGNAL as u32, attached.began_ns) {
                     self.coverage.agent_answered(pid, false);
-                    self.warn_native_only(&format!("JVM {pid}: {refused}"));
+                    self.warn_native_only(pid, &format!("JVM {pid}: {refused}"));
                     return Ok(());
                 }
                 self.coverage.agent_answered(pid, true);
@@ -557,7 +564,7 @@ impl JavaProfiler {
                 }
                 self.attach_retries.remove(&pid);
                 self.coverage.agent_answered(pid, false);
-                self.warn_native_only(&named);
+                self.warn_native_only(pid, &named);
             }
         }
         Ok(())

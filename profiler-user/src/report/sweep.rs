@@ -88,6 +88,12 @@ impl Sweep {
     pub fn of(profile: &Profile) -> Self {
         let summary = &profile.summary;
         let attached: HashMap<u32, u64> = summary.java.attach_ms.iter().copied().collect();
+        let not_attached: HashMap<u32, &str> = summary
+            .java
+            .not_attached
+            .iter()
+            .map(|(pid, why)| (*pid, why.as_str()))
+            .collect();
         let mut containers: BTreeMap<String, (ContainerRow, HashSet<u32>)> = BTreeMap::new();
         let mut processes: HashMap<u32, ProcessRow> = HashMap::new();
         let mut java_pids: HashSet<u32> = HashSet::new();
@@ -142,6 +148,14 @@ impl Sweep {
             process.jvm = match attached.get(&process.pid) {
                 Some(ms) => Some(format!("agent attached in {ms} ms")),
                 None if java_pids.contains(&process.pid) => Some("agent attached".into()),
+                // Stoke tried its agent and said why not.
+                None if not_attached.contains_key(&process.pid) => Some(format!(
+                    "native frames only: {}",
+                    not_attached[&process.pid]
+                )),
+                None if is_jvm(process) && summary.java.disabled => {
+                    Some("native frames only: --no-jvm".into())
+                }
                 None if is_jvm(process) => Some("native frames only".into()),
                 None => None,
             };
@@ -233,7 +247,7 @@ mod tests {
             ("container_id", "abcdef0123456789"),
             ("container_name", "web"),
         ];
-        let profile = Profile {
+        let mut profile = Profile {
             stacks: vec![
                 stack(&web, &["java [10]", "Main.run_[j]", "Main.work_[j]"], 6),
                 stack(&web, &["java [10]", "Main.run_[j]", "Main.run_[j]"], 1),
@@ -265,6 +279,19 @@ mod tests {
             Some("native frames only")
         );
         assert_eq!(sweep.processes[1].jvm, None);
+        // Why, when stoke knows.
+        profile.summary.java.disabled = true;
+        let jvm_30 = |profile: &Profile| Sweep::of(profile).processes[2].jvm.clone();
+        assert_eq!(
+            jvm_30(&profile).as_deref(),
+            Some("native frames only: --no-jvm")
+        );
+        profile.summary.java.disabled = false;
+        profile.summary.java.not_attached = vec![(30, "attach refused".into())];
+        assert_eq!(
+            jvm_30(&profile).as_deref(),
+            Some("native frames only: attach refused")
+        );
         let top = &sweep.functions[0];
         assert_eq!(
             (&*top.name, top.self_samples, top.total),

@@ -53,18 +53,21 @@ pub(super) enum Source {
 }
 
 /// One FDE kept for the table: its range and its rows in
-/// [`Collected::raw`].
+/// [`Collected::raw`] (fewer than [`MAX_RAW_ROWS`]).
 pub(super) struct Fde {
     pub start: u64,
     pub end: u64,
     pub source: Source,
-    pub rows: Range<usize>,
+    pub rows: Range<u32>,
 }
 
-/// A row as gimli gave it, with its full address.
+/// A row as gimli gave it: its address as an offset from its FDE's start,
+/// and its rule as the BPF map will hold it ([`Rule::packed`]), so that the
+/// table says what the unwinder does. 8 bytes: a large library evaluates to
+/// millions of rows before they merge.
 pub(super) struct RawRow {
-    pub pc: u64,
-    pub rule: Rule,
+    pub offset: u32,
+    pub rule: u32,
 }
 
 /// The FDEs that a file's sections gave, with their rows.
@@ -190,11 +193,13 @@ impl<'a> Collector<'a> {
                 self.collected.stats.skipped_fdes += 1;
                 continue;
             }
+            // Both within MAX_RAW_ROWS, checked before each row.
+            let index = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
             self.collected.fdes.push(Fde {
                 start,
                 end,
                 source,
-                rows: first..self.collected.raw.len(),
+                rows: index(first)..index(self.collected.raw.len()),
             });
         }
     }
@@ -226,13 +231,16 @@ impl<'a> Collector<'a> {
         let ra_at_column_16 = cie.return_address_register() == RA;
         let signal_frame = cie.is_signal_trampoline();
         let mut rows = fde.rows(section, bases, &mut self.context)?;
-        let mut previous = fde.initial_address();
+        let start = fde.initial_address();
+        let mut previous = start;
         while let Some(row) = rows.next_row()? {
             let pc = row.start_address();
-            if pc < previous {
-                // Addresses only move forward in valid CFI.
-                return Err(gimli::Error::InvalidCfiSetLoc(pc));
-            }
+            // Addresses only move forward in valid CFI, and no function
+            // spans 4 GiB.
+            let offset = u32::try_from(pc.wrapping_sub(start))
+                .ok()
+                .filter(|_| pc >= previous)
+                .ok_or(gimli::Error::InvalidCfiSetLoc(pc))?;
             previous = pc;
             if self.collected.raw.len() >= MAX_RAW_ROWS {
                 self.limit = Some(TOO_MANY_ROWS);
@@ -248,7 +256,10 @@ impl<'a> Collector<'a> {
             } else {
                 Rule::stop(RowKind::Unsupported)
             };
-            self.collected.raw.push(RawRow { pc, rule });
+            self.collected.raw.push(RawRow {
+                offset,
+                rule: rule.packed(),
+            });
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use object::{ReadCache, ReadRef};
 
 use super::{
     bounded::BoundedFile,
-    cfi::{Collected, Collector, Source},
+    cfi::{Collected, Collector, RawRow, Source},
     debug_file::{DebugFile, DebugLinks},
     elf_file::{
         self, debug_file_sections, ElfError, ElfFile, LoadSegment, SectionContents, SectionError,
@@ -28,10 +28,11 @@ use super::{
     },
 };
 
+use profiler_common::unwind::PackedRow;
 pub use profiler_common::unwind::{RbpRule, RowKind, UnwindRow};
 
 // The BPF map's value size: a change here is a change of the BPF side.
-const _: () = assert!(std::mem::size_of::<profiler_common::unwind::PackedRow>() == 8);
+const _: () = assert!(std::mem::size_of::<PackedRow>() == 8);
 
 /// A row without its address: what merging compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +44,31 @@ pub(super) struct Rule {
 }
 
 impl Rule {
+    /// The rule as a [`PackedRow`] holds it: one that does not fit is
+    /// [`RowKind::Unsupported`], where the unwinder stops.
+    pub fn packed(self) -> u32 {
+        UnwindRow {
+            pc: 0,
+            cfa_offset: self.cfa_offset,
+            rbp_offset: self.rbp_offset,
+            kind: self.kind,
+            rbp: self.rbp,
+        }
+        .packed()
+        .rule
+    }
+
+    /// The rule a [`PackedRow`]'s rule word holds.
+    pub fn unpacked(rule: u32) -> Self {
+        let row = PackedRow { pc: 0, rule }.unpacked();
+        Self {
+            kind: row.kind,
+            cfa_offset: row.cfa_offset,
+            rbp: row.rbp,
+            rbp_offset: row.rbp_offset,
+        }
+    }
+
     /// A rule whose kind stops the unwinder: the other fields mean nothing,
     /// and are zero so that neighbouring rows of the same kind merge.
     pub const fn stop(kind: RowKind) -> Self {
@@ -345,20 +371,22 @@ fn assemble(collected: Collected, segments: Vec<LoadSegment>) -> UnwindTable {
         if fde.start.saturating_sub(covered) >= MIN_GAP && !rows.is_empty() {
             push(&mut rows, offset(covered), Rule::stop(RowKind::NoCfi));
         }
-        let fde_rows = &raw[fde.rows.clone()];
+        let fde_rows = &raw[fde.rows.start as usize..fde.rows.end as usize];
         stats.raw_rows += fde_rows.len();
+        let pc_of = |row: &RawRow| fde.start + u64::from(row.offset);
         // The rule in force at `start`: the FDE's last row at or before it
         // (the first row starts at the FDE's start, which is <= `start`).
-        let first = fde_rows.partition_point(|row| row.pc <= start);
+        let first = fde_rows.partition_point(|row| pc_of(row) <= start);
         let Some(initial) = first.checked_sub(1).map(|index| &fde_rows[index]) else {
             continue;
         };
-        push(&mut rows, offset(start), initial.rule);
+        push(&mut rows, offset(start), Rule::unpacked(initial.rule));
         for row in &fde_rows[first..] {
-            if row.pc >= fde.end {
+            let pc = pc_of(row);
+            if pc >= fde.end {
                 break;
             }
-            push(&mut rows, offset(row.pc), row.rule);
+            push(&mut rows, offset(pc), Rule::unpacked(row.rule));
         }
         stats.debug_frame_fdes += usize::from(fde.source != Source::EhFrame);
         stats.debug_file_fdes += usize::from(fde.source == Source::DebugFile);
@@ -382,17 +410,14 @@ fn push(rows: &mut Vec<UnwindRow>, pc: u32, rule: Rule) {
     if rows.last().is_some_and(|last| last.pc == pc) {
         rows.pop();
     }
-    // The row as the unwinder will read it (a frame over 256 KiB is
-    // Unsupported there), so that this table says what it does.
+    // Rules come packed and unpacked (`RawRow`): as the unwinder reads them.
     let row = UnwindRow {
         pc,
         cfa_offset: rule.cfa_offset,
         rbp_offset: rule.rbp_offset,
         kind: rule.kind,
         rbp: rule.rbp,
-    }
-    .packed()
-    .unpacked();
+    };
     let rule_of = |row: &UnwindRow| (row.kind, row.cfa_offset, row.rbp, row.rbp_offset);
     if rows
         .last()

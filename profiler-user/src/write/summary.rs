@@ -172,7 +172,7 @@ fn write_stack_quality(summary: &RecordingSummary, out: &mut dyn Write) -> io::R
 
 /// How Java profiling went, when there were JVMs.
 fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
-    if java.jvms == 0 {
+    if java.jvms == 0 && java.not_attached.is_empty() {
         return Ok(());
     }
     let slowest = java.attach_ms.first().map_or(0, |&(_, ms)| ms);
@@ -185,6 +185,11 @@ fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
         java.attach_ms
             .iter()
             .map(|&(pid, ms)| (format!("JVM {pid} attach"), format!("{ms} ms"))),
+    );
+    lines.extend(
+        java.not_attached
+            .iter()
+            .map(|(pid, why)| (format!("JVM {pid} native only"), why.clone())),
     );
     // JVMs started during the recording: how soon their stacks had Java.
     lines.extend(java.java_after_start_ms.iter().map(|&(pid, ms)| {
@@ -375,7 +380,9 @@ mod tests {
         profile.summary.java.jvms = 2;
         profile.summary.java.attach_ms = vec![(42, 130), (7, 0)];
         profile.summary.java.java_after_start_ms = vec![(42, 310)];
+        profile.summary.java.not_attached = vec![(9, "attach refused".into())];
         let report = report(&profile);
+        assert!(report.contains(&format!("{:<33} attach refused\n", "JVM 9 native only:")));
         assert!(report.contains("JVMs profiled:                    2 (slowest attach 130 ms)\n"));
         assert!(report.contains("JVM 42 attach:                    130 ms\nJVM 7 attach:"));
         assert!(report.contains("JVM 42 Java frames:               310 ms after its start\n"));

@@ -10,7 +10,7 @@ use super::support::{
 };
 use crate::unwind::{
     elf_file::{self, ElfFile},
-    table::{compile, RbpRule, RowKind, UnwindTable},
+    table::{compile, RbpRule, RowKind, Rule, UnwindTable},
 };
 
 const LIBJVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
@@ -347,4 +347,36 @@ fn offsets_become_the_addresses_of_their_segment() {
     assert_eq!(elf_file::vaddr_of_offset(&segments, u64::MAX), None);
     let status = fs::read("/proc/self/status").unwrap();
     assert!(ElfFile::parse(&*status).is_err());
+}
+
+/// Rules are kept as the BPF map holds them from the moment they are
+/// evaluated: one that does not fit (a frame of a megabyte, an RBP saved
+/// off an 8-byte word) is unsupported, where the unwinder stops, never a
+/// wrong offset; the others come back unchanged.
+#[test]
+fn rules_are_kept_as_the_unwinder_reads_them() {
+    let rule = |kind, cfa_offset, rbp, rbp_offset| Rule {
+        kind,
+        cfa_offset,
+        rbp,
+        rbp_offset,
+    };
+    let unsupported = rule(RowKind::Unsupported, 0, RbpRule::Unsupported, 0);
+    for (evaluated, kept) in [
+        (
+            rule(RowKind::CfaRsp, 1 << 20, RbpRule::Unchanged, 0),
+            unsupported,
+        ),
+        (rule(RowKind::CfaRbp, 16, RbpRule::AtCfa, -20), unsupported),
+        (
+            rule(RowKind::CfaRsp, 8, RbpRule::Unchanged, 0),
+            rule(RowKind::CfaRsp, 8, RbpRule::Unchanged, 0),
+        ),
+        (
+            rule(RowKind::CfaRbp, 16, RbpRule::AtCfa, -16),
+            rule(RowKind::CfaRbp, 16, RbpRule::AtCfa, -16),
+        ),
+    ] {
+        assert_eq!(Rule::unpacked(evaluated.packed()), kept, "{evaluated:?}");
+    }
 }

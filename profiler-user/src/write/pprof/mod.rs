@@ -15,12 +15,13 @@
 pub(crate) mod proto;
 
 use std::{
+    cell::RefCell,
     collections::HashMap,
     io::{self, Write},
     time::UNIX_EPOCH,
 };
 
-use flate2::{write::GzEncoder, Compression};
+use flate2::{Compress, Compression, FlushCompress, Status};
 use prost::Message;
 
 use crate::{
@@ -40,10 +41,34 @@ pub fn encode<'a>(
     let bytes = Builder::new(&profile.modules)
         .build(profile, stacks)
         .encode_to_vec();
-    let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
-    gzip.write_all(&bytes)
-        .expect("writing to memory cannot fail");
-    gzip.finish().expect("writing to memory cannot fail")
+    gzip(&bytes)
+}
+
+thread_local! {
+    /// One gzip stream per thread, reset for each profile: a new one
+    /// allocates and clears some 300 KB of state, which was 5% of what
+    /// `stoke continuous` cost, at a dozen small profiles an interval.
+    static GZIP: RefCell<Compress> = RefCell::new(Compress::new_gzip(Compression::default(), 15));
+}
+
+/// `bytes` gzipped.
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    GZIP.with_borrow_mut(|gzip| {
+        gzip.reset();
+        let mut out = Vec::with_capacity(bytes.len() / 2 + 64);
+        loop {
+            let taken = usize::try_from(gzip.total_in()).unwrap_or(usize::MAX);
+            let rest = bytes.get(taken..).unwrap_or_default();
+            match gzip
+                .compress_vec(rest, &mut out, FlushCompress::Finish)
+                .expect("compressing in memory cannot fail")
+            {
+                Status::StreamEnd => return out,
+                // Out of room in `out`.
+                Status::Ok | Status::BufError => out.reserve(out.capacity()),
+            }
+        }
+    })
 }
 
 /// Writes all of `profile` as a gzipped pprof profile.
