@@ -477,21 +477,21 @@ struct stoke_mapping {
 };
 
 /**
- * A process's executable mappings, sorted by start.
+ * A process's executable mappings: `count` [`Mapping`]s (at most
+ * [`MAX_MAPPINGS`]), sorted by start, from index `first` of the
+ * `unwind_mappings` map. 8 bytes a process in the kernel's hash map, where
+ * the mappings themselves would take 10 KB for every process to copy in
+ * and allocate, most of them empty.
  */
 struct stoke_process_mappings {
   /**
-   * Mappings in use.
+   * Mappings of the process.
    */
   uint32_t count;
   /**
-   * Keeps `mappings` 8-byte aligned, as in C.
+   * Index of its first mapping in `unwind_mappings`.
    */
-  uint32_t padding;
-  /**
-   * The mappings, `count` of them first.
-   */
-  struct stoke_mapping mappings[STOKE_MAX_MAPPINGS];
+  uint32_t first;
 };
 
 #endif  /* STOKE_ABI_H */

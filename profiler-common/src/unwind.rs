@@ -170,16 +170,18 @@ pub struct Mapping {
     pub pages_count: u32,
 }
 
-/// A process's executable mappings, sorted by start.
+/// A process's executable mappings: `count` [`Mapping`]s (at most
+/// [`MAX_MAPPINGS`]), sorted by start, from index `first` of the
+/// `unwind_mappings` map. 8 bytes a process in the kernel's hash map, where
+/// the mappings themselves would take 10 KB for every process to copy in
+/// and allocate, most of them empty.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcessMappings {
-    /// Mappings in use.
+    /// Mappings of the process.
     pub count: u32,
-    /// Keeps `mappings` 8-byte aligned, as in C.
-    pub padding: u32,
-    /// The mappings, `count` of them first.
-    pub mappings: [Mapping; MAX_MAPPINGS],
+    /// Index of its first mapping in `unwind_mappings`.
+    pub first: u32,
 }
 
 /// Why a user stack ends, in [`crate::RecordHeader::flags`] bits

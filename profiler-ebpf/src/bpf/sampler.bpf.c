@@ -130,8 +130,18 @@ struct {
 	__type(value, struct stoke_unwind_page);
 } unwind_pages SEC(".maps");
 
-/* Processes whose tables are loaded: tgid -> executable mappings. A process
- * not in here is unwound with frame pointers. */
+/* Every loaded process's executable mappings (struct stoke_mapping), each
+ * process's sorted and together, in ranges userspace writes in place. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stoke_mapping);
+} unwind_mappings SEC(".maps");
+
+/* Processes whose tables are loaded: tgid -> where its mappings are in
+ * unwind_mappings. A process not in here is unwound with frame pointers. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
@@ -237,6 +247,18 @@ struct mapping_search {
 	__s32 found;
 };
 
+/* A process's mapping `index` (0 up to its count). */
+static __always_inline struct stoke_mapping *
+mapping_at(struct stoke_process_mappings *process, __u32 index)
+{
+	__u32 key;
+
+	if (index >= process->count || index >= STOKE_MAX_MAPPINGS)
+		return NULL;
+	key = process->first + index;
+	return bpf_map_lookup_elem(&unwind_mappings, &key);
+}
+
 static long mapping_search_step(__u32 index, void *context)
 {
 	struct mapping_search *search = context;
@@ -246,9 +268,9 @@ static long mapping_search_step(__u32 index, void *context)
 	if (search->low >= search->high)
 		return 1;
 	middle = (search->low + search->high) / 2;
-	if (middle >= STOKE_MAX_MAPPINGS)
+	mapping = mapping_at(search->process, middle);
+	if (!mapping)
 		return 1;
-	mapping = &search->process->mappings[middle];
 	if (search->pc < mapping->start) {
 		search->high = middle;
 	} else if (search->pc >= mapping->end) {
@@ -272,22 +294,17 @@ find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last)
 		.high = process->count,
 		.found = -1,
 	};
-	__u32 cached = *last;
+	struct stoke_mapping *mapping = mapping_at(process, *last);
 
-	/* One path on from here whichever way the mapping was found: the
-	 * verifier then walks what follows once. */
-	if (cached < STOKE_MAX_MAPPINGS && pc >= process->mappings[cached].start &&
-	    pc < process->mappings[cached].end)
-		search.found = cached;
-	if (search.found < 0) {
-		if (search.high > STOKE_MAX_MAPPINGS)
-			search.high = STOKE_MAX_MAPPINGS;
-		bpf_loop(9, mapping_search_step, &search, 0);
-	}
-	if (search.found < 0 || search.found >= STOKE_MAX_MAPPINGS)
+	if (mapping && pc >= mapping->start && pc < mapping->end)
+		return mapping;
+	if (search.high > STOKE_MAX_MAPPINGS)
+		search.high = STOKE_MAX_MAPPINGS;
+	bpf_loop(9, mapping_search_step, &search, 0);
+	if (search.found < 0)
 		return NULL;
 	*last = search.found;
-	return &process->mappings[search.found];
+	return mapping_at(process, search.found);
 }
 
 /* A binary search for the last row at or before a pc, one step at a time:
@@ -575,7 +592,7 @@ static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 		.state = bpf_map_lookup_elem(&unwind_states, &slot),
 		.record = bpf_map_lookup_elem(&scratch, &slot),
 		.process = process,
-		/* No mapping's index (those past the count are empty), and a
+		/* No mapping's index (it is past the count), and a
 		 * value the verifier cannot know: the indices steps store later
 		 * are then no new state for it to walk the steps again with. */
 		.last_mapping = process->count,

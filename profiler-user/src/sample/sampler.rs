@@ -79,6 +79,10 @@ pub struct Sampler {
 /// Processes whose unwind tables can be loaded at once.
 const UNWIND_PROCESSES: u32 = 16384;
 
+/// Executable mappings of those processes, all together (40 bytes each,
+/// mapped into stoke): a process maps a dozen files, a JVM a hundred.
+const UNWIND_MAPPINGS: u32 = 1 << 16;
+
 /// Totals of the sampler's per-CPU counters.
 pub type CounterTotals = [u64; COUNTER_COUNT as usize];
 
@@ -134,6 +138,14 @@ impl Sampler {
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
             .map_max_entries("unwind_pages", page_capacity(config.unwind_rows).max(1))
             .map_max_entries("unwind_processes", UNWIND_PROCESSES)
+            .map_max_entries(
+                "unwind_mappings",
+                if config.unwind_rows == 0 {
+                    1
+                } else {
+                    UNWIND_MAPPINGS
+                },
+            )
             .load(linked.object())
             .map_err(explain_load_error)?;
 
@@ -274,6 +286,7 @@ impl Sampler {
             rows: take("unwind_rows")?,
             pages: take("unwind_pages")?,
             processes: take("unwind_processes")?,
+            mappings: take("unwind_mappings")?,
         })
     }
 

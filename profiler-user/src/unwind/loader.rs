@@ -8,7 +8,8 @@
 //! filesystems) share the table of the first copy seen, by build ID and
 //! `.eh_frame` ([`elf_file::Fingerprint`]), and its page index
 //! ([`pages`]) into `unwind_pages`; each process gets its sorted
-//! executable mappings in `unwind_processes`. Until a process's entry is
+//! executable mappings in `unwind_mappings`, and where they are in
+//! `unwind_processes`. Until a process's entry is
 //! in, the sampler walks its frame pointers.
 //!
 //! A process whose files all have their tables already (most new processes
@@ -69,8 +70,10 @@ pub struct UnwindMaps {
     pub rows: Map,
     /// `unwind_pages`: every file's page index.
     pub pages: Map,
-    /// `unwind_processes`: each process's mappings.
+    /// `unwind_processes`: where each process's mappings are.
     pub processes: Map,
+    /// `unwind_mappings`: every process's mappings.
+    pub mappings: Map,
 }
 
 /// Whether a recording loads a table (one it could search, that has rows).
@@ -121,6 +124,8 @@ pub struct UnwindSummary {
     pub compile_time: Duration,
     /// Processes whose tables were loaded.
     pub processes: usize,
+    /// Processes left out because the mappings map was full.
+    pub processes_without_room: usize,
 }
 
 /// The loader thread's handle.
@@ -149,12 +154,14 @@ impl UnwindLoader {
     pub fn start(maps: UnwindMaps) -> Result<Self> {
         let rows = MappedArray::map(maps.rows, "unwind_rows")?;
         let pages = MappedArray::map(maps.pages, "unwind_pages")?;
+        let mappings = MappedArray::map(maps.mappings, "unwind_mappings")?;
         let processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]> =
             BpfHashMap::try_from(maps.processes)?;
         let shared = Arc::new(Shared {
             worker: Mutex::new(Worker {
                 rows,
                 pages,
+                mappings,
                 processes,
                 files: HashMap::new(),
                 builds: HashMap::new(),
@@ -243,9 +250,18 @@ struct LoadedFile {
     table: UnwindTable,
 }
 
+/// A process in the maps: the files it maps, by device and inode, and
+/// where its mappings are in `unwind_mappings`.
+struct LoadedProcess {
+    files: Vec<(u64, u64)>,
+    first: u32,
+    count: u32,
+}
+
 struct Worker {
     rows: MappedArray<PackedRow>,
     pages: MappedArray<UnwindPage>,
+    mappings: MappedArray<Mapping>,
     processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]>,
     /// By device and inode; `None` for files without a usable table.
     files: HashMap<(u64, u64), Option<Arc<LoadedFile>>>,
@@ -253,9 +269,9 @@ struct Worker {
     builds: HashMap<Fingerprint, Option<Arc<LoadedFile>>>,
     /// Keys the `.eh_frame` hashes of fingerprints, secret to this run.
     hasher: RandomState,
-    /// The files each loaded process maps, by device and inode: tables
-    /// no process maps can make room for others.
-    mapped_by: HashMap<u32, Vec<(u64, u64)>>,
+    /// Each loaded process: the files it maps (tables no process maps
+    /// can make room for others) and where its mappings are.
+    mapped_by: HashMap<u32, LoadedProcess>,
     /// Every table in the maps.
     loaded: Vec<Arc<LoadedFile>>,
     /// How many files by device and inode are remembered before those no
@@ -268,8 +284,7 @@ impl Worker {
     fn apply(&mut self, request: Request) {
         let Request { ended, new } = request;
         for pid in ended {
-            let _ = self.processes.remove(&pid);
-            self.mapped_by.remove(&pid);
+            self.end(pid);
         }
         for (pid, mappings) in new {
             self.load(pid, &mappings);
@@ -290,49 +305,75 @@ impl Worker {
     }
 
     fn load(&mut self, pid: u32, mappings: &[ExecMapping]) {
-        let mut process = ProcessMappings {
-            count: 0,
-            padding: 0,
-            mappings: [Mapping::default(); MAX_MAPPINGS],
-        };
         let mappings = &mappings[..mappings.len().min(MAX_MAPPINGS)];
+        // Not expected (an exec ends a process first), but then the image
+        // loaded last is the one in force.
+        self.end(pid);
         // Before its files load: they are in use while the others make room.
-        self.mapped_by
-            .insert(pid, mappings.iter().map(|m| m.file.key).collect());
-        for mapping in mappings {
-            let entry = match self.files.get(&mapping.file.key) {
-                Some(entry) => entry.clone(),
-                None => {
-                    let loaded = self.table_of(&mapping.file);
-                    self.files.insert(mapping.file.key, loaded.clone());
-                    loaded
-                }
-            };
-            let mut placed = Mapping {
-                start: mapping.start,
-                end: mapping.end,
-                ..Mapping::default()
-            };
-            if let Some(file) = entry {
-                if let Some(vaddr) = file.table.vaddr_of_offset(mapping.file_offset) {
-                    // address - row_base = (address - load bias) - base.
-                    placed.row_base =
-                        (mapping.start.wrapping_sub(vaddr)).wrapping_add(file.table.base);
-                    placed.rows_start = file.rows_start;
-                    placed.rows_count = file.rows_count;
-                    placed.pages_start = file.pages_start;
-                    placed.pages_count = file.pages_count;
-                }
-            }
-            process.mappings[process.count as usize] = placed;
-            process.count += 1;
-        }
-        process.mappings[..process.count as usize].sort_by_key(|mapping| mapping.start);
+        self.mapped_by.insert(
+            pid,
+            LoadedProcess {
+                files: mappings.iter().map(|m| m.file.key).collect(),
+                first: 0,
+                count: 0,
+            },
+        );
+        let mut placed: Vec<Mapping> = mappings.iter().map(|m| self.place(m)).collect();
+        placed.sort_by_key(|mapping| mapping.start);
+        let count = placed.len() as u32;
+        let Some(first) = self.mappings.insert(placed.into_iter()) else {
+            self.summary.processes_without_room += 1;
+            return;
+        };
         // SAFETY: ProcessMappings is repr(C) plain data without padding.
-        let bytes: [u8; size_of::<ProcessMappings>()] = unsafe { std::mem::transmute(process) };
-        if self.processes.insert(pid, bytes, 0).is_ok() {
+        let value: [u8; size_of::<ProcessMappings>()] =
+            unsafe { std::mem::transmute(ProcessMappings { count, first }) };
+        if self.processes.insert(pid, value, 0).is_ok() {
             self.summary.processes += 1;
+            if let Some(process) = self.mapped_by.get_mut(&pid) {
+                (process.first, process.count) = (first, count);
+            }
+        } else {
+            self.mappings.remove(first, count);
         }
+    }
+
+    /// Process `pid` ended: its entry leaves the processes map, then its
+    /// mappings make room for others.
+    fn end(&mut self, pid: u32) {
+        if let Some(process) = self.mapped_by.remove(&pid) {
+            let _ = self.processes.remove(&pid);
+            self.mappings.remove(process.first, process.count);
+        }
+    }
+
+    /// An executable mapping as the unwinder reads it: with its file's
+    /// rows, once they are loaded.
+    fn place(&mut self, mapping: &ExecMapping) -> Mapping {
+        let entry = match self.files.get(&mapping.file.key) {
+            Some(entry) => entry.clone(),
+            None => {
+                let loaded = self.table_of(&mapping.file);
+                self.files.insert(mapping.file.key, loaded.clone());
+                loaded
+            }
+        };
+        let mut placed = Mapping {
+            start: mapping.start,
+            end: mapping.end,
+            ..Mapping::default()
+        };
+        if let Some(file) = entry {
+            if let Some(vaddr) = file.table.vaddr_of_offset(mapping.file_offset) {
+                // address - row_base = (address - load bias) - base.
+                placed.row_base = (mapping.start.wrapping_sub(vaddr)).wrapping_add(file.table.base);
+                placed.rows_start = file.rows_start;
+                placed.rows_count = file.rows_count;
+                placed.pages_start = file.pages_start;
+                placed.pages_count = file.pages_count;
+            }
+        }
+        placed
     }
 
     /// The table of a file not seen before: another copy's of the same
@@ -404,7 +445,11 @@ impl Worker {
     /// the thousand (each container its own). The tables stay, found again
     /// by build.
     fn forget_unmapped_files(&mut self) {
-        let mapped: HashSet<(u64, u64)> = self.mapped_by.values().flatten().copied().collect();
+        let mapped: HashSet<(u64, u64)> = self
+            .mapped_by
+            .values()
+            .flat_map(|process| process.files.iter().copied())
+            .collect();
         self.files.retain(|key, _| mapped.contains(key));
         // Builds without a table hold no room in the maps, only memory.
         if self.builds.len() > MAX_FILES_SEEN {
