@@ -476,16 +476,13 @@ impl JavaProfiler {
         self.request_names(wanted);
     }
 
-    /// Says why JVM `pid` keeps native stacks only (`why` names it),
-    /// and keeps the reason for the summary; after [`MAX_WARNINGS`], only
-    /// counts it.
+    /// Says why JVM `pid` keeps native stacks only, and keeps the reason
+    /// for the summary; after [`MAX_WARNINGS`], only counts it.
     fn warn_native_only(&mut self, pid: u32, why: &str) {
         self.warnings += 1;
         if self.warnings <= MAX_WARNINGS {
-            eprintln!("stoke: warning: {why}; its stacks stay native-only");
-            let own_name = format!("JVM {pid}: ");
-            let reason = why.strip_prefix(&own_name).unwrap_or(why);
-            self.summary.not_attached.push((pid, reason.to_owned()));
+            eprintln!("stoke: warning: JVM {pid}: {why}; its stacks stay native-only");
+            self.summary.not_attached.push((pid, why.to_owned()));
         }
     }
 
@@ -507,7 +504,7 @@ impl JavaProfiler {
                 self.attach_retries.remove(&pid);
                 if let Err(refused) = sampler.allow_signals(pid, SIGNAL as u32, attached.began_ns) {
                     self.coverage.agent_answered(pid, false);
-                    self.warn_native_only(pid, &format!("JVM {pid}: {refused}"));
+                    self.warn_native_only(pid, &refused.to_string());
                     return Ok(());
                 }
                 self.coverage.agent_answered(pid, true);
@@ -551,20 +548,19 @@ impl JavaProfiler {
                 let reason = message
                     .strip_prefix(&own_name)
                     .map_or(message.as_str(), |rest| rest.trim_start_matches([':', ' ']));
-                let named = format!("{own_name}: {reason}");
                 let (attempts, last) = self.attach_retries.entry(pid).or_default();
                 if starting && *attempts < MAX_ATTACH_RETRIES {
                     // A JVM still starting has no SIGQUIT handler or no
                     // JVMTI yet.
                     *attempts += 1;
-                    *last = named;
+                    *last = reason.to_owned();
                     self.considered
                         .insert(pid, Recheck::attach_again(*attempts));
                     return Ok(());
                 }
                 self.attach_retries.remove(&pid);
                 self.coverage.agent_answered(pid, false);
-                self.warn_native_only(pid, &named);
+                self.warn_native_only(pid, reason);
             }
         }
         Ok(())

@@ -208,6 +208,28 @@ pub fn executable(pid: u32) -> io::Result<Vec<MapsEntry>> {
         .collect())
 }
 
+/// For tests: a `sleep 30` child once its libraries are all mapped, which
+/// is once it sleeps (clock_nanosleep, 230 on x86-64): while ld.so maps
+/// them, two reads of its mappings may differ.
+#[cfg(test)]
+pub fn sleeping_child() -> std::process::Child {
+    use std::time::{Duration, Instant};
+
+    let child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let asleep = || {
+        std::fs::read_to_string(format!("/proc/{}/syscall", child.id()))
+            .is_ok_and(|syscall| syscall.starts_with("230 "))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !asleep() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,20 +245,7 @@ mod tests {
     /// mappings (no code runs there since vsyscall emulation).
     #[test]
     fn the_kernel_lists_executable_mappings_as_the_text_does() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        // Its libraries are all mapped once it sleeps (clock_nanosleep, 230
-        // on x86-64): while ld.so maps them, two reads may differ.
-        let asleep = || {
-            std::fs::read_to_string(format!("/proc/{}/syscall", child.id()))
-                .is_ok_and(|syscall| syscall.starts_with("230 "))
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !asleep() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        let mut child = sleeping_child();
         for pid in [std::process::id(), child.id()] {
             let file = File::open(format!("/proc/{pid}/maps")).unwrap();
             let asked = super::super::maps_query::executable(&file)

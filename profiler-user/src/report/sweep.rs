@@ -149,15 +149,14 @@ impl Sweep {
                 Some(ms) => Some(format!("agent attached in {ms} ms")),
                 None if java_pids.contains(&process.pid) => Some("agent attached".into()),
                 // Stoke tried its agent and said why not.
-                None if not_attached.contains_key(&process.pid) => Some(format!(
-                    "native frames only: {}",
-                    not_attached[&process.pid]
-                )),
-                None if is_jvm(process) && summary.java.disabled => {
-                    Some("native frames only: --no-jvm".into())
-                }
-                None if is_jvm(process) => Some("native frames only".into()),
-                None => None,
+                None => match not_attached.get(&process.pid) {
+                    Some(why) => Some(format!("native frames only: {why}")),
+                    None if is_jvm(process) && summary.java.disabled => {
+                        Some("native frames only: --no-jvm".into())
+                    }
+                    None if is_jvm(process) => Some("native frames only".into()),
+                    None => None,
+                },
             };
         }
         let mut containers: Vec<ContainerRow> = containers

@@ -1,13 +1,8 @@
 //! The loader on real BPF maps: the tables of files no process maps any
 //! more make room for new ones.
 
-use std::{
-    process::{Child, Command},
-    time::{Duration, Instant},
-};
-
 use crate::{
-    process::ProcessRegistry,
+    process::{maps::sleeping_child, ProcessRegistry},
     sample::sampler::{Sampler, SamplerConfig},
     unwind::loader::{UnwindLoader, UnwindSummary},
 };
@@ -34,21 +29,6 @@ fn load_in_turn(rows: u32, first: u32, second: u32) -> UnwindSummary {
     let image = processes.image_for(second, "second");
     loader.update(vec![first], std::iter::once(processes.image(image)));
     loader.finish()
-}
-
-/// `sleep`, once its libraries are mapped (it sleeps: clock_nanosleep,
-/// 230 on x86-64).
-fn sleeping_child() -> Child {
-    let child = Command::new("sleep").arg("30").spawn().unwrap();
-    let asleep = || {
-        std::fs::read_to_string(format!("/proc/{}/syscall", child.id()))
-            .is_ok_and(|syscall| syscall.starts_with("230 "))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !asleep() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child
 }
 
 /// This test process's files fill the maps; once it is taken as ended,
