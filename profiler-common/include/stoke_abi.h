@@ -389,12 +389,13 @@ struct stoke_record_header {
    */
   uint64_t off_cpu_ns;
   /**
-   * In the first record of a process (as `exe_device`), the id of its
-   * cgroup in the unified (v2) hierarchy (its directory's inode number
-   * in cgroupfs), so that userspace reads a process's cgroup once per
-   * cgroup rather than once per process; 0 in other records.
+   * In the first record of a process (as `exe_device`), a key of its
+   * cgroups in every hierarchy (a hash of their hierarchies and kernfs
+   * ids, shared by the processes in the same cgroups, v1 or v2), so that
+   * userspace reads a process's cgroup once per membership rather than
+   * once per process; 0 in other records, or if the kernel did not say.
    */
-  uint64_t cgroup_id;
+  uint64_t cgroup_key;
   /**
    * In the first record of a process (since it began or exec'd), its
    * executable's device (the kernel's `dev_t`: major << 20 | minor)
@@ -406,6 +407,13 @@ struct stoke_record_header {
    * See `exe_device`.
    */
   uint64_t exe_inode;
+  /**
+   * In the first record of a process (as `exe_device`), how long it
+   * had run (since its main thread was forked), in nanoseconds, so that
+   * userspace tells young processes (which may yet load a JVM) from old
+   * ones without reading /proc; 0 in other records.
+   */
+  uint64_t age_ns;
 };
 
 /**

@@ -67,11 +67,12 @@ pub struct RecordHeader {
     /// For an off-CPU record, the nanoseconds the thread was off the CPU
     /// (its stack's weight); 0 in other records.
     pub off_cpu_ns: u64,
-    /// In the first record of a process (as `exe_device`), the id of its
-    /// cgroup in the unified (v2) hierarchy (its directory's inode number
-    /// in cgroupfs), so that userspace reads a process's cgroup once per
-    /// cgroup rather than once per process; 0 in other records.
-    pub cgroup_id: u64,
+    /// In the first record of a process (as `exe_device`), a key of its
+    /// cgroups in every hierarchy (a hash of their hierarchies and kernfs
+    /// ids, shared by the processes in the same cgroups, v1 or v2), so that
+    /// userspace reads a process's cgroup once per membership rather than
+    /// once per process; 0 in other records, or if the kernel did not say.
+    pub cgroup_key: u64,
     /// In the first record of a process (since it began or exec'd), its
     /// executable's device (the kernel's `dev_t`: major << 20 | minor)
     /// and inode, by which userspace finds its path among the mappings it
@@ -79,6 +80,11 @@ pub struct RecordHeader {
     pub exe_device: u64,
     /// See `exe_device`.
     pub exe_inode: u64,
+    /// In the first record of a process (as `exe_device`), how long it
+    /// had run (since its main thread was forked), in nanoseconds, so that
+    /// userspace tells young processes (which may yet load a JVM) from old
+    /// ones without reading /proc; 0 in other records.
+    pub age_ns: u64,
 }
 
 /// Size of [`RecordHeader`] in bytes.

@@ -425,8 +425,9 @@ mod tests {
             signalled: false,
             exiting: false,
             kernel_thread: false,
-            cgroup_id: None,
+            cgroup_key: None,
             exe_file: None,
+            age: None,
             stop: StopReason::End,
             off_cpu_ns: None,
         }

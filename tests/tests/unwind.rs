@@ -243,6 +243,67 @@ fn process_started_mid_recording_has_tables_within_a_second() {
     );
 }
 
+/// A library a process loads after stoke first sampled it (a plugin, a
+/// Python extension, libcrypto behind `import hashlib`) is named and
+/// unwound through its table: stoke reads the process's mappings again
+/// when a sample runs code outside them.
+#[test]
+fn a_library_loaded_after_the_first_sample_is_named_and_unwound() {
+    let functions = ["main", "early", "late", "early_leaf"];
+    let (dir, workload) = prepare_no_fp("unwind-dlopen-late", "dlopen_late", &functions);
+    let library = Workload::build_with(
+        "dlopen_late_lib",
+        dir.path(),
+        &[NO_FRAME_POINTER_FLAGS, &["-shared", "-fPIC"]].concat(),
+    );
+    assert_no_frame_pointers(library.exe(), &["late_work", "late_leaf"]);
+    let running = workload.spawn(&args![1.0, library.exe().display(), 3.0]);
+    let root = running.root_frame();
+    let out = dir.join("dlopen-late.folded");
+    // Until stoke drains the ring next and the library's table is in
+    // (~0.15 s), the library's samples stop at late_leaf.
+    record_to(&args!["-p", running.pid()], 499, 4.5, &out);
+
+    let stacks = read_folded(&out);
+    let mine = stacks_of(&stacks, &root);
+    let leaf_is = |leaf: &'static str| {
+        move |stack: &Stack| stack.frames.last().is_some_and(|frame| frame == leaf)
+    };
+    let early = samples_where(mine.iter().copied(), leaf_is("early_leaf"));
+    let late = samples_where(mine.iter().copied(), leaf_is("late_leaf"));
+    let late_whole = samples_where(mine.iter().copied(), |stack| {
+        leaf_is("late_leaf")(stack)
+            && stack.contains_run(&["main", "late", "late_work", "late_leaf"])
+    });
+    println!(
+        "{early} samples before the library was loaded; after: {late_whole} of {late} reach main \
+         ({:.1}%)\n{}",
+        percent(late_whole, late),
+        describe(mine.iter().copied(), 8)
+    );
+    assert!(
+        early > 100,
+        "only {early} samples in early_leaf: stoke did not sample {root} before it loaded the \
+         library, which this test is about"
+    );
+    assert!(
+        late > 900,
+        "only {late} samples named late_leaf (3 s of one busy thread at 499 Hz): the library's \
+         code went unnamed\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+    assert_fraction(
+        late_whole,
+        late,
+        0.9,
+        format_args!(
+            "in the library loaded late run main;late;late_work;late_leaf: its table was not \
+             loaded\n{}",
+            describe(mine.iter().copied(), 10)
+        ),
+    );
+}
+
 /// Copies of one build of a file (as in containers of one image) share one
 /// table, compiled once; a file that only claims the same build ID, with
 /// other CFI, does not get that table, and all three unwind to their root.

@@ -183,12 +183,56 @@ static __always_inline __u64 ring_flags(bool force)
 	return BPF_RB_NO_WAKEUP;
 }
 
-/* The task's cgroup in the unified hierarchy: userspace knows a process's
- * container or unit by it without reading /proc. Read through probes, as
- * the pointers on the way are RCU-protected. */
-static __always_inline __u64 task_cgroup_id(struct task_struct *task)
+/* Most cgroup hierarchies a css_set links: one per v1 hierarchy mounted
+ * (a dozen controllers and systemd's named one) and the unified one. */
+#define MAX_CGROUP_LINKS 32
+
+/* A 64-bit mix (splitmix64's finalizer): every input bit moves every
+ * output bit, so that a sum of mixed links is unlikely to collide. */
+static __always_inline __u64 mix64(__u64 value)
 {
-	return BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	value = (value ^ (value >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	value = (value ^ (value >> 27)) * 0x94d049bb133111ebULL;
+	return value ^ (value >> 31);
+}
+
+/* Where the task runs in every cgroup hierarchy, as one number: the sum
+ * of its cgroups' (hierarchy, kernfs id) pairs, mixed. Processes in the
+ * same cgroups share it, on cgroup v2 and on hosts with v1 hierarchies
+ * alike (the unified id alone says nothing there), so userspace reads a
+ * process's cgroup once per membership rather than once per process. The
+ * ids are not reused, unlike the css_set's address. 0 if the links could
+ * not all be read. Read through probes: the pointers on the way are
+ * RCU-protected. */
+static __always_inline __u64 task_cgroup_key(struct task_struct *task)
+{
+	struct css_set *cset = BPF_CORE_READ(task, cgroups);
+	__u64 link_offset = bpf_core_field_offset(struct cgrp_cset_link, cgrp_link);
+	struct list_head *head, *node;
+	__u64 key = 0;
+
+	if (!cset)
+		return 0;
+	head = &cset->cgrp_links;
+	node = BPF_CORE_READ(cset, cgrp_links.next);
+	for (int i = 0; i < MAX_CGROUP_LINKS; i++) {
+		struct cgrp_cset_link *link;
+		struct cgroup *cgroup;
+		__u64 id;
+		int hierarchy;
+
+		if (!node)
+			return 0;
+		if (node == head)
+			return key;
+		link = (void *)node - link_offset;
+		cgroup = BPF_CORE_READ(link, cgrp);
+		id = BPF_CORE_READ(cgroup, kn, id);
+		hierarchy = BPF_CORE_READ(cgroup, root, hierarchy_id);
+		key += mix64(id ^ ((__u64)hierarchy << 56));
+		node = BPF_CORE_READ(node, next);
+	}
+	return 0;
 }
 
 /* The flags every record of `task` carries. */
@@ -216,8 +260,8 @@ static __always_inline bool announce(__u32 tgid, struct task_struct *task)
 /* announce() for a record's header: the first record of a process also
  * carries its executable's device and inode, so that userspace names the
  * executable from the mappings it reads anyway, without /proc/PID/exe, and
- * its cgroup. Only that record: userspace reads both once per process, and
- * the four reads to the cgroup would cost every sample. */
+ * its cgroups' key and its age. Only that record: userspace reads both once per
+ * process, and the reads to the cgroups would cost every sample. */
 static __always_inline bool announce_in(struct stoke_record_header *header, __u32 tgid,
 					struct task_struct *task)
 {
@@ -225,10 +269,12 @@ static __always_inline bool announce_in(struct stoke_record_header *header, __u3
 
 	header->exe_device = 0;
 	header->exe_inode = 0;
-	header->cgroup_id = 0;
+	header->cgroup_key = 0;
+	header->age_ns = 0;
 	if (!announce(tgid, task))
 		return false;
-	header->cgroup_id = task_cgroup_id(task);
+	header->cgroup_key = task_cgroup_key(task);
+	header->age_ns = bpf_ktime_get_ns() - BPF_CORE_READ(task, group_leader, start_time);
 	exe = BPF_CORE_READ(task, mm, exe_file);
 	if (exe) {
 		header->exe_device = BPF_CORE_READ(exe, f_inode, i_sb, s_dev);

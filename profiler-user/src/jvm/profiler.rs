@@ -67,8 +67,8 @@ const MAX_CUT_SHORT: usize = 1 << 16;
 /// How often a process that is no JVM (yet) is looked at again.
 const MAX_RECHECKS: u32 = 6;
 
-/// Processes older than this at their second look without libjvm.so are
-/// not looked at again: the java launcher maps it within a fraction of a
+/// Processes older than this at a later look without libjvm.so are not
+/// looked at again: the java launcher maps it within a fraction of a
 /// second of its start.
 const STARTING_AGE: Duration = Duration::from_secs(5);
 
@@ -293,9 +293,16 @@ impl JavaProfiler {
                     .any(|name| attach::is_libjvm(name.as_bytes())),
             ),
             // Older than a starting JVM and still none: no JVM to be. Its
-            // age is read only at a second look, so that the short-lived
-            // processes of a busy host cost no read of it.
-            1 if age(pid).is_none_or(|age| age > STARTING_AGE) => None,
+            // age is the sample's word at every look, else read at the
+            // second look only, so that the short-lived processes of a
+            // busy host cost no read of it.
+            _ if image
+                .started
+                .is_some_and(|started| started.elapsed() > STARTING_AGE) =>
+            {
+                None
+            }
+            1 if image.started.is_none() && age(pid).is_none_or(|age| age > STARTING_AGE) => None,
             _ => maps_libjvm(pid),
         };
         match is_jvm {

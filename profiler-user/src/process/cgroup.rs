@@ -87,14 +87,6 @@ pub fn main_path(text: &str) -> Option<&str> {
     systemd.or(other)
 }
 
-/// Whether a `/proc/PID/cgroup` text lists the unified (v2) hierarchy
-/// alone: the id of its cgroup there then tells its place, without v1
-/// hierarchies that could say otherwise.
-pub fn unified_only(text: &str) -> bool {
-    let mut lines = text.lines().filter(|line| !line.is_empty()).peekable();
-    lines.peek().is_some() && lines.all(|line| line.starts_with("0::"))
-}
-
 /// Where processes of the cgroup at `path` run.
 pub fn placement(path: &str) -> Placement {
     let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
@@ -211,19 +203,6 @@ mod tests {
         assert_eq!(main_path("4:memory:/a\n3:cpu:/b\n0::/\n"), Some("/a"));
         assert_eq!(main_path("0::/\n1:cpu:/\n"), None);
         assert_eq!(main_path("garbage\n\n::\n"), None);
-    }
-
-    #[test]
-    fn only_a_lone_unified_hierarchy_is_unified_only() {
-        assert!(unified_only(&format!(
-            "0::/system.slice/docker-{ID}.scope\n"
-        )));
-        assert!(unified_only("0::/\n"));
-        assert!(!unified_only(&format!(
-            "9:name=systemd:/docker/{ID}\n0::/\n"
-        )));
-        assert!(!unified_only("1:name=systemd:/\n"));
-        assert!(!unified_only(""));
     }
 
     #[test]

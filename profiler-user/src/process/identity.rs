@@ -170,10 +170,10 @@ pub fn workload_of(pod: &str) -> &str {
 #[derive(Debug, Default)]
 pub struct Identities {
     by_cgroup: HashMap<Box<str>, Arc<Identity>>,
-    /// The path of each cgroup seen, by its id in the unified hierarchy
-    /// (`None`: the root, or no path that tells anything), so that the
-    /// next processes in it cost no read of `/proc`.
-    paths: HashMap<u64, Option<Box<str>>>,
+    /// The main cgroup path of each membership seen, by the key BPF gives
+    /// it, so that the next processes in the same cgroups cost no read of
+    /// `/proc`.
+    paths: HashMap<u64, Membership>,
     /// The host's root, where runtimes keep their metadata; `None` until
     /// first needed, or if it cannot be opened.
     host: Option<Option<Root>>,
@@ -181,12 +181,31 @@ pub struct Identities {
     none: Arc<Identity>,
 }
 
+/// A membership's main cgroup path (`None`: the root, or no path that
+/// tells anything), as read from `/proc/PID/cgroup`.
+#[derive(Debug)]
+struct Membership {
+    path: Option<Box<str>>,
+    /// Whether two processes with this key read the same path. The key
+    /// is read when a process is first sampled, its cgroup file later: a
+    /// process moved to other cgroups in between (a container's first
+    /// process, sampled just before its runtime moves it) would have its
+    /// former cgroups' key name its new cgroup. One such read is not
+    /// trusted for the processes after it.
+    confirmed: bool,
+}
+
 impl Identities {
-    /// Where process `pid` runs, given the id of its cgroup if the kernel
+    /// Where process `pid` runs, given the key of its cgroups if the kernel
     /// said; a process gone already runs nowhere.
-    pub fn of(&mut self, pid: u32, cgroup_id: Option<u64>) -> Arc<Identity> {
-        if let Some(known) = cgroup_id.and_then(|id| self.paths.get(&id)) {
-            match known {
+    pub fn of(&mut self, pid: u32, cgroup_key: Option<u64>) -> Arc<Identity> {
+        let seen = cgroup_key.and_then(|key| self.paths.get(&key));
+        if let Some(Membership {
+            path,
+            confirmed: true,
+        }) = seen
+        {
+            match path {
                 None => return self.none.clone(),
                 Some(path) => {
                     if let Some(identity) = self.by_cgroup.get(path) {
@@ -200,13 +219,13 @@ impl Identities {
         };
         let text = String::from_utf8_lossy(&text);
         let path = cgroup::main_path(&text);
-        // On a host with v1 hierarchies the unified one's id does not
-        // tell where a process is.
-        if let Some(id) = cgroup_id.filter(|_| cgroup::unified_only(&text)) {
+        if let Some(key) = cgroup_key {
+            let confirmed = seen.is_some_and(|seen| seen.path.as_deref() == path);
             if self.paths.len() >= MAX_CGROUPS {
                 self.paths.clear();
             }
-            self.paths.insert(id, path.map(Box::from));
+            let path = path.map(Box::from);
+            self.paths.insert(key, Membership { path, confirmed });
         }
         let Some(path) = path else {
             return self.none.clone();
@@ -227,8 +246,9 @@ impl Identities {
         self.by_cgroup
             .retain(|_, identity| Arc::strong_count(identity) > 1);
         let by_cgroup = &self.by_cgroup;
-        self.paths.retain(|_, path| {
-            path.as_ref()
+        self.paths.retain(|_, seen| {
+            seen.path
+                .as_ref()
                 .is_none_or(|path| by_cgroup.contains_key(path))
         });
     }
@@ -335,19 +355,19 @@ mod tests {
     }
 
     #[test]
-    fn a_cgroup_id_seen_spares_the_next_processes_reading_theirs() {
+    fn a_membership_read_twice_spares_the_next_processes_reading_theirs() {
         let mut identities = Identities::default();
         let own = identities.of(std::process::id(), Some(7));
-        let unified = read_bounded("/proc/self/cgroup", MAX_CGROUP_FILE)
-            .is_ok_and(|(text, _)| cgroup::unified_only(&String::from_utf8_lossy(&text)));
-        // A gone process has no cgroup file: with the id of a cgroup seen,
-        // it gets that cgroup's identity all the same.
-        let gone = identities.of(u32::MAX, Some(7));
-        if unified {
-            assert!(Arc::ptr_eq(&own, &gone));
-        } else {
-            assert_eq!(*gone, Identity::default());
-        }
+        // A gone process has no cgroup file: with the key of cgroups
+        // read once, it runs nowhere (that read is not trusted yet)...
+        assert_eq!(*identities.of(u32::MAX, Some(7)), Identity::default());
+        // ... and once a second process with that key read the same
+        // path, it gets that cgroup's identity all the same.
+        assert!(Arc::ptr_eq(
+            &own,
+            &identities.of(std::process::id(), Some(7))
+        ));
+        assert!(Arc::ptr_eq(&own, &identities.of(u32::MAX, Some(7))));
         assert_eq!(*identities.of(u32::MAX, Some(8)), Identity::default());
     }
 }

@@ -6,6 +6,7 @@ use std::{
     os::{fd::AsRawFd, unix::fs::MetadataExt},
     path::{Path, PathBuf},
     sync::Arc,
+    time::Instant,
 };
 
 use super::identity::Identity;
@@ -129,6 +130,8 @@ pub struct ProcessImage {
     pub kernel_thread: bool,
     /// Where the process runs: its container or service.
     pub identity: Arc<Identity>,
+    /// When it started (its main thread was forked), if its sample said.
+    pub started: Option<Instant>,
     /// Executable mappings, sorted by address.
     pub(super) mappings: Vec<Mapping>,
 }

@@ -1,6 +1,7 @@
 //! The registry of sampled processes: a snapshot of each process's
 //! executable mappings, taken when it is first sampled (and again after it
-//! exec'd), so that its frames can be named after it has exited.
+//! exec'd, or when it runs code it mapped since), so that its frames can be
+//! named after it has exited.
 //!
 //! Every mapped file is opened through `/proc/PID/map_files/`, which reaches
 //! the very file the process mapped: one deleted since, or one inside a
@@ -17,6 +18,7 @@ use std::{
     os::fd::{FromRawFd, OwnedFd},
     path::Path,
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use super::{
@@ -25,6 +27,8 @@ use super::{
     maps::{self, MapsPath},
     procfs::{self, read_bounded},
 };
+
+use profiler_common::unwind::StopReason;
 
 use crate::{
     rootfs::{self, Root},
@@ -51,6 +55,28 @@ pub struct ProcessRegistry {
     /// A copy of the vdso, which every process of this kernel maps alike.
     vdso: OnceCell<Option<Arc<MappedFile>>>,
     identities: Identities,
+    /// When each live process that mapped code since its snapshot may be
+    /// read again, and the wait after that.
+    rereads: HashMap<u32, Reread>,
+    /// Images that replaced a live process's earlier one after a reread:
+    /// not processes of their own.
+    reread_images: usize,
+}
+
+/// The first wait between two reads of a process's mappings for code it
+/// mapped since: each read doubles it, up to [`MAX_REREAD_WAIT`].
+const FIRST_REREAD_WAIT: Duration = Duration::from_millis(100);
+
+/// The longest wait between two reads of a process's mappings, so that a
+/// process whose stacks keep leading outside its mappings (a stack walked
+/// into garbage) costs a read of its maps a minute at most.
+const MAX_REREAD_WAIT: Duration = Duration::from_secs(60);
+
+/// When a process's mappings may be read again.
+#[derive(Clone, Copy, Debug)]
+struct Reread {
+    not_before: Instant,
+    wait: Duration,
 }
 
 /// What is known of a process before its /proc is read: a sample of it
@@ -64,10 +90,12 @@ struct Known<'a> {
     process_name: Option<&'a str>,
     /// Whether it is a kernel thread, if the sample said.
     kernel_thread: Option<bool>,
-    /// Its cgroup, if the sample said.
-    cgroup_id: Option<u64>,
+    /// The key of its cgroups, if the sample said.
+    cgroup_key: Option<u64>,
     /// Its executable's device and inode, if the sample said.
     exe_file: Option<((u32, u32), u64)>,
+    /// How long it had run when sampled, if the sample said.
+    age: Option<Duration>,
 }
 
 impl<'a> Known<'a> {
@@ -76,8 +104,9 @@ impl<'a> Known<'a> {
             thread_name,
             process_name: None,
             kernel_thread: None,
-            cgroup_id: None,
+            cgroup_key: None,
             exe_file: None,
+            age: None,
         }
     }
 
@@ -86,8 +115,9 @@ impl<'a> Known<'a> {
             thread_name: &sample.comm,
             process_name: (sample.tid == sample.tgid).then_some(sample.comm.as_str()),
             kernel_thread: Some(sample.kernel_thread),
-            cgroup_id: sample.cgroup_id,
+            cgroup_key: sample.cgroup_key,
             exe_file: sample.exe_file,
+            age: sample.age,
         }
     }
 }
@@ -116,7 +146,10 @@ impl ProcessRegistry {
     pub fn image_of(&mut self, sample: &Sample) -> ImageId {
         let pid = sample.tgid;
         let known = Known::of(sample);
-        if !sample.exiting || self.live.contains_key(&pid) {
+        if let Some(&id) = self.live.get(&pid) {
+            return self.with_code_of(id, sample);
+        }
+        if !sample.exiting {
             return self.image_with(pid, &known);
         }
         if let Some(&id) = self.exited.get(&pid) {
@@ -124,6 +157,60 @@ impl ProcessRegistry {
         }
         let id = self.add_snapshot(pid, &known);
         self.exited.insert(pid, id);
+        id
+    }
+
+    /// The image of a live process that holds the code its sample ran:
+    /// `id`'s, or, if the sample ran code outside its mappings (a library
+    /// the process loaded since it was snapshotted, or code it generated in
+    /// new memory), a new image with its mappings read again, whose files
+    /// the unwinder then loads. Reads of a process's mappings back off.
+    fn with_code_of(&mut self, id: ImageId, sample: &Sample) -> ImageId {
+        let image = &self.images[id];
+        let outside = |pc: &u64| image.locate(*pc).is_none();
+        // The innermost pc is the thread's own; the last one, where the
+        // unwinder stopped at code it did not know.
+        let ran_outside = sample.user.first().is_some_and(outside)
+            || (sample.stop == StopReason::UnknownCode && sample.user.last().is_some_and(outside));
+        if !ran_outside || image.kernel_thread {
+            return id;
+        }
+        let now = Instant::now();
+        let reread = self.rereads.entry(sample.tgid).or_insert(Reread {
+            not_before: now,
+            wait: FIRST_REREAD_WAIT,
+        });
+        if now < reread.not_before {
+            return id;
+        }
+        reread.not_before = now + reread.wait;
+        reread.wait = (reread.wait * 2).min(MAX_REREAD_WAIT);
+        let Ok(maps) = maps::executable(sample.tgid) else {
+            return id;
+        };
+        let mappings = self.mappings(sample.tgid, maps);
+        let old = &self.images[id];
+        let same = |a: &Mapping, b: &Mapping| {
+            (a.start, a.end, a.file_offset) == (b.start, b.end, b.file_offset)
+        };
+        if mappings.len() == old.mappings.len()
+            && mappings.iter().zip(&old.mappings).all(|(a, b)| same(a, b))
+        {
+            return id;
+        }
+        let image = ProcessImage {
+            pid: old.pid,
+            name: old.name.clone(),
+            exe: old.exe.clone(),
+            kernel_thread: old.kernel_thread,
+            identity: old.identity.clone(),
+            started: old.started,
+            mappings,
+        };
+        self.images.push(image);
+        self.reread_images += 1;
+        let id = self.images.len() - 1;
+        self.live.insert(sample.tgid, id);
         id
     }
 
@@ -137,6 +224,7 @@ impl ProcessRegistry {
     /// Process `pid` exec'd: its next sample needs a new snapshot.
     pub fn forget(&mut self, pid: u32) {
         self.live.remove(&pid);
+        self.rereads.remove(&pid);
     }
 
     /// Process `pid` exited: the samples its threads take while they exit
@@ -145,6 +233,7 @@ impl ProcessRegistry {
         if let Some(id) = self.live.remove(&pid) {
             self.exited.insert(pid, id);
         }
+        self.rereads.remove(&pid);
     }
 
     /// The processes taken as alive whose /proc entry is gone: their exit
@@ -173,6 +262,11 @@ impl ProcessRegistry {
         self.images.len()
     }
 
+    /// How many processes were seen (an exec'd process counts twice).
+    pub fn processes_seen(&self) -> usize {
+        self.images.len() - self.reread_images
+    }
+
     /// Drops the images of processes that ended (exited or exec'd), and the
     /// files only they mapped; the live images get new ids, in the order
     /// they had. For `stoke continuous`, between intervals, when no counted
@@ -192,6 +286,7 @@ impl ProcessRegistry {
             self.live.insert(pid, self.images.len() - 1);
         }
         drop(images);
+        self.reread_images = 0;
         self.exited.clear();
         self.files.retain(|_, file| Arc::strong_count(file) > 1);
         self.identities.forget_unused();
@@ -231,15 +326,25 @@ impl ProcessRegistry {
             pid,
             name,
             exe,
-            identity: self.identities.of(pid, known.cgroup_id),
+            identity: self.identities.of(pid, known.cgroup_key),
+            // The sample was taken moments ago: the start is placed a
+            // little late, the process taken as younger by as much.
+            started: known.age.and_then(|age| Instant::now().checked_sub(age)),
             kernel_thread: known
                 .kernel_thread
                 .unwrap_or_else(|| procfs::is_kernel_thread(pid)),
             mappings: Vec::new(),
         };
-        let Ok(maps) = maps else {
-            return image;
-        };
+        if let Ok(maps) = maps {
+            image.mappings = self.mappings(pid, maps);
+        }
+        image
+    }
+
+    /// A process's executable mappings, sorted by address, each file
+    /// opened on first sight.
+    fn mappings(&mut self, pid: u32, maps: Vec<maps::MapsEntry>) -> Vec<Mapping> {
+        let mut mappings = Vec::with_capacity(maps.len());
         // Opened at the first file not seen before.
         let mut root: Option<Option<Arc<Root>>> = None;
         for map in maps {
@@ -262,15 +367,15 @@ impl ProcessRegistry {
                 // Bracketed, as is_file_code expects of memory without a file.
                 special => MappingTarget::Named(String::from_utf8_lossy(special.as_bytes()).into()),
             };
-            image.mappings.push(Mapping {
+            mappings.push(Mapping {
                 start,
                 end,
                 file_offset: map.offset,
                 target,
             });
         }
-        image.mappings.sort_by_key(|mapping| mapping.start);
-        image
+        mappings.sort_by_key(|mapping| mapping.start);
+        mappings
     }
 
     fn open_mapped(
@@ -410,6 +515,49 @@ mod tests {
         assert_eq!(registry.live_but_gone(), [child.id()]);
         registry.exited(child.id());
         assert!(registry.live_but_gone().is_empty());
+    }
+
+    /// Maps a page of this test's executable, executable, anew.
+    fn map_own_code() -> u64 {
+        let exe = File::open(std::env::current_exe().unwrap()).unwrap();
+        // SAFETY: a fresh read-only mapping of an open file; never unmapped,
+        // so that the address stays this test's.
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&exe),
+                0,
+            )
+        };
+        assert_ne!(address, libc::MAP_FAILED);
+        address as u64 + 16
+    }
+
+    #[test]
+    fn code_mapped_after_the_snapshot_is_read_again_with_back_off() {
+        let mut registry = ProcessRegistry::default();
+        let own = std::process::id();
+        let here = map_own_code as *const () as u64;
+        let sample = |pc: u64| Sample::for_test(own, own, 0, vec![pc]);
+        let first = registry.image_of(&sample(here));
+        assert_eq!(
+            registry.image_of(&sample(here)),
+            first,
+            "own code was mapped"
+        );
+        let late = map_own_code();
+        assert!(registry.image(first).locate(late).is_none());
+        let reread = registry.image_of(&sample(late));
+        assert_ne!(reread, first, "mappings read again");
+        assert!(registry.image(reread).locate(late).is_some());
+        assert!(registry.is_live(reread) && !registry.is_live(first));
+        // Right after a read, code mapped since waits for the next one.
+        let later = map_own_code();
+        assert_eq!(registry.image_of(&sample(later)), reread);
+        assert_eq!((registry.len(), registry.processes_seen()), (2, 1));
     }
 
     #[test]

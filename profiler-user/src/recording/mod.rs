@@ -204,7 +204,7 @@ impl Recording {
                 progress.update(
                     self.started.elapsed(),
                     self.counted.cpu.samples(),
-                    self.processes.len(),
+                    self.processes.processes_seen(),
                     counters[Counter::LostRingFull as usize],
                 );
             }
@@ -304,7 +304,7 @@ impl Recording {
             cpus: self.cpus(),
             lost_ring_full: since_cut[Counter::LostRingFull as usize],
             lost_lifecycle_records: since_cut[Counter::LostLifecycle as usize],
-            processes: self.processes.len(),
+            processes: self.processes.processes_seen(),
             waits_in_progress,
             offcpu_user_stacks: self.sampler.offcpu_user_stacks(),
             ..RecordingSummary::default()
@@ -386,7 +386,7 @@ impl Recording {
             lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
             idle_skipped: counters[Counter::IdleSkipped as usize],
             bpf_time_per_sample,
-            processes: processes.len(),
+            processes: processes.processes_seen(),
             java: java_summary,
             unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
             symbolize_time: naming.elapsed(),

@@ -1,6 +1,8 @@
 //! Parses the sampler's ring-buffer records (`profiler_common`'s ABI),
 //! checking every length against the bytes actually received.
 
+use std::time::Duration;
+
 use profiler_common::{
     unwind::StopReason, RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE,
     SAMPLE_EXITING, SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED,
@@ -47,12 +49,16 @@ pub struct Sample {
     pub exiting: bool,
     /// The thread is one of the kernel's own.
     pub kernel_thread: bool,
-    /// The thread's cgroup in the unified hierarchy, if the kernel said.
-    pub cgroup_id: Option<u64>,
+    /// A key of the process's cgroups in every hierarchy, shared by the
+    /// processes in the same ones, if the kernel said.
+    pub cgroup_key: Option<u64>,
     /// In a process's first record, its executable's device (major,
     /// minor) and inode, as `/proc/PID/maps` gives them, if the kernel
     /// said.
     pub exe_file: Option<((u32, u32), u64)>,
+    /// In a process's first record, how long it had run, if the kernel
+    /// said.
+    pub age: Option<Duration>,
     /// Why the user stack ends where it does.
     pub stop: StopReason,
     /// For an off-CPU record, how long the thread was off the CPU (its
@@ -76,8 +82,9 @@ impl Sample {
             signalled: true,
             exiting: false,
             kernel_thread: false,
-            cgroup_id: None,
+            cgroup_key: None,
             exe_file: None,
+            age: None,
             stop: StopReason::End,
             off_cpu_ns: None,
         }
@@ -131,9 +138,10 @@ impl Record {
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
                     exiting: header.flags & SAMPLE_EXITING != 0,
                     kernel_thread: header.flags & SAMPLE_KERNEL_THREAD != 0,
-                    cgroup_id: (header.cgroup_id != 0).then_some(header.cgroup_id),
+                    cgroup_key: (header.cgroup_key != 0).then_some(header.cgroup_key),
                     exe_file: (header.exe_inode != 0)
                         .then(|| (device_of(header.exe_device), header.exe_inode)),
+                    age: (header.age_ns != 0).then(|| Duration::from_nanos(header.age_ns)),
                     stop: StopReason::from_flags(header.flags),
                     off_cpu_ns: (kind == RecordKind::OffCpu).then_some(header.off_cpu_ns),
                 };
@@ -173,9 +181,10 @@ mod tests {
             user_frames: user.len() as u16,
             flags: SAMPLE_SIGNALLED,
             off_cpu_ns: 5_000_000,
-            cgroup_id: 77,
+            cgroup_key: 77,
             exe_device: (259 << 20) | 3,
             exe_inode: 1234,
+            age_ns: 3_000_000_000,
         };
         // SAFETY: reading a repr(C) value's bytes.
         let mut bytes = unsafe {
@@ -206,8 +215,9 @@ mod tests {
         assert_eq!(sample.user, [3, 4, 5]);
         assert!(sample.signalled);
         assert!(!sample.kernel_thread);
-        assert_eq!(sample.cgroup_id, Some(77));
+        assert_eq!(sample.cgroup_key, Some(77));
         assert_eq!(sample.exe_file, Some(((259, 3), 1234)));
+        assert_eq!(sample.age, Some(Duration::from_secs(3)));
         assert_eq!(sample.off_cpu_ns, None);
     }
 
