@@ -88,15 +88,20 @@ fn raw(pprof: &Path) -> Raw {
 
 /// `-top`'s flat and cum samples by function, every function listed.
 fn top(pprof: &Path) -> HashMap<String, (u64, u64)> {
-    let text = go_pprof(
-        &[
-            "-top",
-            "-nodecount=1000000",
-            "-nodefraction=0",
-            "-edgefraction=0",
-        ],
-        pprof,
-    );
+    top_with(pprof, &[])
+}
+
+/// `-top`'s flat and cum samples by node, with `extra` options (`-lines`:
+/// by function and source line, `name file:LINE`).
+fn top_with(pprof: &Path, extra: &[&str]) -> HashMap<String, (u64, u64)> {
+    let mut options = vec![
+        "-top",
+        "-nodecount=1000000",
+        "-nodefraction=0",
+        "-edgefraction=0",
+    ];
+    options.extend_from_slice(extra);
+    let text = go_pprof(&options, pprof);
     let table = text.split_once("cum%\n").expect("-top prints a table").1;
     table
         .lines()
@@ -250,6 +255,58 @@ fn native_workload_has_the_same_functions_samples_and_labels_in_pprof() {
         "thread labels are not the thread frames"
     );
     assert_eq!(tags["tid"].values().sum::<u64>(), total);
+}
+
+/// With `--lines`, a function is one pprof function in its source file and
+/// its lines are lines of it: `-top` gives worker_spin the samples of all
+/// the frames naming its lines in the folded output, and `-top -lines`
+/// splits them by line as the folded output does.
+#[test]
+fn source_lines_are_lines_of_one_function_in_pprof() {
+    let (dir, workload) = prepare("pprof-lines", "two_threads");
+    let running = workload.spawn(&args![30]);
+    let (pprof, stacks) = record_both(running.pid(), &args!["--lines"], 3.0, dir.path());
+    let mut by_function: HashMap<String, u64> = HashMap::new();
+    let mut by_line: HashMap<String, u64> = HashMap::new();
+    for stack in &stacks {
+        let leaf = stack.frames.last().expect("a stack has frames");
+        let Some((name, location)) = leaf
+            .strip_suffix(')')
+            .and_then(|leaf| leaf.rsplit_once(" ("))
+            .filter(|(_, location)| location.starts_with("two_threads.c:"))
+        else {
+            continue;
+        };
+        *by_function.entry(name.to_owned()).or_default() += stack.count;
+        *by_line.entry(format!("{name} {location}")).or_default() += stack.count;
+    }
+    let spin = by_function.get("worker_spin").copied().unwrap_or_default();
+    assert!(
+        spin > 300,
+        "only {spin} samples in worker_spin's lines of two_threads.c"
+    );
+    let functions = top(&pprof);
+    assert!(
+        functions
+            .keys()
+            .all(|name| !name.contains("two_threads.c:")),
+        "a line is a function of its own in pprof: {:?}",
+        functions.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        functions.get("worker_spin").map(|&(flat, _)| flat),
+        Some(spin),
+        "worker_spin's flat samples are not its lines' in the folded output"
+    );
+    let lines = top_with(&pprof, &["-lines"]);
+    for (line, flat) in &by_line {
+        assert_eq!(
+            lines.get(line).map(|&(flat, _)| flat),
+            Some(*flat),
+            "{line} in pprof's -lines: {:?}",
+            lines.keys().collect::<Vec<_>>()
+        );
+    }
 }
 
 #[test]

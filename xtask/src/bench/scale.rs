@@ -411,9 +411,12 @@ fn targets(bench: &Bench, runs: &[Run]) -> Vec<Target> {
                     "{EXEC_RATE} new processes a second: stoke reads the memory map of each \
                      one it samples and builds unwind tables for files it has not seen, and \
                      the samples spread over more distinct stacks. perf on stoke in this \
-                     scene (2026-11-26): 43% registering new processes (/proc/PID/maps and \
-                     PROCMAP_QUERY 26%, /proc/PID/cgroup on this host's v1 hierarchies 14%), \
-                     9% second looks for JVMs at young processes, 13% waking and polling"
+                     scene (2026-11-26, after the cgroup read went to once per membership \
+                     and the age to the sample): 44% registering new processes (opening \
+                     /proc/PID/maps 22%, most of it the kernel creating the new pid's /proc \
+                     inodes; PROCMAP_QUERY 15%), 13% loading their mappings into the \
+                     unwinder's maps, 5% second looks for JVMs at the synthetic host's young \
+                     processes, 15% waking and polling"
                 )
             },
         )

@@ -11,10 +11,16 @@
 //! carries say the same (`pid`, `comm`, `service`, `container_*`, `thread`
 //! with `-t`...). `pid` and `tid` are numeric labels: pprof's tag reports
 //! would count a sample twice under a key with both a string and a number.
+//!
+//! With `--lines`, a frame named `name (file:LINE)` (a Java frame's kind
+//! suffix after it) is the function `name` (with the suffix) in `file`, at
+//! line LINE of its location: `go tool pprof -top` sums a function's lines,
+//! `-lines` and `-list` tell them apart.
 
 pub(crate) mod proto;
 
 use std::{
+    borrow::Cow,
     cell::RefCell,
     collections::HashMap,
     io::{self, Write},
@@ -83,8 +89,8 @@ struct Builder<'p> {
     strings: Vec<String>,
     string_indexes: HashMap<String, i64>,
     functions: Vec<proto::Function>,
-    /// Function ids by name.
-    function_ids: HashMap<&'p str, u64>,
+    /// Function ids by name and source file.
+    function_ids: HashMap<(Cow<'p, str>, &'p str), u64>,
     locations: Vec<proto::Location>,
     /// Location ids by function name and module.
     location_ids: HashMap<(&'p str, Option<u32>), u64>,
@@ -209,7 +215,11 @@ impl<'p> Builder<'p> {
         if let Some(&id) = self.location_ids.get(&(frame, module)) {
             return id;
         }
-        let function_id = self.function(frame);
+        let (name, file, line) = match source_line(frame) {
+            Some((name, file, line)) => (name, file, line),
+            None => (Cow::Borrowed(frame), "", 0),
+        };
+        let function_id = self.function(name, file);
         let mapping_id = module.map_or(0, |module| self.mapping(module));
         let id = self.locations.len() as u64 + 1;
         self.locations.push(proto::Location {
@@ -217,6 +227,7 @@ impl<'p> Builder<'p> {
             mapping_id,
             line: vec![proto::Line {
                 function_id,
+                line,
                 ..proto::Line::default()
             }],
             ..proto::Location::default()
@@ -225,19 +236,23 @@ impl<'p> Builder<'p> {
         id
     }
 
-    fn function(&mut self, name: &'p str) -> u64 {
-        if let Some(&id) = self.function_ids.get(name) {
+    /// The id of function `name` in source file `file` ("" if unknown).
+    fn function(&mut self, name: Cow<'p, str>, file: &'p str) -> u64 {
+        let key = (name, file);
+        if let Some(&id) = self.function_ids.get(&key) {
             return id;
         }
         let id = self.functions.len() as u64 + 1;
-        let name_index = self.string(name);
+        let name_index = self.string(&key.0);
+        let filename = self.string(file);
         self.functions.push(proto::Function {
             id,
             name: name_index,
             system_name: name_index,
+            filename,
             ..proto::Function::default()
         });
-        self.function_ids.insert(name, id);
+        self.function_ids.insert(key, id);
         id
     }
 
@@ -280,6 +295,27 @@ impl<'p> Builder<'p> {
         self.string_indexes.insert(text.to_owned(), index);
         index
     }
+}
+
+/// A frame named with its source line, `name (file:LINE)` or, for a Java
+/// frame, `name (File.java:LINE)_[j]`: the function's name (its kind suffix
+/// kept), the file and the line.
+fn source_line(frame: &str) -> Option<(Cow<'_, str>, &str, i64)> {
+    let (located, suffix) = match frame.rfind(")_[") {
+        Some(end) if frame.ends_with(']') => frame.split_at(end + 1),
+        _ => (frame, ""),
+    };
+    let (name, location) = located.strip_suffix(')')?.rsplit_once(" (")?;
+    let (file, line) = location.rsplit_once(':')?;
+    let line = line.parse().ok().filter(|&line: &i64| line > 0)?;
+    if name.is_empty() || file.is_empty() {
+        return None;
+    }
+    let name = match suffix {
+        "" => Cow::Borrowed(name),
+        suffix => Cow::Owned(format!("{name}{suffix}")),
+    };
+    Some((name, file, line))
 }
 
 fn saturating_i64(value: u128) -> i64 {

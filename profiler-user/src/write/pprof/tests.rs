@@ -221,3 +221,49 @@ fn a_subset_of_stacks_encodes_alone() {
         "/usr/bin/app"
     );
 }
+
+#[test]
+fn frames_with_source_lines_are_lines_of_one_function() {
+    let mut profile = profile();
+    profile.stacks = vec![
+        stack("app [42];main (app.c:30);spin (app.c:12)", 1, 5, &[]),
+        stack("app [42];main (app.c:30);spin (app.c:14)", 1, 2, &[]),
+        stack(
+            "app [42];Foo.bar (Foo.java:7)_[j];odd (x);f (a:b:0)",
+            1,
+            1,
+            &[],
+        ),
+    ];
+    let decoded = decode(&encode(&profile, &profile.stacks));
+    let function = |name: &str| {
+        decoded
+            .function
+            .iter()
+            .filter(|function| string(&decoded, function.name) == name)
+            .map(|function| string(&decoded, function.filename))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(function("spin"), ["app.c"], "one function for both lines");
+    assert_eq!(function("main"), ["app.c"]);
+    assert_eq!(function("Foo.bar_[j]"), ["Foo.java"]);
+    // No line in them: names as they are.
+    assert_eq!(function("odd (x)"), [""]);
+    assert_eq!(function("f (a:b:0)"), [""]);
+    let lines: HashSet<(String, i64)> = decoded
+        .location
+        .iter()
+        .flat_map(|location| &location.line)
+        .map(|line| {
+            let function = &decoded.function[line.function_id as usize - 1];
+            (string(&decoded, function.name).to_owned(), line.line)
+        })
+        .collect();
+    for expected in [("spin", 12), ("spin", 14), ("main", 30), ("Foo.bar_[j]", 7)] {
+        assert!(
+            lines.contains(&(expected.0.to_owned(), expected.1)),
+            "{expected:?} not among {lines:?}"
+        );
+    }
+    assert_eq!(decoded.location.len(), 6, "a location per distinct frame");
+}
