@@ -204,35 +204,53 @@ static __always_inline __u64 mix64(__u64 value)
  * ids are not reused, unlike the css_set's address. 0 if the links could
  * not all be read. Read through probes: the pointers on the way are
  * RCU-protected. */
+struct cgroup_walk {
+	struct list_head *head;
+	struct list_head *node;
+	__u64 key;
+	bool done;
+};
+
+/* One link of a css_set's list per bpf_loop iteration: verified once,
+ * however many hierarchies there are. */
+static long cgroup_walk_step(__u32 index, void *context)
+{
+	struct cgroup_walk *walk = context;
+	struct cgrp_cset_link *link;
+	struct cgroup *cgroup;
+	__u64 id, hierarchy;
+
+	if (!walk->node)
+		return 1;
+	if (walk->node == walk->head) {
+		walk->done = true;
+		return 1;
+	}
+	link = (void *)walk->node - bpf_core_field_offset(struct cgrp_cset_link, cgrp_link);
+	cgroup = BPF_CORE_READ(link, cgrp);
+	id = BPF_CORE_READ(cgroup, kn, id);
+	/* Ids are unique within a hierarchy: its root (its address, as long
+	 * as it is mounted) tells hierarchies apart. */
+	hierarchy = (__u64)BPF_CORE_READ(cgroup, root);
+	walk->key += mix64(id ^ mix64(hierarchy));
+	/* A list_head's next is its first word, in every kernel (aya leaves
+	 * a relocation of it in a callback unresolved). */
+	if (bpf_probe_read_kernel(&walk->node, sizeof(walk->node), walk->node))
+		walk->node = NULL;
+	return 0;
+}
+
 static __always_inline __u64 task_cgroup_key(struct task_struct *task)
 {
 	struct css_set *cset = BPF_CORE_READ(task, cgroups);
-	__u64 link_offset = bpf_core_field_offset(struct cgrp_cset_link, cgrp_link);
-	struct list_head *head, *node;
-	__u64 key = 0;
+	struct cgroup_walk walk = {};
 
 	if (!cset)
 		return 0;
-	head = &cset->cgrp_links;
-	node = BPF_CORE_READ(cset, cgrp_links.next);
-	for (int i = 0; i < MAX_CGROUP_LINKS; i++) {
-		struct cgrp_cset_link *link;
-		struct cgroup *cgroup;
-		__u64 id;
-		int hierarchy;
-
-		if (!node)
-			return 0;
-		if (node == head)
-			return key;
-		link = (void *)node - link_offset;
-		cgroup = BPF_CORE_READ(link, cgrp);
-		id = BPF_CORE_READ(cgroup, kn, id);
-		hierarchy = BPF_CORE_READ(cgroup, root, hierarchy_id);
-		key += mix64(id ^ ((__u64)hierarchy << 56));
-		node = BPF_CORE_READ(node, next);
-	}
-	return 0;
+	walk.head = &cset->cgrp_links;
+	walk.node = BPF_CORE_READ(cset, cgrp_links.next);
+	bpf_loop(MAX_CGROUP_LINKS, cgroup_walk_step, &walk, 0);
+	return walk.done ? walk.key : 0;
 }
 
 /* The flags every record of `task` carries. */
