@@ -28,7 +28,7 @@ use super::{
     JavaStackFrame, MergedSample,
 };
 use crate::{
-    process::{procfs::age, ProcessImage, ProcessRegistry},
+    process::{ProcessImage, ProcessRegistry},
     profile::JavaSummary,
     sample::{monotonic_ns, ring_record::Sample, sampler::Sampler},
 };
@@ -274,8 +274,9 @@ impl JavaProfiler {
 
     /// A process was sampled: if it is a JVM not attached yet, load the
     /// agent into it. `image` is the process's memory map as the registry
-    /// read it, which saves a second read on first sight (later looks read
-    /// it anew: a starting JVM maps libjvm.so late).
+    /// holds it: a starting JVM maps libjvm.so after its first sample, and
+    /// its image is read again once it runs code it mapped since (see
+    /// `ProcessRegistry::image_of`), so later looks read nothing either.
     pub fn look_for_jvm(&mut self, pid: u32, image: &ProcessImage) {
         if self.to_attach.is_none() {
             return;
@@ -286,24 +287,21 @@ impl JavaProfiler {
             Some(Recheck::At { when, .. }) if Instant::now() < *when => return,
             Some(Recheck::At { attempts, .. }) => *attempts,
         };
+        let maps_libjvm = || {
+            image
+                .mapped_names()
+                .any(|name| attach::is_libjvm(name.as_bytes()))
+        };
         let is_jvm = match attempts {
-            0 => Some(
-                image
-                    .mapped_names()
-                    .any(|name| attach::is_libjvm(name.as_bytes())),
-            ),
-            // Older than a starting JVM and still none: no JVM to be. Its
-            // age is the sample's word at every look, else read at the
-            // second look only, so that the short-lived processes of a
-            // busy host cost no read of it.
+            0 => Some(maps_libjvm()),
+            // Older than a starting JVM and still none: no JVM to be.
             _ if image
                 .started
                 .is_some_and(|started| started.elapsed() > STARTING_AGE) =>
             {
                 None
             }
-            1 if image.started.is_none() && age(pid).is_none_or(|age| age > STARTING_AGE) => None,
-            _ => maps_libjvm(pid),
+            _ => Some(maps_libjvm()),
         };
         match is_jvm {
             Some(true) => {
@@ -313,7 +311,7 @@ impl JavaProfiler {
             Some(false) => {
                 self.considered.insert(pid, Recheck::after(attempts));
             }
-            // Gone already, or no JVM to be.
+            // No JVM to be.
             None => {
                 self.considered.insert(pid, Recheck::Never);
             }

@@ -416,7 +416,8 @@ fn targets(bench: &Bench, runs: &[Run]) -> Vec<Target> {
                      /proc/PID/maps 22%, most of it the kernel creating the new pid's /proc \
                      inodes; PROCMAP_QUERY 15%), 13% loading their mappings into the \
                      unwinder's maps, 5% second looks for JVMs at the synthetic host's young \
-                     processes, 15% waking and polling"
+                     processes (which read nothing since: the image, read again when a \
+                     process runs code it mapped later, says), 15% waking and polling"
                 )
             },
         )
