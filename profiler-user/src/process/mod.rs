@@ -1,5 +1,6 @@
 //! Stage 2, processes: what each sampled process maps and where it runs,
-//! read from /proc once, when the process is first sampled ([`registry`]):
+//! read from /proc once, when the process is first sampled ([`registry`];
+//! again when it runs code it mapped since: [`reread`]):
 //! its mappings through one bounded reader of `/proc/PID/maps` ([`maps`],
 //! which asks the kernel for the executable ones alone where it can:
 //! [`maps_query`]),
@@ -17,6 +18,7 @@ pub mod maps;
 mod maps_query;
 pub mod procfs;
 pub mod registry;
+mod reread;
 pub mod runtime_metadata;
 
 pub use self::{

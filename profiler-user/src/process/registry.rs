@@ -26,9 +26,8 @@ use super::{
     image::{base_name, FileOrigin, FileVersion, MappedFile, Mapping, MappingTarget, ProcessImage},
     maps::{self, MapsPath},
     procfs::{self, read_bounded},
+    reread::{same_mappings, Rereads},
 };
-
-use profiler_common::unwind::StopReason;
 
 use crate::{
     rootfs::{self, Root},
@@ -55,28 +54,10 @@ pub struct ProcessRegistry {
     /// A copy of the vdso, which every process of this kernel maps alike.
     vdso: OnceCell<Option<Arc<MappedFile>>>,
     identities: Identities,
-    /// When each live process that mapped code since its snapshot may be
-    /// read again, and the wait after that.
-    rereads: HashMap<u32, Reread>,
+    rereads: Rereads,
     /// Images that replaced a live process's earlier one after a reread:
     /// not processes of their own.
     reread_images: usize,
-}
-
-/// The first wait between two reads of a process's mappings for code it
-/// mapped since: each read doubles it, up to [`MAX_REREAD_WAIT`].
-const FIRST_REREAD_WAIT: Duration = Duration::from_millis(100);
-
-/// The longest wait between two reads of a process's mappings, so that a
-/// process whose stacks keep leading outside its mappings (a stack walked
-/// into garbage) costs a read of its maps a minute at most.
-const MAX_REREAD_WAIT: Duration = Duration::from_secs(60);
-
-/// When a process's mappings may be read again.
-#[derive(Clone, Copy, Debug)]
-struct Reread {
-    not_before: Instant,
-    wait: Duration,
 }
 
 /// What is known of a process before its /proc is read: a sample of it
@@ -166,36 +147,15 @@ impl ProcessRegistry {
     /// new memory), a new image with its mappings read again, whose files
     /// the unwinder then loads. Reads of a process's mappings back off.
     fn with_code_of(&mut self, id: ImageId, sample: &Sample) -> ImageId {
-        let image = &self.images[id];
-        let outside = |pc: &u64| image.locate(*pc).is_none();
-        // The innermost pc is the thread's own; the last one, where the
-        // unwinder stopped at code it did not know.
-        let ran_outside = sample.user.first().is_some_and(outside)
-            || (sample.stop == StopReason::UnknownCode && sample.user.last().is_some_and(outside));
-        if !ran_outside || image.kernel_thread {
+        if !self.rereads.due(&self.images[id], sample) {
             return id;
         }
-        let now = Instant::now();
-        let reread = self.rereads.entry(sample.tgid).or_insert(Reread {
-            not_before: now,
-            wait: FIRST_REREAD_WAIT,
-        });
-        if now < reread.not_before {
-            return id;
-        }
-        reread.not_before = now + reread.wait;
-        reread.wait = (reread.wait * 2).min(MAX_REREAD_WAIT);
         let Ok(maps) = maps::executable(sample.tgid) else {
             return id;
         };
         let mappings = self.mappings(sample.tgid, maps);
         let old = &self.images[id];
-        let same = |a: &Mapping, b: &Mapping| {
-            (a.start, a.end, a.file_offset) == (b.start, b.end, b.file_offset)
-        };
-        if mappings.len() == old.mappings.len()
-            && mappings.iter().zip(&old.mappings).all(|(a, b)| same(a, b))
-        {
+        if same_mappings(&mappings, &old.mappings) {
             return id;
         }
         let image = ProcessImage {
@@ -224,7 +184,7 @@ impl ProcessRegistry {
     /// Process `pid` exec'd: its next sample needs a new snapshot.
     pub fn forget(&mut self, pid: u32) {
         self.live.remove(&pid);
-        self.rereads.remove(&pid);
+        self.rereads.forget(pid);
     }
 
     /// Process `pid` exited: the samples its threads take while they exit
@@ -233,7 +193,7 @@ impl ProcessRegistry {
         if let Some(id) = self.live.remove(&pid) {
             self.exited.insert(pid, id);
         }
-        self.rereads.remove(&pid);
+        self.rereads.forget(pid);
     }
 
     /// The processes taken as alive whose /proc entry is gone: their exit
