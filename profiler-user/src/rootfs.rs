@@ -171,6 +171,7 @@ mod tests {
     use tempfile::TempDir;
 
     use super::*;
+    use crate::process::maps::MappedPage;
 
     /// A fresh directory, removed however the test ends.
     fn temp_dir() -> TempDir {
@@ -240,27 +241,12 @@ mod tests {
             assert!(open_regular(Path::new(device)).is_err(), "{device}");
         }
         // A process's mapping of /dev/zero, as stoke meets it.
-        let zero = File::open("/dev/zero").unwrap();
-        // SAFETY: a new private mapping, unmapped below.
-        let address = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                zero.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(address, libc::MAP_FAILED);
-        let start = address as usize;
-        let link = format!("/proc/self/map_files/{start:x}-{:x}", start + 4096);
+        let zero = MappedPage::of(&File::open("/dev/zero").unwrap(), true);
+        let link = format!("/proc/self/map_files/{:x}-{:x}", zero.start(), zero.end());
         assert!(std::fs::symlink_metadata(&link).is_ok(), "{link}");
         assert_eq!(
             open_regular(Path::new(&link)).unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(address, 4096) };
     }
 }

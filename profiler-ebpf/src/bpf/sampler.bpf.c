@@ -196,14 +196,7 @@ static __always_inline __u64 mix64(__u64 value)
 	return value ^ (value >> 31);
 }
 
-/* Where the task runs in every cgroup hierarchy, as one number: the sum
- * of its cgroups' (hierarchy, kernfs id) pairs, mixed. Processes in the
- * same cgroups share it, on cgroup v2 and on hosts with v1 hierarchies
- * alike (the unified id alone says nothing there), so userspace reads a
- * process's cgroup once per membership rather than once per process. The
- * ids are not reused, unlike the css_set's address. 0 if the links could
- * not all be read. Read through probes: the pointers on the way are
- * RCU-protected. */
+/* A walk of a css_set's cgroup links (see task_cgroup_key). */
 struct cgroup_walk {
 	struct list_head *head;
 	struct list_head *node;
@@ -240,6 +233,14 @@ static long cgroup_walk_step(__u32 index, void *context)
 	return 0;
 }
 
+/* Where the task runs in every cgroup hierarchy, as one number: the sum
+ * of its cgroups' (hierarchy, kernfs id) pairs, mixed. Processes in the
+ * same cgroups share it, on cgroup v2 and on hosts with v1 hierarchies
+ * alike (the unified id alone says nothing there), so userspace reads a
+ * process's cgroup once per membership rather than once per process. The
+ * ids are not reused, unlike the css_set's address. 0 if the links could
+ * not all be read. Read through probes: the pointers on the way are
+ * RCU-protected. */
 static __always_inline __u64 task_cgroup_key(struct task_struct *task)
 {
 	struct css_set *cset = BPF_CORE_READ(task, cgroups);
@@ -278,8 +279,8 @@ static __always_inline bool announce(__u32 tgid, struct task_struct *task)
 /* announce() for a record's header: the first record of a process also
  * carries its executable's device and inode, so that userspace names the
  * executable from the mappings it reads anyway, without /proc/PID/exe, and
- * its cgroups' key and its age. Only that record: userspace reads both once per
- * process, and the reads to the cgroups would cost every sample. */
+ * its cgroups' key and its age. Only that record: userspace reads them
+ * once per process, and the reads behind them would cost every sample. */
 static __always_inline bool announce_in(struct stoke_record_header *header, __u32 tgid,
 					struct task_struct *task)
 {

@@ -6,7 +6,7 @@ use super::harness;
 use crate::{
     jvm::attach::target::ProcStatus,
     process::{
-        maps::{Entries, MapsPath},
+        maps::{Entries, MappedPage, MapsPath},
         procfs::innermost_ns_id,
     },
 };
@@ -137,26 +137,13 @@ fn latin1_path(what: &str) -> std::path::PathBuf {
 /// gone, and it was never attached. Here this test process maps such a file.
 #[test]
 fn a_process_mapping_a_latin1_file_is_seen() {
-    use std::os::fd::AsRawFd;
     let path = latin1_path("map");
     std::fs::write(&path, [0u8; 4096]).unwrap();
     let file = std::fs::File::open(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
-    // SAFETY: a fresh read-only mapping of a file of one page.
-    let mapped = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(mapped, libc::MAP_FAILED);
+    let mapped = MappedPage::of(&file, false);
     let seen = crate::jvm::profiler::maps_libjvm(std::process::id());
-    // SAFETY: unmapping what was mapped above.
-    unsafe { libc::munmap(mapped, 4096) };
+    drop(mapped);
     assert_eq!(seen, Some(false));
 }
 

@@ -287,22 +287,17 @@ impl JavaProfiler {
             Some(Recheck::At { when, .. }) if Instant::now() < *when => return,
             Some(Recheck::At { attempts, .. }) => *attempts,
         };
-        let maps_libjvm = || {
+        // Older than a starting JVM at a later look and still none: no
+        // JVM to be.
+        let too_old = attempts > 0
+            && image
+                .started
+                .is_some_and(|started| started.elapsed() > STARTING_AGE);
+        let is_jvm = (!too_old).then(|| {
             image
                 .mapped_names()
                 .any(|name| attach::is_libjvm(name.as_bytes()))
-        };
-        let is_jvm = match attempts {
-            0 => Some(maps_libjvm()),
-            // Older than a starting JVM and still none: no JVM to be.
-            _ if image
-                .started
-                .is_some_and(|started| started.elapsed() > STARTING_AGE) =>
-            {
-                None
-            }
-            _ => Some(maps_libjvm()),
-        };
+        });
         match is_jvm {
             Some(true) => {
                 self.considered.insert(pid, Recheck::Never);

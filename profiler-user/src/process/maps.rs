@@ -230,6 +230,59 @@ pub fn sleeping_child() -> std::process::Child {
     child
 }
 
+/// For tests: the first page of `file` mapped into this process (private,
+/// readable, and executable if `executable`), unmapped when dropped.
+#[cfg(test)]
+pub struct MappedPage(*mut libc::c_void);
+
+#[cfg(test)]
+impl MappedPage {
+    /// Maps the first page of `file`.
+    pub fn of(file: &File, executable: bool) -> Self {
+        use std::os::fd::AsRawFd;
+
+        let protection = if executable {
+            libc::PROT_READ | libc::PROT_EXEC
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: a new private mapping of an open file, unmapped on drop.
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                protection,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(address, libc::MAP_FAILED, "mapping a page");
+        Self(address)
+    }
+
+    /// The page's first address.
+    pub fn start(&self) -> u64 {
+        self.0 as u64
+    }
+
+    /// One past the page's last address.
+    pub fn end(&self) -> u64 {
+        self.start() + PAGE as u64
+    }
+}
+
+#[cfg(test)]
+const PAGE: usize = 4096;
+
+#[cfg(test)]
+impl Drop for MappedPage {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `of` made, unmapped once.
+        unsafe { libc::munmap(self.0, PAGE) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -416,6 +416,7 @@ mod tests {
     use std::io::Read;
 
     use super::*;
+    use crate::process::maps::MappedPage;
 
     #[test]
     fn snapshot_of_this_process_opens_its_executable() {
@@ -477,23 +478,9 @@ mod tests {
         assert!(registry.live_but_gone().is_empty());
     }
 
-    /// Maps a page of this test's executable, executable, anew.
-    fn map_own_code() -> u64 {
-        let exe = File::open(std::env::current_exe().unwrap()).unwrap();
-        // SAFETY: a fresh read-only mapping of an open file; never unmapped,
-        // so that the address stays this test's.
-        let address = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&exe),
-                0,
-            )
-        };
-        assert_ne!(address, libc::MAP_FAILED);
-        address as u64 + 16
+    /// A page of this test's executable, mapped executable anew.
+    fn map_own_code() -> MappedPage {
+        MappedPage::of(&File::open(std::env::current_exe().unwrap()).unwrap(), true)
     }
 
     #[test]
@@ -508,7 +495,8 @@ mod tests {
             first,
             "own code was mapped"
         );
-        let late = map_own_code();
+        let late_page = map_own_code();
+        let late = late_page.start() + 16;
         assert!(registry.image(first).locate(late).is_none());
         let reread = registry.image_of(&sample(late));
         assert_ne!(reread, first, "mappings read again");
@@ -516,7 +504,7 @@ mod tests {
         assert!(registry.is_live(reread) && !registry.is_live(first));
         // Right after a read, code mapped since waits for the next one.
         let later = map_own_code();
-        assert_eq!(registry.image_of(&sample(later)), reread);
+        assert_eq!(registry.image_of(&sample(later.start() + 16)), reread);
         assert_eq!((registry.len(), registry.processes_seen()), (2, 1));
     }
 

@@ -306,8 +306,8 @@ impl Worker {
 
     fn load(&mut self, pid: u32, mappings: &[ExecMapping]) {
         let mappings = &mappings[..mappings.len().min(MAX_MAPPINGS)];
-        // Not expected (an exec ends a process first), but then the image
-        // loaded last is the one in force.
+        // A process whose mappings were read again (it ran code it mapped
+        // since) is loaded anew: the image loaded last is the one in force.
         self.end(pid);
         // Before its files load: they are in use while the others make room.
         self.mapped_by.insert(
