@@ -238,7 +238,10 @@ fn attaches_to_another_users_jvm(jdk: Jdk) {
     let files = Cleanup::default();
     assert_eq!((jvm.uid, jvm.gid), (NOBODY, NOBODY));
     // What a root JVM killed with this pid left (pids wrap at 32768 here):
-    // the JVM cannot rename its own socket over it in the sticky /tmp.
+    // the JVM cannot rename its own socket over it in the sticky /tmp. A
+    // socket an earlier test's JVM of this pid left goes first, as in
+    // replaces_a_stale_socket: binding over it fails.
+    let _ = fs::remove_file(jvm.socket_path());
     plant_stale_socket(&jvm.socket_path(), 0, 0);
     files.add(jvm.socket_path());
 
