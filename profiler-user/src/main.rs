@@ -15,6 +15,7 @@ mod convert;
 mod diff;
 mod event;
 mod export;
+mod heap;
 mod jvm;
 mod module_table;
 mod preflight;
@@ -40,28 +41,10 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 
-/// Keeps glibc's malloc from holding memory stoke no longer uses, set
-/// before any thread starts:
-/// - one arena for all of stoke's threads: the unwind thread's own arena
-///   kept some 30 MB resident between the bursts of compiling tables
-///   (bench part 9: RSS 67-82 MB with an arena per thread, 36-48 MB with
-///   one, at the same CPU); the threads seldom allocate at the same moment;
-/// - large blocks (the kernel's BTF parsed, a file's unwind rows) always
-///   mapped and unmapped whole: by default glibc raises its threshold to
-///   the size of the last large block freed, and the next ones then stay
-///   on the heap after they are freed (start-up peak +20 MB, measured).
-fn bound_malloc() {
-    // SAFETY: mallopt has no preconditions.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
-    }
-}
-
 fn main() -> ExitCode {
     // A bug must still end in one line, not a backtrace.
     std::panic::set_hook(Box::new(|info| eprintln!("stoke: internal error: {info}")));
-    bound_malloc();
+    heap::bound();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Record(args) => record::run(args),

@@ -44,9 +44,9 @@ static long name_one(__u32 index, void *context)
 
 /* The first argument is how many addresses were written. */
 SEC("raw_tracepoint")
-int name_kernel_addresses(struct bpf_raw_tracepoint_args *ctx)
+int name_kernel_addresses(__u64 *args)
 {
-	__u64 count = ctx->args[0];
+	__u64 count = args[0];
 
 	if (count > STOKE_KERNEL_NAMES_BATCH)
 		count = STOKE_KERNEL_NAMES_BATCH;

@@ -335,13 +335,13 @@ static int offcpu_resumed(struct bpf_map *map, void *key, void *value)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
-	struct pt_regs *user;
+	struct stoke_regs *user;
 
 	if (!state || !state->pending_ns)
 		return 0;
-	user = (struct pt_regs *)bpf_task_pt_regs(task);
-	offcpu_send_unwound(task, state, BPF_CORE_READ(user, ip), BPF_CORE_READ(user, sp),
-			    BPF_CORE_READ(user, bp));
+	user = (struct stoke_regs *)bpf_task_pt_regs(task);
+	offcpu_send_unwound(task, state, BPF_PROBE_READ(user, ip), BPF_PROBE_READ(user, sp),
+			    BPF_PROBE_READ(user, bp));
 	return 0;
 }
 
@@ -371,7 +371,7 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 					       bool task_work)
 {
 	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
-	struct pt_regs *user;
+	struct stoke_regs *user;
 	__u64 off, user_ip, user_sp;
 
 	if (!state || !state->off_since)
@@ -380,9 +380,9 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 	state->off_since = 0;
 	if (!state->pending_ns && off < offcpu_min_ns)
 		return;
-	user = (struct pt_regs *)bpf_task_pt_regs(task);
-	user_ip = BPF_CORE_READ(user, ip);
-	user_sp = BPF_CORE_READ(user, sp);
+	user = (struct stoke_regs *)bpf_task_pt_regs(task);
+	user_ip = BPF_PROBE_READ(user, ip);
+	user_sp = BPF_PROBE_READ(user, sp);
 	if (state->pending_ns) {
 		/* Still in the kernel entry it waited in: the same wait. */
 		if (state->user_ip == user_ip && state->user_sp == user_sp) {
@@ -443,7 +443,7 @@ int BPF_PROG(offcpu_switch_task_work, bool preempt, struct task_struct *prev,
 /* In the thread's own context, its user registers those of the syscall
  * it waited in: the user stack of a waiting record. */
 SEC("tp_btf/sys_exit")
-int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
+int BPF_PROG(offcpu_syscall_exit, struct stoke_regs *regs, long ret)
 {
 	struct task_struct *task;
 	struct offcpu_task *state;
@@ -456,8 +456,8 @@ int BPF_PROG(offcpu_syscall_exit, struct pt_regs *regs, long ret)
 	state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
 	if (!state || !state->pending_ns)
 		return 0;
-	offcpu_send_unwound(task, state, BPF_CORE_READ(regs, ip), BPF_CORE_READ(regs, sp),
-			    BPF_CORE_READ(regs, bp));
+	offcpu_send_unwound(task, state, BPF_PROBE_READ(regs, ip), BPF_PROBE_READ(regs, sp),
+			    BPF_PROBE_READ(regs, bp));
 	return 0;
 }
 

@@ -28,13 +28,13 @@
 const volatile __u64 offcpu_recording_start = 0;
 
 SEC("iter/task")
-int offcpu_waiting(struct bpf_iter__task *ctx)
+int offcpu_waiting(struct stoke_iter_task *ctx)
 {
 	struct seq_file *seq = ctx->meta->seq;
 	struct task_struct *task = ctx->task;
 	struct offcpu_task *state;
 	struct sample_record *record;
-	struct pt_regs *user;
+	struct stoke_regs *user;
 	/* In offcpu_clock's time, as the waits' starts: this CPU's run queue
 	 * clock, updated at its last schedule or tick (a few ms at most on a
 	 * busy CPU: the error of a cut, never counted twice). */
@@ -79,8 +79,8 @@ int offcpu_waiting(struct bpf_iter__task *ctx)
 		frames = OFFCPU_KERNEL_FRAMES - 1;
 	record->header.flags = STOKE_SAMPLE_IN_KERNEL;
 	if (!(task->flags & PF_KTHREAD)) {
-		user = (struct pt_regs *)bpf_task_pt_regs(task);
-		user_ip = BPF_CORE_READ(user, ip);
+		user = (struct stoke_regs *)bpf_task_pt_regs(task);
+		user_ip = BPF_PROBE_READ(user, ip);
 		if (user_ip) {
 			record->frames[frames] = user_ip;
 			user_bytes = sizeof(__u64);

@@ -24,6 +24,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "stoke_abi.h"
+#include "abi_layouts.bpf.h"
 
 #define PF_EXITING 0x00000004
 #define PF_KTHREAD 0x00200000
@@ -679,7 +680,7 @@ static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 }
 
 SEC("perf_event")
-int sample_cpu(struct bpf_perf_event_data *ctx)
+int sample_cpu(struct stoke_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
@@ -687,7 +688,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	struct sample_record *record;
 	struct stoke_process_mappings *process;
 	struct task_struct *task;
-	struct pt_regs *user;
+	struct stoke_regs *user;
 	__u32 *signal, stop = STOKE_STOP_FRAME_POINTERS;
 	bool in_kernel, announcing;
 	long kernel_bytes = 0, user_bytes = 0;
@@ -733,9 +734,9 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	} else if ((process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
 		if (in_kernel) {
 			/* The user registers saved when the thread entered the kernel. */
-			user = (struct pt_regs *)bpf_task_pt_regs(task);
-			user_bytes = unwind_user(BPF_CORE_READ(user, ip), BPF_CORE_READ(user, sp),
-						 BPF_CORE_READ(user, bp), process, kernel_bytes,
+			user = (struct stoke_regs *)bpf_task_pt_regs(task);
+			user_bytes = unwind_user(BPF_PROBE_READ(user, ip), BPF_PROBE_READ(user, sp),
+						 BPF_PROBE_READ(user, bp), process, kernel_bytes,
 						 &stop, SLOT_CPU);
 		} else {
 			user_bytes = unwind_user(*(volatile __u64 *)&ctx->regs.ip,

@@ -24,6 +24,7 @@ use super::{
     waiting::{self, WaitsInProgress},
 };
 use crate::{
+    heap,
     symbolize::kernel_names::KernelNamer,
     unwind::loader::{page_capacity, UnwindMaps},
 };
@@ -114,10 +115,12 @@ impl Sampler {
         // The kernel's BTF (some 13 MB parsed, ~20 ms) serves the kfunc
         // ids, the loader and the tracepoints, parsed once: the copy the
         // loader always parses for itself is dropped first, so that only one
-        // is alive at a time.
+        // is alive at a time, and ours reuses its pages.
+        let reusing = heap::Reusing::start();
         let mut loader = EbpfLoader::new();
         loader.btf(None);
         let btf = kernel_btf()?;
+        drop(reusing);
         let linked = kfuncs::link(profiler_ebpf::sampler_object(), &btf);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
