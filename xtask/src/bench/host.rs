@@ -139,7 +139,9 @@ pub fn utc_now() -> String {
 const TICKS_PER_SECOND: f64 = 100.0;
 
 /// Busy CPU time of the whole host so far (all CPUs, in seconds):
-/// user, nice, system, irq and softirq of `/proc/stat`'s `cpu` line.
+/// user, nice, system, irq and softirq of `/proc/stat`'s `cpu` line, and
+/// steal: time the hypervisor gave this virtual machine's CPUs to others,
+/// which slows a run as much as a process here would.
 fn host_busy_seconds() -> Result<f64> {
     let stat = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
     let line = stat
@@ -152,7 +154,7 @@ fn host_busy_seconds() -> Result<f64> {
         .map(|field| field.parse().unwrap_or(0.0))
         .collect();
     // user nice system idle iowait irq softirq steal ...
-    let busy = [0, 1, 2, 5, 6]
+    let busy = [0, 1, 2, 5, 6, 7]
         .iter()
         .map(|&index| fields.get(index).copied().unwrap_or(0.0))
         .sum::<f64>();
