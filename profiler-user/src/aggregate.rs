@@ -2,7 +2,9 @@
 //! after the recording, once symbolization has named every distinct address
 //! ([`AddressNames`]), folds the named stacks into a [`Profile`].
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt};
 
 use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 

@@ -3,9 +3,8 @@
 //! frames: a JVM is found through its samples, and its agent loaded or
 //! found, before its threads are signalled for their Java stacks.
 
-use std::collections::HashSet;
-
 use crate::{process::procfs, profile::JavaSummary, sample::monotonic_ns};
+use foldhash::HashSet;
 
 /// The reasons the summary gives for JVM samples never signalled.
 const BEFORE_AGENT: &str = "before its agent answered";

@@ -7,10 +7,11 @@
 //! samples taken before the thread returns share one pending signal, so the
 //! earlier keeps its native stack only.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::agent_memory::JavaSample;
 use crate::sample::ring_record::Sample;
+use foldhash::HashMap;
 
 /// How long a signalled sample waits for its Java stack.
 const PAIRING_WINDOW_NS: u64 = 1_000_000_000;

@@ -6,12 +6,12 @@
 
 use std::{
     borrow::Cow,
-    collections::HashMap,
     sync::mpsc::{self, Receiver, Sender},
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
+use foldhash::{HashMap, HashMapExt};
 use profiler_common::jvm::{
     agct_failure, AgentState, JavaFrame, AGCT_NO_JAVA_FRAME, AGCT_UNKNOWN_NOT_JAVA,
     NOT_A_JAVA_THREAD, RECOMPILE_REQUEST, SIGNAL,

@@ -1,11 +1,9 @@
 //! Names of Java frames: the methods the agent described and the code the
 //! JIT placed, per JVM.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
+use foldhash::{HashMap, HashSet};
 use profiler_common::jvm::{inline_edges, Event, InlineEdge, JavaFrame, MethodInfo};
 
 /// Most blobs of code in one JVM's code map. The log a JVM's agent fills

@@ -1,12 +1,10 @@
 //! The host's ids of a JVM's threads: the agent names threads by the ids
 //! of the JVM's own pid namespace, the BPF samples by the host's.
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use crate::process::procfs::innermost_ns_id;
+use foldhash::{HashMap, HashMapExt};
 
 /// How often, at most, a JVM's threads are listed anew to find an id the
 /// agent names: whatever ids a process writes, stoke reads `/proc` at this

@@ -3,10 +3,7 @@
 //! Read once per process when the registry first sees it, and cached per
 //! cgroup: the processes of one container share one [`Identity`].
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, OnceLock},
-};
+use std::sync::{Arc, OnceLock};
 
 use super::{
     cgroup::{self, Runtime, MAX_CGROUP_FILE},
@@ -14,6 +11,7 @@ use super::{
     runtime_metadata::{self, ContainerMetadata},
 };
 use crate::rootfs::Root;
+use foldhash::HashMap;
 
 /// Most cgroups remembered: beyond it the cache starts again, so that a
 /// host creating containers for days keeps bounded memory.

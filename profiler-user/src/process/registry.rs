@@ -12,7 +12,6 @@
 
 use std::{
     cell::OnceCell,
-    collections::HashMap,
     fs::File,
     io::{self, Read, Seek, SeekFrom, Write},
     os::fd::{FromRawFd, OwnedFd},
@@ -28,6 +27,7 @@ use super::{
     procfs::{self, read_bounded},
     reread::{same_mappings, Rereads},
 };
+use foldhash::HashMap;
 
 use crate::{
     rootfs::{self, Root},

@@ -4,11 +4,9 @@
 //! process, so that one whose stacks keep leading outside its mappings (a
 //! stack walked into garbage) costs little.
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
+use foldhash::HashMap;
 use profiler_common::unwind::StopReason;
 
 use super::image::{Mapping, ProcessImage};

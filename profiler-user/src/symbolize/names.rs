@@ -2,16 +2,14 @@
 //! batch, each mapped file's offsets in one batch, JIT code from the JVM
 //! agents' code maps.
 
-use std::{
-    collections::{BTreeMap, HashMap, HashSet},
-    ops::Range,
-};
+use std::{collections::BTreeMap, ops::Range};
 
 use super::{Frames, Named, Symbolizer};
 use crate::{
     jvm::symbols::JavaSymbols,
     process::{image::FileVersion, MappedFile, MappingTarget, ProcessImage},
 };
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 /// One counted stack's addresses, as [`AddressNames::resolve`] reads them.
 pub struct StackAddresses<'a> {

@@ -18,7 +18,6 @@
 //! switches for a map update of microseconds.
 
 use std::{
-    collections::{HashMap, HashSet},
     hash::RandomState,
     sync::{
         atomic::{AtomicUsize, Ordering},
@@ -31,6 +30,7 @@ use std::{
 
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use foldhash::{HashMap, HashMapExt, HashSet};
 use profiler_common::unwind::{
     Mapping, PackedRow, ProcessMappings, UnwindPage, UnwindRow, MAX_MAPPINGS,
 };
