@@ -1,15 +1,19 @@
 //! Compiles `src/bpf/sampler.bpf.c` (every BPF program of stoke's) with
-//! clang `-target bpf` into the object that `lib.rs` embeds. The compiler
-//! is `$CLANG`, else `clang-19`, else `clang`.
+//! clang `-target bpf` into the objects that `lib.rs` embeds: one with the
+//! off-CPU programs (`STOKE_OFFCPU` defined), one without. The compiler is
+//! `$CLANG`, else `clang-19`, else `clang`.
 
-use std::{env, path::PathBuf, process::Command};
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 const SOURCE: &str = "src/bpf/sampler.bpf.c";
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
-    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap()).join("sampler.bpf.o");
-    let abi_include = manifest.join("../profiler-common/include");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
     for watched in [
         SOURCE,
         "src/bpf/kfuncs.bpf.h",
@@ -26,7 +30,25 @@ fn main() {
     let clang = find_tool("CLANG", &["clang-19", "clang"]).unwrap_or_else(|| {
         fail("no clang found: install clang-19 (apt-get install clang-19 llvm-19 libbpf-dev) or set CLANG")
     });
-    let status = Command::new(&clang)
+    let strip = find_tool("LLVM_STRIP", &["llvm-strip-19", "llvm-strip"]);
+    for (object, defines) in [
+        ("sampler.bpf.o", &["-DSTOKE_OFFCPU"][..]),
+        ("sampler_cpu.bpf.o", &[][..]),
+    ] {
+        compile(
+            &clang,
+            strip.as_deref(),
+            &manifest,
+            defines,
+            &out_dir.join(object),
+        );
+    }
+}
+
+/// Compiles the sampler with `defines` into `out`, then strips its DWARF.
+fn compile(clang: &str, strip: Option<&str>, manifest: &Path, defines: &[&str], out: &Path) {
+    let abi_include = manifest.join("../profiler-common/include");
+    let status = Command::new(clang)
         .args([
             "-target",
             "bpf",
@@ -36,12 +58,13 @@ fn main() {
             "-Wall",
             "-Werror",
         ])
+        .args(defines)
         .arg("-I")
         .arg(&abi_include)
         .arg("-c")
         .arg(manifest.join(SOURCE))
         .arg("-o")
-        .arg(&out)
+        .arg(out)
         .status()
         .unwrap_or_else(|error| fail(&format!("running {clang}: {error}")));
     if !status.success() {
@@ -50,8 +73,8 @@ fn main() {
         ));
     }
     // DWARF is only for humans; BTF (which CO-RE needs) survives `-g`.
-    if let Some(strip) = find_tool("LLVM_STRIP", &["llvm-strip-19", "llvm-strip"]) {
-        let stripped = Command::new(strip).arg("-g").arg(&out).status();
+    if let Some(strip) = strip {
+        let stripped = Command::new(strip).arg("-g").arg(out).status();
         if !stripped.is_ok_and(|status| status.success()) {
             fail("llvm-strip failed on the BPF object");
         }

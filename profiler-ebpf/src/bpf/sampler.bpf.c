@@ -3,8 +3,8 @@
  * Stoke's CPU sampler: a perf_event program on the software cpu-clock event of
  * every online CPU, plus exec/exit tracepoints that tell userspace when a
  * process's address space stops being the one it has snapshotted. The
- * off-CPU programs (offcpu.bpf.h, included at the end) share its maps and
- * its unwinder: all are one object. The
+ * off-CPU programs (offcpu.bpf.h, included at the end when STOKE_OFFCPU is
+ * defined) share its maps and its unwinder: all are one object. The
  * tracepoints are BTF ones (tp_btf): they attach through the kernel's BTF,
  * with no tracefs or debugfs mounted (a fresh host has neither).
  *
@@ -829,9 +829,14 @@ int BPF_PROG(process_exit, struct task_struct *task)
 	return 0;
 }
 
+/* Built twice (build.rs): with the off-CPU programs, and without them for
+ * recordings of other events, whose loading then relocates, verifies and
+ * creates none of what only off-CPU time needs. */
+#ifdef STOKE_OFFCPU
 #include "kfuncs.bpf.h"
 #include "offcpu.bpf.h"
 #include "offcpu_waiting.bpf.h"
+#endif
 #include "kernel_names.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn links_the_task_work_call_of_the_sampler_object() {
         let btf = Btf::from_sys_fs().expect("the kernel's BTF");
-        let linked = link(profiler_ebpf::sampler_object(), &btf);
+        let linked = link(profiler_ebpf::sampler_object(true), &btf);
         let marker = KFUNC_TASK_WORK_SCHEDULE_RESUME.to_le_bytes();
         let calls = |object: &[u8]| {
             object
@@ -101,7 +101,7 @@ mod tests {
                 .count()
         };
         assert!(
-            calls(profiler_ebpf::sampler_object()) > 0,
+            calls(profiler_ebpf::sampler_object(true)) > 0,
             "no marked call in the object"
         );
         assert!(
@@ -109,6 +109,14 @@ mod tests {
             "this kernel (6.18) has bpf_task_work_schedule_resume_impl"
         );
         assert_eq!(calls(linked.object()), 0, "a marked call was left unlinked");
-        assert_eq!(linked.object().len(), profiler_ebpf::sampler_object().len());
+        assert_eq!(
+            linked.object().len(),
+            profiler_ebpf::sampler_object(true).len()
+        );
+        assert_eq!(
+            calls(profiler_ebpf::sampler_object(false)),
+            0,
+            "the object without off-CPU programs calls the off-CPU kfunc"
+        );
     }
 }

@@ -121,7 +121,8 @@ impl Sampler {
         loader.btf(None);
         let btf = kernel_btf()?;
         drop(reusing);
-        let linked = kfuncs::link(profiler_ebpf::sampler_object(), &btf);
+        let offcpu = config.offcpu.is_some();
+        let linked = kfuncs::link(profiler_ebpf::sampler_object(offcpu), &btf);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
         // type for it, which is no matter.
@@ -132,10 +133,10 @@ impl Sampler {
             .override_global("include_idle", &include_idle, true)
             .override_global("cpu_java_stacks", &cpu_java_stacks, true)
             .override_global("wakeup_bytes", &wakeup_bytes, true)
-            .override_global("offcpu_min_ns", &offcpu_min_ns, true)
-            .override_global("offcpu_budget", &offcpu_budget, true)
-            .override_global("offcpu_jvms_only", &offcpu_jvms_only, true)
-            .override_global("offcpu_recording_start", &offcpu_recording_start, true)
+            .override_global("offcpu_min_ns", &offcpu_min_ns, offcpu)
+            .override_global("offcpu_budget", &offcpu_budget, offcpu)
+            .override_global("offcpu_jvms_only", &offcpu_jvms_only, offcpu)
+            .override_global("offcpu_recording_start", &offcpu_recording_start, offcpu)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
@@ -170,7 +171,7 @@ impl Sampler {
         attach_tracepoint(&mut ebpf, &btf, "process_exec", "sched_process_exec")?;
         attach_tracepoint(&mut ebpf, &btf, "process_exit", "sched_process_exit")?;
         let mut offcpu_user_stacks = None;
-        if config.offcpu.is_some() {
+        if offcpu {
             attach_tracepoint(&mut ebpf, &btf, "offcpu_thread_exit", "sched_process_exit")?;
             // Task work where the kernel has it: a syscall-exit hook would
             // slow every syscall of the host. The variable is a way back
