@@ -126,25 +126,45 @@ fn unloads_of_one_method_take_linear_time() {
 /// A file name that is not UTF-8 (it starts with a Latin-1 'é'), short
 /// enough to be a whole process name (15 bytes).
 fn latin1_path(what: &str) -> std::path::PathBuf {
+    latin1_path_in(&std::env::temp_dir(), what)
+}
+
+fn latin1_path_in(directory: &std::path::Path, what: &str) -> std::path::PathBuf {
     use std::os::unix::ffi::OsStrExt;
     let mut name = vec![0xe9];
     name.extend_from_slice(format!("{what}{}", std::process::id()).as_bytes());
-    std::env::temp_dir().join(std::ffi::OsStr::from_bytes(&name))
+    directory.join(std::ffi::OsStr::from_bytes(&name))
 }
 
 /// `maps_libjvm` read `/proc/PID/maps` as UTF-8: one mapped file whose
 /// name is not (legal on Linux, e.g. a Latin-1 directory) made a JVM look
-/// gone, and it was never attached. Here this test process maps such a file.
+/// gone, and it was never attached. Here this test process maps such a
+/// file executable, as only executable mappings are looked at now: from
+/// the test binary's own directory, which allows it (a temporary directory
+/// may be mounted noexec).
 #[test]
 fn a_process_mapping_a_latin1_file_is_seen() {
-    let path = latin1_path("map");
+    use std::os::unix::ffi::OsStrExt;
+    let binary = std::env::current_exe().unwrap();
+    let path = latin1_path_in(binary.parent().unwrap(), "map");
     std::fs::write(&path, [0u8; 4096]).unwrap();
     let file = std::fs::File::open(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
-    let mapped = MappedPage::of(&file, false);
+    let mapped = MappedPage::of(&file, true);
     let seen = crate::jvm::profiler::maps_libjvm(std::process::id());
+    let named = crate::process::maps::executable(std::process::id())
+        .unwrap()
+        .iter()
+        .any(|map| {
+            map.start == mapped.start()
+                && map.path.as_bytes().starts_with(path.as_os_str().as_bytes())
+        });
     drop(mapped);
     assert_eq!(seen, Some(false));
+    assert!(
+        named,
+        "the Latin-1 name is not among the executable mappings"
+    );
 }
 
 /// `age` read `/proc/PID/stat` as UTF-8: a process whose name is not
