@@ -331,7 +331,9 @@ fn section(bench: &Bench, units: &[(Workload, u64)], series: &[Series]) -> Secti
          Slowdown = median / median(none) − 1; a run during which other processes still \
          took CPU after 3 tries is left out when 3 others remain. **Noise** is the min–max \
          range of `none` \
-         over the rounds: a slowdown smaller than it is not resolved. Profiler CPU is \
+         over the rounds: a slowdown smaller than it is not resolved. Stoke against \
+         async-profiler is a sign test: resolved when one was the faster in every \
+         round (5 or more). Profiler CPU is \
          what the profiler process itself used while the work ran, as a share of all CPUs.\n\n\
          - C: `fixed_work` (bench/workloads), encode, checksum, merge sort and score \
          batches of records, stacks about 8 frames deep, built with frame pointers.\n\
@@ -552,17 +554,17 @@ fn against_async_profiler(
         percent_signed(async_profiler),
         percent(noise)
     );
-    let resolved = rounds >= SIGN_TEST_ROUNDS;
+    let enough_rounds = rounds >= SIGN_TEST_ROUNDS;
     let verdict = if smoke {
         Verdict::NotJudged("smoke run".into())
-    } else if stoke <= async_profiler && resolved && faster == rounds {
+    } else if stoke <= async_profiler && enough_rounds && faster == rounds {
         Verdict::Met
     } else if stoke <= async_profiler {
         Verdict::MetBut(format!(
             "not resolved: stoke was the faster in {faster} of {rounds} rounds, not in all \
              {SIGN_TEST_ROUNDS} or more"
         ))
-    } else if resolved && faster == 0 {
+    } else if enough_rounds && faster == 0 {
         Verdict::Missed(format!(
             "async-profiler was the faster in every round, by {} in the medians",
             percent(stoke - async_profiler)
