@@ -373,16 +373,19 @@ fn a_second_stoke_leaves_a_recorded_jvm_to_the_first() {
     thread::sleep(Duration::from_secs(1));
 
     // The second recording of the same JVM, while the first goes on: it
-    // says why it keeps native stacks, and takes none of the first's.
+    // says why it keeps native stacks (naming the first), and takes none
+    // of the first's.
     let second_out = dir.join("second.json");
     let second = record_to(&args!["-p", jvm.pid()], 499, 2.0, &second_out);
     println!("second stoke:\n{}", second.stderr);
+    let named = format!("another stoke (stoke, pid {}) is recording", first.pid());
     assert!(
         second
             .stderr
             .lines()
-            .any(|line| line.starts_with("stoke: warning:") && line.contains("another stoke")),
-        "the second stoke did not say that another stoke records the JVM:\n{}",
+            .any(|line| line.starts_with("stoke: warning:") && line.contains(&named)),
+        "the second stoke did not say that stoke {} records the JVM:\n{}",
+        first.pid(),
         second.stderr
     );
     let second_profile = read_json(&second_out);

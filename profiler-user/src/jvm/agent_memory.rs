@@ -30,6 +30,8 @@ use profiler_common::jvm::{
     TOTAL_SIZE, VERSION,
 };
 
+use super::memory_lock::lock_exclusively;
+
 /// A test hook, for tests/tests/java_lifecycle.rs: with this environment
 /// variable set to N, stoke kills itself with SIGKILL right after it took
 /// its Nth Java sample from an agent's ring, at the worst point for the
@@ -40,10 +42,6 @@ pub const KILL_AFTER_DRAINED: &str = "STOKE_TEST_KILL_AFTER_DRAINED";
 /// ms in tests): the attach thread waits no longer for a process that only
 /// says it is an idle agent.
 const WAKE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// How long the exclusive lock is tried for: the agent takes it for a
-/// moment when it looks whether a stoke still reads it.
-const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// A Java stack the agent took in its signal handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,7 +72,7 @@ pub struct AgentMemory {
     kill_after_drained: Option<u64>,
     /// The memfd, held with an exclusive `flock`: one stoke at a time takes
     /// a JVM's Java stacks (the kernel drops the lock when stoke dies).
-    _file: File,
+    file: File,
 }
 
 // SAFETY: the mapping is plain shared memory, owned by this value.
@@ -116,13 +114,13 @@ impl AgentMemory {
                     .with_context(|| format!("taking the agent memory of JVM {pid}"))?;
                 let file = own_description(&taken)
                     .with_context(|| format!("checking the agent memory of JVM {pid}"))?;
-                return Self::map(file).map(Some);
+                return Self::map(file, pid).map(Some);
             }
         }
         Ok(None)
     }
 
-    fn map(file: File) -> Result<Self> {
+    fn map(file: File, pid: u32) -> Result<Self> {
         let fd = file.as_raw_fd();
         // The header first, so that an agent of another stoke version is
         // told apart from a memfd of the wrong size.
@@ -158,9 +156,9 @@ impl AgentMemory {
             events_read: 0,
             drained: 0,
             kill_after_drained: kill_after_drained(),
-            _file: file,
+            file,
         };
-        lock_exclusively(fd)?;
+        lock_exclusively(&memory.file, pid)?;
         memory.recover_ring();
         memory.recover_java_event_ring();
         memory.wake()?;
@@ -372,20 +370,6 @@ fn agent_link() -> String {
 
 fn kill_after_drained() -> Option<u64> {
     std::env::var(KILL_AFTER_DRAINED).ok()?.parse().ok()
-}
-
-/// Takes the exclusive lock that makes this stoke the agent's only
-/// consumer (the kernel drops it when stoke dies).
-fn lock_exclusively(fd: i32) -> Result<()> {
-    let deadline = Instant::now() + LOCK_TIMEOUT;
-    // SAFETY: flock on a descriptor the caller keeps open.
-    while unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        if Instant::now() > deadline {
-            bail!("another stoke is recording this JVM and takes its Java stacks: let it finish first");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
 }
 
 fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {

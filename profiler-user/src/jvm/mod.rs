@@ -12,6 +12,7 @@ pub mod attach;
 pub mod coverage;
 pub mod java_event_ring;
 pub mod java_events;
+mod memory_lock;
 pub mod merge;
 pub mod park;
 pub mod profiler;

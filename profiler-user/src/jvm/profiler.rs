@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use foldhash::{HashMap, HashMapExt};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use profiler_common::jvm::{
     agct_failure, AgentState, JavaFrame, AGCT_NO_JAVA_FRAME, AGCT_UNKNOWN_NOT_JAVA,
     NOT_A_JAVA_THREAD, RECOMPILE_REQUEST, SIGNAL,
@@ -141,8 +141,8 @@ pub struct JavaProfiler {
     /// JVM yet: a starting JVM maps libjvm.so (and installs its signal
     /// handlers) only after its first samples.
     considered: HashMap<u32, Recheck>,
-    /// Attaches asked for and not yet answered.
-    attaching: usize,
+    /// The JVMs whose attach was asked for and not yet answered.
+    attaching: HashSet<u32>,
     /// What the summary says of JVM samples never signalled, and how soon
     /// JVMs got Java frames.
     coverage: Coverage,
@@ -200,7 +200,7 @@ impl JavaProfiler {
             to_attach: enabled.then_some(to_attach),
             attached,
             considered: HashMap::new(),
-            attaching: 0,
+            attaching: HashSet::new(),
             coverage: Coverage::new(monotonic_ns()),
             attach_retries: HashMap::new(),
             jvms: HashMap::new(),
@@ -264,9 +264,15 @@ impl JavaProfiler {
 
     /// Hands JVM `pid` to the attach thread; its samples wait for the agent.
     fn ask_attach(&mut self, pid: u32) {
+        // One attach at a time per JVM, and none of a JVM profiled already:
+        // a second would find the first's lock on the agent memory.
+        let profiled = self.jvms.contains_key(&pid) && !self.ended.contains(&pid);
+        if profiled || self.attaching.contains(&pid) {
+            return;
+        }
         if let Some(to_attach) = &self.to_attach {
             if to_attach.send(pid).is_ok() {
-                self.attaching += 1;
+                self.attaching.insert(pid);
                 self.coverage.awaiting_agent(pid);
             }
         }
@@ -316,7 +322,7 @@ impl JavaProfiler {
     /// Whether a JVM is being attached: its samples stay native until its
     /// agent is adopted, so the caller should poll again soon.
     pub fn attaching(&self) -> bool {
-        self.attaching > 0
+        !self.attaching.is_empty()
     }
 
     /// Whether agents are recording Java events: their rings fill
@@ -347,7 +353,7 @@ impl JavaProfiler {
         processes: &mut ProcessRegistry,
     ) -> Result<Vec<MergedSample>> {
         while let Ok(attached) = self.attached.try_recv() {
-            self.attaching -= 1;
+            self.attaching.remove(&attached.pid);
             self.profile_attached(attached, sampler)?;
         }
         for (&pid, jvm) in &mut self.jvms {
@@ -439,6 +445,9 @@ impl JavaProfiler {
     pub fn process_ended(&mut self, pid: u32) {
         self.coverage.ended(pid);
         self.considered.remove(&pid);
+        // An attach still going on is to the process gone: its answer
+        // profiles nothing, and a new image may be a JVM to attach to.
+        self.attaching.remove(&pid);
         self.attach_retries.remove(&pid);
         if self.jvms.contains_key(&pid) {
             self.ended.push(pid);

@@ -1,0 +1,115 @@
+//! The exclusive `flock` on an agent's memfd that makes one stoke the
+//! agent's only consumer (the kernel drops it when that stoke dies), and,
+//! when it cannot be taken, who holds it (`/proc/locks`).
+//!
+//! The agent takes the same lock for a moment every 0.1 s, to see whether
+//! a stoke still reads it: a JVM starved of CPU may hold it a while, so its
+//! own hold is waited out longer than another stoke's.
+
+use std::{
+    fs::File,
+    io::Read,
+    os::{fd::AsRawFd, unix::fs::MetadataExt},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Result};
+
+/// How long a lock held by another process is tried for.
+const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// How long a lock held by the JVM itself (its agent looking) is tried for.
+const AGENT_HOLD_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The most of `/proc/locks` read: a host with more locks than that just
+/// gets the message without the holder.
+const MAX_LOCKS_BYTES: u64 = 4 << 20;
+
+/// Takes the exclusive lock on `file`, the agent memory of JVM `jvm`.
+pub fn lock_exclusively(file: &File, jvm: u32) -> Result<()> {
+    let started = Instant::now();
+    // SAFETY: flock on a descriptor the caller keeps open.
+    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let waited = started.elapsed();
+        if waited > LOCK_TIMEOUT {
+            match holder(file) {
+                Some(pid) if pid == jvm && waited < AGENT_HOLD_TIMEOUT => {}
+                Some(pid) if pid == std::process::id() => {
+                    bail!("this stoke already reads this JVM's agent memory")
+                }
+                Some(pid) if pid != jvm => bail!(
+                    "another stoke ({}, pid {pid}) is recording this JVM and takes its Java stacks: let it finish first",
+                    comm(pid)
+                ),
+                _ => bail!("another stoke is recording this JVM and takes its Java stacks: let it finish first"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// The process holding a `flock` on `file`, from `/proc/locks`.
+fn holder(file: &File) -> Option<u32> {
+    let meta = file.metadata().ok()?;
+    let mut text = String::new();
+    File::open("/proc/locks")
+        .ok()?
+        .take(MAX_LOCKS_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
+    holder_in(&text, meta.dev(), meta.ino())
+}
+
+/// The holder of a `FLOCK` on inode `ino` of device `dev` in `locks`
+/// (`/proc/locks`' text: `1: FLOCK ADVISORY WRITE 1234 00:01:5678 0 EOF`,
+/// the device as hexadecimal major:minor; waiters' lines, marked `->`,
+/// hold nothing).
+fn holder_in(locks: &str, dev: u64, ino: u64) -> Option<u32> {
+    let file = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            [_, "FLOCK", _, _, pid, id, ..] if *id == file => pid.parse().ok(),
+            _ => None,
+        }
+    })
+}
+
+/// A process's name, for a message; `?` if it is gone.
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map_or_else(|_| "?".to_owned(), |name| name.trim_end().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_of_a_flock_is_found_by_device_and_inode() {
+        let locks = "1: POSIX  ADVISORY  WRITE 77 00:01:42 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 1234 00:01:42 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 99 00:01:42 0 EOF\n\
+                     3: FLOCK  ADVISORY  WRITE 555 fd:01:42 0 EOF\n";
+        let dev = libc::makedev(0, 1);
+        assert_eq!(holder_in(locks, dev, 42), Some(1234));
+        assert_eq!(holder_in(locks, libc::makedev(0xfd, 1), 42), Some(555));
+        assert_eq!(holder_in(locks, dev, 43), None);
+        assert_eq!(holder_in("", dev, 42), None);
+    }
+
+    /// The holder of a real lock on a real file: this process, through
+    /// another description of the file.
+    #[test]
+    fn a_lock_held_here_is_named_by_this_process() {
+        let path = std::env::temp_dir().join(format!("stoke-lock-{}", std::process::id()));
+        let first = File::create(&path).unwrap();
+        let second = File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        lock_exclusively(&first, 1).unwrap();
+        assert_eq!(holder(&second), Some(std::process::id()));
+        let error = lock_exclusively(&second, 1).unwrap_err();
+        assert!(format!("{error}").contains("already reads"), "{error}");
+    }
+}
