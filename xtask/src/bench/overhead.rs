@@ -332,8 +332,9 @@ fn section(bench: &Bench, units: &[(Workload, u64)], series: &[Series]) -> Secti
          took CPU after 3 tries is left out when 3 others remain. **Noise** is the min–max \
          range of `none` \
          over the rounds: a slowdown smaller than it is not resolved. Stoke against \
-         async-profiler is a sign test: resolved when one was the faster in every \
-         round (5 or more). Profiler CPU is \
+         async-profiler is a one-sided sign test over the rounds (both run in each): \
+         resolved when one was the faster in so many rounds that chance gives it at most \
+         once in 32 (5 of 5, 9 of 10, 12 of 15). Profiler CPU is \
          what the profiler process itself used while the work ran, as a share of all CPUs.\n\n\
          - C: `fixed_work` (bench/workloads), encode, checksum, merge sort and score \
          batches of records, stacks about 8 frames deep, built with frame pointers.\n\
@@ -532,9 +533,28 @@ fn rounds_faster(stoke: &[Run], other: &[Run]) -> (usize, usize) {
     (faster, pairs.len())
 }
 
-/// Rounds at least, all with the same sign, for a paired comparison to
-/// tell: by chance alone, 5 of 5 happen once in 32.
-const SIGN_TEST_ROUNDS: usize = 5;
+/// How unlikely by chance alone a one-sided sign test must find a result
+/// to count it as told apart: as unlikely as 5 wins of 5 rounds.
+const SIGN_TEST_LEVEL: f64 = 1.0 / 32.0;
+
+/// The chance of `wins` or more of `rounds` when neither side is the
+/// faster (each round a fair coin): a one-sided sign test's p-value.
+fn sign_test_p(wins: usize, rounds: usize) -> f64 {
+    let mut choose = 1.0; // C(rounds, k), from k = 0 up
+    let mut tail = 0.0;
+    for k in 0..=rounds {
+        if k >= wins {
+            tail += choose;
+        }
+        choose = choose * (rounds - k) as f64 / (k + 1) as f64;
+    }
+    tail / 2f64.powi(rounds as i32)
+}
+
+/// The fewest wins of `rounds` that the sign test tells apart, if any.
+fn wins_needed(rounds: usize) -> Option<usize> {
+    (0..=rounds).find(|&wins| sign_test_p(wins, rounds) <= SIGN_TEST_LEVEL)
+}
 
 /// The issue's target on the Java workload: stoke's slowdown no more than
 /// async-profiler's at the same rate, told apart from the noise by a sign
@@ -554,24 +574,29 @@ fn against_async_profiler(
         percent_signed(async_profiler),
         percent(noise)
     );
-    let enough_rounds = rounds >= SIGN_TEST_ROUNDS;
+    let needed = wins_needed(rounds).map_or_else(
+        || "5 rounds or more".to_owned(),
+        |wins| format!("{wins} of {rounds}"),
+    );
     let verdict = if smoke {
         Verdict::NotJudged("smoke run".into())
-    } else if stoke <= async_profiler && enough_rounds && faster == rounds {
+    } else if stoke <= async_profiler && sign_test_p(faster, rounds) <= SIGN_TEST_LEVEL {
         Verdict::Met
     } else if stoke <= async_profiler {
         Verdict::MetBut(format!(
-            "not resolved: stoke was the faster in {faster} of {rounds} rounds, not in all \
-             {SIGN_TEST_ROUNDS} or more"
+            "not resolved: stoke was the faster in {faster} of {rounds} rounds, the sign test \
+             needs {needed}"
         ))
-    } else if enough_rounds && faster == 0 {
+    } else if sign_test_p(rounds - faster, rounds) <= SIGN_TEST_LEVEL {
         Verdict::Missed(format!(
-            "async-profiler was the faster in every round, by {} in the medians",
+            "async-profiler was the faster in {} of {rounds} rounds, by {} in the medians",
+            rounds - faster,
             percent(stoke - async_profiler)
         ))
     } else {
         Verdict::Missed(format!(
-            "within noise: stoke was the faster in {faster} of {rounds} rounds"
+            "within noise: stoke was the faster in {faster} of {rounds} rounds (the sign test \
+             needs {needed})"
         ))
     };
     Target {
@@ -624,5 +649,20 @@ fn explain_miss(slowdown: f64, noise: f64, stoke_cpu: f64) -> String {
             percent(stoke_cpu),
             percent((slowdown - stoke_cpu).max(0.0))
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sign_test_needs_all_of_5_rounds_and_12_of_15() {
+        assert_eq!(sign_test_p(5, 5), 1.0 / 32.0);
+        assert!((sign_test_p(0, 7) - 1.0).abs() < 1e-12);
+        assert_eq!(wins_needed(4), None);
+        assert_eq!(wins_needed(5), Some(5));
+        assert_eq!(wins_needed(10), Some(9));
+        assert_eq!(wins_needed(15), Some(12));
     }
 }
