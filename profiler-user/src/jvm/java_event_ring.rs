@@ -73,9 +73,19 @@ impl AgentMemory {
 
     /// Hands every complete Java event to `take`, oldest first; at most one
     /// ring's worth per call. Restartable like the sample ring's drain.
-    pub fn drain_java_events(&self, mut take: impl FnMut(RawJavaEvent)) {
+    /// The event handed over is read into one buffer, reused from event to
+    /// event: an allocation recording takes thousands a second.
+    pub fn drain_java_events(&self, mut take: impl FnMut(&RawJavaEvent)) {
         let header = self.header();
         let mut position = header.java_events_read.load(Ordering::Relaxed);
+        // Every field is written by read_event before `take` sees it.
+        let mut event = RawJavaEvent {
+            kind: JavaEventKind::Alloc,
+            tid: 0,
+            value: 0,
+            class: Vec::with_capacity(MAX_CLASS_NAME),
+            frames: Vec::with_capacity(MAX_EVENT_FRAMES),
+        };
         for _ in 0..JAVA_EVENT_SLOTS {
             let slot = self.event_slot(position);
             let index = index_of(position);
@@ -83,7 +93,7 @@ impl AgentMemory {
             {
                 break;
             }
-            let event = read_event(slot);
+            let known = read_event(slot, &mut event);
             let next = position.wrapping_add(1);
             header.java_events_read.store(next, Ordering::Release);
             slot.sequence.store(
@@ -91,8 +101,8 @@ impl AgentMemory {
                 Ordering::Release,
             );
             position = next;
-            if let Some(event) = event {
-                take(event);
+            if known {
+                take(&event);
             }
         }
     }
@@ -102,8 +112,8 @@ fn index_of(position: u64) -> usize {
     (position % JAVA_EVENT_SLOTS as u64) as usize
 }
 
-/// A slot's event; `None` for a kind no agent writes.
-fn read_event(slot: &JavaEventSlot) -> Option<RawJavaEvent> {
+/// Reads a slot's event into `event`; false for a kind no agent writes.
+fn read_event(slot: &JavaEventSlot, event: &mut RawJavaEvent) -> bool {
     // SAFETY: plain fields of a committed slot; a hostile producer may
     // still change them, so every value is checked after.
     let (kind, tid, value, frame_count, class_len) = unsafe {
@@ -115,22 +125,25 @@ fn read_event(slot: &JavaEventSlot) -> Option<RawJavaEvent> {
             std::ptr::addr_of!(slot.class_len).read_volatile(),
         )
     };
-    let kind = JavaEventKind::from_raw(kind)?;
+    let Some(kind) = JavaEventKind::from_raw(kind) else {
+        return false;
+    };
     let frame_count = (frame_count as usize).min(MAX_EVENT_FRAMES);
     let class_len = (class_len as usize).min(MAX_CLASS_NAME);
+    event.kind = kind;
+    event.tid = tid;
+    event.value = value;
+    event.class.clear();
     // SAFETY: indexes below the arrays' lengths.
-    let class = (0..class_len)
-        .map(|index| unsafe { std::ptr::addr_of!(slot.class[index]).read_volatile() })
-        .collect();
-    let frames = (0..frame_count)
-        // SAFETY: as above.
-        .map(|index| unsafe { std::ptr::addr_of!(slot.frames[index]).read_volatile() })
-        .collect();
-    Some(RawJavaEvent {
-        kind,
-        tid,
-        value,
-        class,
-        frames,
-    })
+    event.class.extend(
+        (0..class_len)
+            .map(|index| unsafe { std::ptr::addr_of!(slot.class[index]).read_volatile() }),
+    );
+    event.frames.clear();
+    event.frames.extend(
+        (0..frame_count)
+            // SAFETY: as above.
+            .map(|index| unsafe { std::ptr::addr_of!(slot.frames[index]).read_volatile() }),
+    );
+    true
 }

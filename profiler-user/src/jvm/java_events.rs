@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
+use foldhash::HashMap;
 use profiler_common::java_events::{
     java_class_name, JavaEventKind, MAX_CLASS_NAME, WANT_ALLOC, WANT_LOCK,
 };
@@ -98,11 +99,13 @@ pub fn allocated_bytes(size: u64, interval: u64) -> u64 {
 }
 
 /// Takes the events JVM `pid`'s agent recorded since the last call, with
-/// the method ids their frames need named added to `wanted`.
+/// the method ids their frames need named, and not asked about yet, added
+/// to `wanted`.
 pub fn take(
     memory: &AgentMemory,
     symbols: &JavaSymbols,
     threads: &mut ThreadIds,
+    classes: &mut ClassNames,
     (pid, image): (u32, ImageId),
     settings: &JavaEventSettings,
     wanted: &mut Vec<u64>,
@@ -123,7 +126,11 @@ pub fn take(
                 kind,
             })
             .collect::<Vec<_>>();
-        wanted.extend(java.iter().map(|frame| frame.method_id));
+        wanted.extend(
+            java.iter()
+                .map(|frame| frame.method_id)
+                .filter(|&id| !symbols.was_requested(id)),
+        );
         let weight = match event.kind {
             JavaEventKind::Alloc => allocated_bytes(event.value, settings.alloc_interval),
             JavaEventKind::Monitor => event.value,
@@ -133,12 +140,35 @@ pub fn take(
             image,
             pid,
             tid,
-            class: class_name(&event.class),
+            class: classes.name_of(&event.class),
             java,
             weight,
         });
     });
     events
+}
+
+/// Most class names [`ClassNames`] keeps for one JVM (a hostile one could
+/// send endless made-up ones).
+const MAX_CLASSES: usize = 1 << 14;
+
+/// The Java names of the classes one JVM's events named, made once each:
+/// most events name a few classes over and over.
+#[derive(Debug, Default)]
+pub struct ClassNames(HashMap<Box<[u8]>, Arc<str>>);
+
+impl ClassNames {
+    /// The Java name of a class signature the agent sent ([`class_name`]).
+    pub fn name_of(&mut self, signature: &[u8]) -> Arc<str> {
+        if let Some(name) = self.0.get(signature) {
+            return Arc::clone(name);
+        }
+        let name = class_name(signature);
+        if self.0.len() < MAX_CLASSES {
+            self.0.insert(signature.into(), Arc::clone(&name));
+        }
+        name
+    }
 }
 
 /// The Java name of a class signature the agent sent (bounded, lossily
@@ -178,5 +208,17 @@ mod tests {
         assert_eq!(&*class_name(b"Ljava/lang/String;"), "java.lang.String");
         assert_eq!(&*class_name(b""), "?");
         assert_eq!(class_name(&[0xff; 1000]).chars().count(), MAX_CLASS_NAME);
+    }
+
+    #[test]
+    fn class_names_are_made_once_and_bounded() {
+        let mut names = ClassNames::default();
+        let first = names.name_of(b"[B");
+        assert!(Arc::ptr_eq(&first, &names.name_of(b"[B")));
+        for n in 0..MAX_CLASSES + 10 {
+            names.name_of(format!("LC{n};").as_bytes());
+        }
+        assert_eq!(names.0.len(), MAX_CLASSES);
+        assert_eq!(&*names.name_of(b"LC99999;"), "C99999");
     }
 }

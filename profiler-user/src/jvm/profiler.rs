@@ -21,7 +21,7 @@ use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
     coverage::{Coverage, MAX_JVMS_TIMED},
-    java_events::{self, JavaEventSample, JavaEventSettings},
+    java_events::{self, ClassNames, JavaEventSample, JavaEventSettings},
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     thread_ids::ThreadIds,
@@ -121,6 +121,8 @@ struct Jvm {
     cut_short: HashMap<u64, u32>,
     /// The agent's count of dropped Java events when the recording began.
     java_events_dropped: u64,
+    /// The classes its Java events named.
+    classes: ClassNames,
 }
 
 /// The result of loading the agent into one JVM.
@@ -477,6 +479,7 @@ impl JavaProfiler {
                 &jvm.memory,
                 &jvm.symbols,
                 &mut jvm.threads,
+                &mut jvm.classes,
                 (pid, image),
                 &self.event_settings,
                 ids,
@@ -544,6 +547,7 @@ impl JavaProfiler {
                         signalled: true,
                         cut_short: HashMap::new(),
                         java_events_dropped,
+                        classes: ClassNames::default(),
                     },
                 );
             }

@@ -206,6 +206,11 @@ impl JavaSymbols {
             .collect()
     }
 
+    /// Whether `method_id` was asked about already.
+    pub fn was_requested(&self, method_id: u64) -> bool {
+        self.requested.contains(&method_id)
+    }
+
     /// Whether every method asked about has been described.
     pub fn all_described(&self) -> bool {
         self.requested
