@@ -1,7 +1,7 @@
 //! `stoke record`: one recording ([`Recording`]) from start to stop, its
 //! profile written where `-o` says.
 
-use std::time::Instant;
+use std::{collections::HashSet, time::Instant};
 
 use anyhow::Result;
 
@@ -47,15 +47,25 @@ pub fn run(args: &RecordArgs) -> Result<()> {
 /// What a profile holds, in a line.
 fn headline(profile: &Profile) -> String {
     let summary = &profile.summary;
-    let what = if profile.event == Event::Cpu {
-        format!("{} samples", summary.samples)
+    let (what, processes) = if profile.event == Event::Cpu {
+        (format!("{} samples", summary.samples), summary.processes)
     } else {
+        // The processes this event's stacks came from (the JVMs, for Java
+        // events), not every process sampled.
         let total: u64 = profile.stacks.iter().map(|stack| stack.samples).sum();
-        format!("{}: {total} {}", profile.event.name(), profile.event.unit())
+        let pids: HashSet<&str> = profile
+            .stacks
+            .iter()
+            .filter_map(|stack| {
+                let (_, pid) = stack.labels.iter().find(|(key, _)| *key == "pid")?;
+                Some(&**pid)
+            })
+            .collect();
+        let what = format!("{}: {total} {}", profile.event.name(), profile.event.unit());
+        (what, pids.len())
     };
     format!(
-        "{what} from {} processes in {:.1} s ({} lost)",
-        summary.processes,
+        "{what} from {processes} processes in {:.1} s ({} lost)",
         summary.duration.as_secs_f64(),
         summary.lost()
     )
