@@ -257,6 +257,7 @@ fn an_agent_loaded_before_gives_java_frames_from_the_first_sample(jdk: Jdk) {
     record_to(&args!["-p", jvm.pid()], 99, 1.0, &dir.join("load.folded"));
     let root = format!("java [{}]", jvm.pid());
     let (mut total, mut accounted, mut with_java, mut before_agent) = (0, 0, 0, 0);
+    let mut non_java = 0;
     for round in 0..6 {
         let select = if round % 2 == 0 {
             args!["-a"].to_vec()
@@ -270,6 +271,7 @@ fn an_agent_loaded_before_gives_java_frames_from_the_first_sample(jdk: Jdk) {
         total += total_samples(stacks_of(&profile.stacks, &root));
         accounted += java.java_samples + java.non_java_samples + java.missing_total();
         with_java += java.java_samples;
+        non_java += java.non_java_samples;
         before_agent += java
             .missing
             .iter()
@@ -278,7 +280,7 @@ fn an_agent_loaded_before_gives_java_frames_from_the_first_sample(jdk: Jdk) {
             .sum::<u64>();
     }
     println!(
-        "{}: {total} samples of the JVM, {accounted} in the Java summary, {with_java} with Java frames",
+        "{}: {total} samples of the JVM, {accounted} in the Java summary, {with_java} with Java frames, {non_java} of threads running no Java",
         jdk.label
     );
     // Six recordings of 0.3 s at 999 Hz: about 1800 samples.
@@ -293,11 +295,14 @@ fn an_agent_loaded_before_gives_java_frames_from_the_first_sample(jdk: Jdk) {
         before_agent, 0,
         "samples of the JVM taken before its agent answered"
     );
+    // Its GC and JIT compiler threads run no Java (a compile in one of
+    // the short windows takes a percent of its samples): of the others,
+    // all but a few of AsyncGetCallTrace's misses have Java frames.
     assert_share(
         with_java,
-        total,
+        total - non_java,
         0.99,
-        "of the JVM's samples have Java frames",
+        "of the samples of the JVM's Java threads have Java frames",
     );
 }
 
