@@ -30,7 +30,11 @@ use super::{
 use crate::{
     process::{ProcessImage, ProcessRegistry},
     profile::JavaSummary,
-    sample::{monotonic_ns, ring_record::Sample, sampler::Sampler},
+    sample::{
+        monotonic_ns,
+        ring_record::Sample,
+        sampler::{Sampler, SignalsRefused},
+    },
 };
 
 /// The agent, built from `agent/` by build.rs.
@@ -267,7 +271,11 @@ impl JavaProfiler {
     /// Hands JVM `pid` to the attach thread; its samples wait for the agent.
     fn ask_attach(&mut self, pid: u32) {
         // One attach at a time per JVM, and none of a JVM profiled already:
-        // a second would find the first's lock on the agent memory.
+        // a second would find the first's lock on the agent memory. An
+        // attach in flight when the process exec'd is answered first: if it
+        // began before the exec, the new image is looked at again then
+        // ([`Self::profile_attached`]): the maps of a sample taken before an
+        // exec (a fork about to exec java) may be read after it.
         let profiled = self.jvms.contains_key(&pid) && !self.ended.contains(&pid);
         if profiled || self.attaching.contains(&pid) {
             return;
@@ -447,9 +455,6 @@ impl JavaProfiler {
     pub fn process_ended(&mut self, pid: u32) {
         self.coverage.ended(pid);
         self.considered.remove(&pid);
-        // An attach still going on is to the process gone: its answer
-        // profiles nothing, and a new image may be a JVM to attach to.
-        self.attaching.remove(&pid);
         self.attach_retries.remove(&pid);
         if self.jvms.contains_key(&pid) {
             self.ended.push(pid);
@@ -516,7 +521,14 @@ impl JavaProfiler {
                 self.attach_retries.remove(&pid);
                 if let Err(refused) = sampler.allow_signals(pid, SIGNAL as u32, attached.began_ns) {
                     self.coverage.agent_answered(pid, false);
-                    self.warn_native_only(pid, &refused.to_string());
+                    if matches!(refused, SignalsRefused::Ended) {
+                        // The agent found was the image's before an exec
+                        // (or the process is gone): the next sample of a
+                        // new image looks at it anew.
+                        self.considered.remove(&pid);
+                    } else {
+                        self.warn_native_only(pid, &refused.to_string());
+                    }
                     return Ok(());
                 }
                 self.coverage.agent_answered(pid, true);
