@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, Result};
 
 /// How long a lock held by another process is tried for.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
@@ -26,27 +26,57 @@ const AGENT_HOLD_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_LOCKS_BYTES: u64 = 4 << 20;
 
 /// Takes the exclusive lock on `file`, the agent memory of JVM `jvm`.
+///
+/// `/proc/locks` is read at most twice: once when the lock has not come
+/// within [`LOCK_TIMEOUT`] (a JVM holding it gets until
+/// [`AGENT_HOLD_TIMEOUT`]), and once more at that later deadline.
 pub fn lock_exclusively(file: &File, jvm: u32) -> Result<()> {
     let started = Instant::now();
-    // SAFETY: flock on a descriptor the caller keeps open.
-    while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let waited = started.elapsed();
-        if waited > LOCK_TIMEOUT {
-            match holder(file) {
-                Some(pid) if pid == jvm && waited < AGENT_HOLD_TIMEOUT => {}
-                Some(pid) if pid == std::process::id() => {
-                    bail!("this stoke already reads this JVM's agent memory")
-                }
-                Some(pid) if pid != jvm => bail!(
-                    "another stoke ({}, pid {pid}) is recording this JVM and takes its Java stacks: let it finish first",
-                    comm(pid)
-                ),
-                _ => bail!("another stoke is recording this JVM and takes its Java stacks: let it finish first"),
+    let mut deadline = LOCK_TIMEOUT;
+    loop {
+        if try_lock(file) {
+            return Ok(());
+        }
+        if started.elapsed() >= deadline {
+            let holder = holder(file);
+            if holder == Some(jvm) && deadline < AGENT_HOLD_TIMEOUT {
+                deadline = AGENT_HOLD_TIMEOUT;
+                continue;
             }
+            // The holder may have let go between the try and the read.
+            if try_lock(file) {
+                return Ok(());
+            }
+            return Err(refusal(holder, jvm));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    Ok(())
+}
+
+/// One try at the exclusive lock, without waiting.
+fn try_lock(file: &File) -> bool {
+    // SAFETY: flock on a descriptor the caller keeps open.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Why the lock held by `holder` (if `/proc/locks` named it) was not had.
+fn refusal(holder: Option<u32>, jvm: u32) -> anyhow::Error {
+    match holder {
+        Some(pid) if pid == std::process::id() => {
+            anyhow!("this stoke already reads this JVM's agent memory")
+        }
+        Some(pid) if pid == jvm => anyhow!(
+            "the JVM's agent held its memory's lock for {} s (a JVM starved of CPU?): record again",
+            AGENT_HOLD_TIMEOUT.as_secs()
+        ),
+        Some(pid) => anyhow!(
+            "another stoke ({}, pid {pid}) is recording this JVM and takes its Java stacks: let it finish first",
+            comm(pid)
+        ),
+        None => anyhow!(
+            "another stoke is recording this JVM and takes its Java stacks: let it finish first"
+        ),
+    }
 }
 
 /// The process holding a `flock` on `file`, from `/proc/locks`.
@@ -97,6 +127,17 @@ mod tests {
         assert_eq!(holder_in(locks, libc::makedev(0xfd, 1), 42), Some(555));
         assert_eq!(holder_in(locks, dev, 43), None);
         assert_eq!(holder_in("", dev, 42), None);
+    }
+
+    #[test]
+    fn a_refusal_names_who_held_the_lock() {
+        let me = std::process::id();
+        let jvm = me + 1;
+        let said = |holder| format!("{}", refusal(holder, jvm));
+        assert!(said(Some(me)).contains("this stoke already reads"));
+        assert!(said(Some(jvm)).contains("the JVM's agent held"));
+        assert!(said(Some(me + 2)).contains(&format!("pid {}", me + 2)));
+        assert!(said(None).starts_with("another stoke is recording"));
     }
 
     /// The holder of a real lock on a real file: this process, through
