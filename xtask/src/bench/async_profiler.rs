@@ -84,22 +84,33 @@ impl AsyncProfiler {
     }
 
     /// Attaches to the running JVM `pid` and starts CPU profiling at
-    /// `frequency_hz`, a frame per thread; returns how long `asprof start` took (attach, load,
-    /// start), the figure a user waits for.
-    pub fn start_cpu(&self, pid: u32, frequency_hz: u64) -> Result<Duration> {
+    /// `frequency_hz`, with a frame per thread if `threads`; returns how
+    /// long `asprof start` took (attach, load, start), the figure a user
+    /// waits for.
+    pub fn start_cpu(&self, pid: u32, frequency_hz: u64, threads: bool) -> Result<Duration> {
         let interval = (1_000_000_000 / frequency_hz.max(1)).to_string();
-        let started = Instant::now();
+        let pid = pid.to_string();
+        let mut args = vec!["start", "-e", "cpu", "-i", &interval];
         // `-t` takes effect when profiling starts, not at `stop`.
-        self.asprof(&[
-            "start",
-            "-e",
-            "cpu",
-            "-i",
-            &interval,
-            "-t",
-            &pid.to_string(),
-        ])?;
+        if threads {
+            args.push("-t");
+        }
+        args.push(&pid);
+        let started = Instant::now();
+        self.asprof(&args)?;
         Ok(started.elapsed())
+    }
+
+    /// Stops profiling the JVM `pid` and returns how many samples it took,
+    /// its collapsed stacks written to `output` on the way and removed.
+    pub fn stop_samples(&self, pid: u32, output: &Path) -> Result<u64> {
+        let file = output
+            .to_str()
+            .context("a scratch path that is not UTF-8")?;
+        self.asprof(&["stop", "-o", "collapsed", "-f", file, &pid.to_string()])?;
+        let samples = Self::samples(output);
+        let _ = fs::remove_file(output);
+        samples
     }
 
     /// Stops profiling the JVM `pid` and returns its stacks, a frame per

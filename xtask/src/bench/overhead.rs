@@ -8,6 +8,8 @@
 //! handler, for Java stoke's signal and AsyncGetCallTrace, cache misses)
 //! shows as a longer elapsed time.
 
+mod in_one_jvm;
+
 use std::{path::Path, process::Command, time::Duration};
 
 use anyhow::{ensure, Context, Result};
@@ -142,8 +144,11 @@ pub fn run(bench: &Bench) -> Result<Section> {
                 .push(run);
         }
     }
-    let units: Vec<(Workload, u64)> = workloads;
-    Ok(section(bench, &units, &series))
+    let in_jvm = match workloads.iter().find(|(w, _)| *w == Workload::Java) {
+        Some(&(_, units)) => in_one_jvm::run(bench, units)?,
+        None => Vec::new(),
+    };
+    Ok(section(bench, &workloads, &series, &in_jvm))
 }
 
 /// Picks the number of work units that take about `work_seconds` without a
@@ -323,7 +328,12 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// The section: a table per workload, and the targets.
-fn section(bench: &Bench, units: &[(Workload, u64)], series: &[Series]) -> Section {
+fn section(
+    bench: &Bench,
+    units: &[(Workload, u64)],
+    series: &[Series],
+    in_jvm: &[in_one_jvm::JvmRun],
+) -> Section {
     let mut body = format!(
         "Each workload runs a fixed amount of work on {cpus} threads, one per CPU, so that \
          every CPU is busy and anything a profiler takes lengthens the run; it times itself. \
@@ -433,21 +443,11 @@ fn section(bench: &Bench, units: &[(Workload, u64)], series: &[Series]) -> Secti
                      {ASYNC_PROFILER}.\n"
                 );
             }
-            for hz in RATES {
-                let (Some(stoke), Some(other)) = (
-                    of(Profiler::Recording(Tool::Stoke, hz)),
-                    of(Profiler::JvmAgent(hz)),
-                ) else {
-                    continue;
-                };
-                targets.push(against_async_profiler(
-                    hz,
-                    (slowdown(stoke), slowdown(other)),
-                    rounds_faster(stoke, other),
-                    noise,
-                    bench.settings.smoke,
-                ));
-            }
+            // Judged in one JVM, where the JIT's choices do not drown them.
+            let (text, java_targets) = in_one_jvm::report(bench, in_jvm);
+            body += &text;
+            targets.extend(java_targets);
+            continue;
         }
         for (hz, limit) in TARGETS {
             let Some(runs) = of(Profiler::Recording(Tool::Stoke, hz)) else {
@@ -464,15 +464,12 @@ fn section(bench: &Bench, units: &[(Workload, u64)], series: &[Series]) -> Secti
                 percent(limit)
             );
             let shown = format!("{} (noise {})", percent_signed(measured), percent(noise));
-            targets.push(if bench.settings.smoke {
-                Target {
-                    goal,
-                    measured: shown,
-                    verdict: Verdict::NotJudged("smoke run".into()),
-                }
-            } else {
-                judge(goal, shown, measured, limit, noise, cpu)
-            });
+            targets.push(judge(
+                goal,
+                shown,
+                (measured, limit, noise, cpu),
+                bench.settings.smoke,
+            ));
         }
     }
     let lost: u64 = series
@@ -517,20 +514,6 @@ fn java_frames_note(series: &[Series]) -> String {
              startup and warm-up included): its agent was attached.\n"
         )
     }
-}
-
-/// In how many rounds stoke's run was the faster of the two, and of how
-/// many rounds: the runs of one round are neighbours in time, so the host's
-/// drift between rounds (steadier than the min–max of `none` says) cancels
-/// out of each pair. Rounds where either run was disturbed are left out.
-fn rounds_faster(stoke: &[Run], other: &[Run]) -> (usize, usize) {
-    let pairs: Vec<(&Run, &Run)> = stoke
-        .iter()
-        .zip(other)
-        .filter(|(a, b)| !a.disturbed && !b.disturbed)
-        .collect();
-    let faster = pairs.iter().filter(|(a, b)| a.elapsed < b.elapsed).count();
-    (faster, pairs.len())
 }
 
 /// How unlikely by chance alone a one-sided sign test must find a result
@@ -607,16 +590,17 @@ fn against_async_profiler(
 }
 
 /// A slowdown target: met or missed, and whether the noise lets the
-/// measurement tell.
+/// measurement tell (a smoke run's is not judged); stoke's own CPU explains
+/// a miss.
 fn judge(
     goal: String,
     measured: String,
-    slowdown: f64,
-    limit: f64,
-    noise: f64,
-    cpu: f64,
+    (slowdown, limit, noise, cpu): (f64, f64, f64, f64),
+    smoke: bool,
 ) -> Target {
-    let verdict = if slowdown > limit {
+    let verdict = if smoke {
+        Verdict::NotJudged("smoke run".into())
+    } else if slowdown > limit {
         Verdict::Missed(explain_miss(slowdown, noise, cpu))
     } else if noise > limit {
         Verdict::MetBut(format!(

@@ -5,8 +5,8 @@
 
 use std::{
     fs::{self, File},
-    io::{BufRead, BufReader, Read},
-    process::{Command, Stdio},
+    io::{BufRead, BufReader, Read, Write},
+    process::{ChildStdin, Command, Stdio},
     str::FromStr,
     sync::mpsc::{self, Receiver, RecvTimeoutError},
     thread::{self, JoinHandle},
@@ -23,6 +23,8 @@ pub struct Process {
     reaped: bool,
     stdout: Lines,
     stderr: Lines,
+    /// Its stdin, for a process that reads commands there.
+    stdin: Option<ChildStdin>,
 }
 
 /// What `wait4` tells about an ended process.
@@ -70,23 +72,29 @@ impl Process {
     /// Starts `command` with stdin from /dev/null and stdout and stderr
     /// captured line by line; `name` names it in messages.
     pub fn spawn(name: &str, command: &mut Command) -> Result<Self> {
-        Self::start(name, command.stdout(Stdio::piped()))
+        Self::start(name, command.stdout(Stdio::piped()).stdin(Stdio::null()))
     }
 
     /// Starts `command` like [`Process::spawn`], its stdout going to `file`.
     pub fn spawn_to_file(name: &str, command: &mut Command, file: File) -> Result<Self> {
-        Self::start(name, command.stdout(file))
+        Self::start(name, command.stdout(file).stdin(Stdio::null()))
+    }
+
+    /// Starts `command` like [`Process::spawn`], with a pipe to its stdin
+    /// for [`Process::send_line`].
+    pub fn spawn_with_input(name: &str, command: &mut Command) -> Result<Self> {
+        Self::start(name, command.stdout(Stdio::piped()).stdin(Stdio::piped()))
     }
 
     fn start(name: &str, command: &mut Command) -> Result<Self> {
         let mut child = command
-            .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {name} ({command:?})"))?;
         let pid = libc::pid_t::try_from(child.id()).context("pid out of range")?;
         let stdout = child.stdout.take().map_or_else(Lines::none, Lines::read);
         let stderr = Lines::read(child.stderr.take().expect("stderr is piped"));
+        let stdin = child.stdin.take();
         // `child` is dropped here without waiting: this struct reaps the pid
         // itself with wait4, which std's Child cannot do.
         Ok(Self {
@@ -95,12 +103,30 @@ impl Process {
             reaped: false,
             stdout,
             stderr,
+            stdin,
         })
     }
 
     /// The process id.
     pub fn pid(&self) -> libc::pid_t {
         self.pid
+    }
+
+    /// Writes `line` and a newline to the process's stdin (started by
+    /// [`Process::spawn_with_input`]).
+    pub fn send_line(&mut self, line: &str) -> Result<()> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .with_context(|| format!("{} was started without a pipe to its stdin", self.name))?;
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .with_context(|| format!("writing to {}'s stdin", self.name))
+    }
+
+    /// Closes its stdin: a process reading commands there sees their end.
+    pub fn close_input(&mut self) {
+        self.stdin = None;
     }
 
     /// The lines the process printed on stdout.

@@ -19,7 +19,7 @@ pub(super) fn run_once(
 ) -> Result<JvmRun> {
     let (mut jvm, pid) = start_jvm(bench, jdk, classes)?;
     let measured = (|| -> Result<JvmRun> {
-        let attach = profiler.start_cpu(pid, 99)?;
+        let attach = profiler.start_cpu(pid, 99, true)?;
         std::thread::sleep(Duration::from_secs_f64(bench.settings.java_seconds));
         let stacks = profiler.stop_stacks(pid, &bench.scratch("java-async-profiler.collapsed"))?;
         let mut run = JvmRun {
