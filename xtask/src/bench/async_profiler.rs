@@ -72,17 +72,6 @@ impl AsyncProfiler {
         )
     }
 
-    /// The JVM option that starts allocation profiling every
-    /// `interval_bytes` on average from the JVM's start, writing collapsed
-    /// stacks (sample counts) to `output` when it exits.
-    pub fn alloc_agent_option(&self, interval_bytes: u64, output: &Path) -> String {
-        format!(
-            "-agentpath:{}=start,alloc={interval_bytes},collapsed,file={}",
-            self.library.display(),
-            output.display()
-        )
-    }
-
     /// Attaches to the running JVM `pid` and starts CPU profiling at
     /// `frequency_hz`, with a frame per thread if `threads`; returns how
     /// long `asprof start` took (attach, load, start), the figure a user
@@ -99,6 +88,17 @@ impl AsyncProfiler {
         let started = Instant::now();
         self.asprof(&args)?;
         Ok(started.elapsed())
+    }
+
+    /// Attaches to the running JVM `pid` and starts profiling its
+    /// allocations every `interval_bytes` on average.
+    pub fn start_alloc(&self, pid: u32, interval_bytes: u64) -> Result<()> {
+        self.asprof(&[
+            "start",
+            "--alloc",
+            &interval_bytes.to_string(),
+            &pid.to_string(),
+        ])
     }
 
     /// Stops profiling the JVM `pid` and returns how many samples it took,

@@ -22,6 +22,7 @@ mod fuzz;
 mod host;
 mod html;
 mod java;
+mod jvm_phases;
 mod overhead;
 mod process;
 mod profiler;

@@ -17,6 +17,7 @@ use anyhow::{ensure, Context, Result};
 use super::{
     async_profiler::AsyncProfiler,
     build::java_command,
+    jvm_phases,
     process::Process,
     profiler::{Options, Recording, Tool},
     report::{Section, Table, Target, Verdict},
@@ -43,7 +44,7 @@ pub(super) enum Workload {
 }
 
 impl Workload {
-    fn label(self) -> &'static str {
+    pub(super) fn label(self) -> &'static str {
         match self {
             Workload::Native => "C",
             Workload::Java => "Java",
@@ -145,7 +146,7 @@ pub fn run(bench: &Bench) -> Result<Section> {
         }
     }
     let in_jvm = match workloads.iter().find(|(w, _)| *w == Workload::Java) {
-        Some(&(_, units)) => in_one_jvm::run(bench, units)?,
+        Some(&(_, units)) => jvm_phases::run(bench, "overhead", units, &in_one_jvm::PROFILED)?,
         None => Vec::new(),
     };
     Ok(section(bench, &workloads, &series, &in_jvm))
@@ -186,23 +187,6 @@ pub(super) fn work(
     units: u64,
     jvm_options: &[String],
 ) -> Result<f64> {
-    work_after(
-        bench,
-        workload,
-        units,
-        jvm_options,
-        bench.settings.java_warmup_seconds,
-    )
-}
-
-/// [`work`], the JVM warming up for `warmup_seconds`.
-pub(super) fn work_after(
-    bench: &Bench,
-    workload: Workload,
-    units: u64,
-    jvm_options: &[String],
-    warmup_seconds: f64,
-) -> Result<f64> {
     let threads = bench.cpus.to_string();
     let mut command = match workload {
         Workload::Native => Command::new(&bench.workloads.fixed_work),
@@ -210,7 +194,7 @@ pub(super) fn work_after(
     };
     command.arg(units.to_string()).arg(threads);
     if workload == Workload::Java {
-        command.arg(warmup_seconds.to_string());
+        command.arg(bench.settings.java_warmup_seconds.to_string());
     }
     let mut process = Process::spawn(workload.label(), &mut command)?;
     // Generous: a profiler slows it by percents, not by tens of times.
@@ -332,7 +316,7 @@ fn section(
     bench: &Bench,
     units: &[(Workload, u64)],
     series: &[Series],
-    in_jvm: &[in_one_jvm::JvmRun],
+    in_jvm: &[jvm_phases::JvmRun],
 ) -> Section {
     let mut body = format!(
         "Each workload runs a fixed amount of work on {cpus} threads, one per CPU, so that \
@@ -516,79 +500,6 @@ fn java_frames_note(series: &[Series]) -> String {
     }
 }
 
-/// How unlikely by chance alone a one-sided sign test must find a result
-/// to count it as told apart: as unlikely as 5 wins of 5 rounds.
-const SIGN_TEST_LEVEL: f64 = 1.0 / 32.0;
-
-/// The chance of `wins` or more of `rounds` when neither side is the
-/// faster (each round a fair coin): a one-sided sign test's p-value.
-fn sign_test_p(wins: usize, rounds: usize) -> f64 {
-    let mut choose = 1.0; // C(rounds, k), from k = 0 up
-    let mut tail = 0.0;
-    for k in 0..=rounds {
-        if k >= wins {
-            tail += choose;
-        }
-        choose = choose * (rounds - k) as f64 / (k + 1) as f64;
-    }
-    tail / 2f64.powi(rounds as i32)
-}
-
-/// The fewest wins of `rounds` that the sign test tells apart, if any.
-fn wins_needed(rounds: usize) -> Option<usize> {
-    (0..=rounds).find(|&wins| sign_test_p(wins, rounds) <= SIGN_TEST_LEVEL)
-}
-
-/// The issue's target on the Java workload: stoke's slowdown no more than
-/// async-profiler's at the same rate, told apart from the noise by a sign
-/// test over the rounds (each round runs both, one after the other).
-fn against_async_profiler(
-    hz: u64,
-    (stoke, async_profiler): (f64, f64),
-    (faster, rounds): (usize, usize),
-    noise: f64,
-    smoke: bool,
-) -> Target {
-    let goal = format!("Java workload at {hz} Hz: stoke's slowdown at most async-profiler's");
-    let measured = format!(
-        "stoke {} vs async-profiler {}; stoke faster in {faster} of {rounds} rounds \
-         (noise of none {})",
-        percent_signed(stoke),
-        percent_signed(async_profiler),
-        percent(noise)
-    );
-    let needed = wins_needed(rounds).map_or_else(
-        || "5 rounds or more".to_owned(),
-        |wins| format!("{wins} of {rounds}"),
-    );
-    let verdict = if smoke {
-        Verdict::NotJudged("smoke run".into())
-    } else if stoke <= async_profiler && sign_test_p(faster, rounds) <= SIGN_TEST_LEVEL {
-        Verdict::Met
-    } else if stoke <= async_profiler {
-        Verdict::MetBut(format!(
-            "not resolved: stoke was the faster in {faster} of {rounds} rounds, the sign test \
-             needs {needed}"
-        ))
-    } else if sign_test_p(rounds - faster, rounds) <= SIGN_TEST_LEVEL {
-        Verdict::Missed(format!(
-            "async-profiler was the faster in {} of {rounds} rounds, by {} in the medians",
-            rounds - faster,
-            percent(stoke - async_profiler)
-        ))
-    } else {
-        Verdict::Missed(format!(
-            "within noise: stoke was the faster in {faster} of {rounds} rounds (the sign test \
-             needs {needed})"
-        ))
-    };
-    Target {
-        goal,
-        measured,
-        verdict,
-    }
-}
-
 /// A slowdown target: met or missed, and whether the noise lets the
 /// measurement tell (a smoke run's is not judged); stoke's own CPU explains
 /// a miss.
@@ -633,20 +544,5 @@ fn explain_miss(slowdown: f64, noise: f64, stoke_cpu: f64) -> String {
             percent(stoke_cpu),
             percent((slowdown - stoke_cpu).max(0.0))
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sign_test_needs_all_of_5_rounds_and_12_of_15() {
-        assert_eq!(sign_test_p(5, 5), 1.0 / 32.0);
-        assert!((sign_test_p(0, 7) - 1.0).abs() < 1e-12);
-        assert_eq!(wins_needed(4), None);
-        assert_eq!(wins_needed(5), Some(5));
-        assert_eq!(wins_needed(10), Some(9));
-        assert_eq!(wins_needed(15), Some(12));
     }
 }

@@ -1,57 +1,28 @@
 //! Java allocation profiling: how much longer the Java fixed work (which
 //! allocates its orders, strings and maps all along) takes while stoke
 //! records `-a -e alloc` at its default interval, and, given
-//! `--async-profiler`, while async-profiler's agent profiles allocations
-//! at the same interval from the JVM's start.
+//! `--async-profiler`, while async-profiler attached profiles allocations
+//! at the same interval: in phases of one JVM (`jvm_phases`), unprofiled,
+//! profiled, unprofiled.
 
 use anyhow::Result;
 
 use super::super::{
-    overhead::{calibrate, work_after, Workload},
-    profiler::{Options, Recording, Tool},
+    jvm_phases::{
+        self, against_async_profiler, lead_in_seconds, profiler_cpu, slowdowns, Family, JvmRun,
+        Phases, Profiling,
+    },
+    overhead::{calibrate, Workload},
     report::{Table, Target, Verdict},
-    rotated,
-    stats::{percent, percent_signed, show, Spread},
-    AsyncProfiler, Bench,
+    stats::{percent, percent_signed, Spread},
+    Bench,
 };
 
 /// stoke's and async-profiler's default: a sample every 512 KiB on average.
-const INTERVAL: u64 = 512 << 10;
-
-/// The least warm-up: stoke must have found the JVM, attached its agent and
-/// turned its allocation sampling on before the clock starts, even in a
-/// smoke run.
-const LEAST_WARMUP_SECONDS: f64 = 1.5;
+const ALLOC: Profiling = Profiling::Alloc(512 << 10);
 
 /// The issue's target for stoke's slowdown.
 const TARGET: f64 = 0.02;
-
-/// Who profiles the JVM's allocations.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Recorder {
-    Nobody,
-    Stoke,
-    AsyncProfiler,
-}
-
-impl Recorder {
-    fn label(self) -> &'static str {
-        match self {
-            Recorder::Nobody => "none",
-            Recorder::Stoke => "stoke record -a -e alloc (512 KiB)",
-            Recorder::AsyncProfiler => "async-profiler alloc=512k (in the JVM)",
-        }
-    }
-}
-
-/// One run of the Java fixed work.
-struct Run {
-    elapsed: f64,
-    /// stoke: CPU it used while the work ran, in seconds.
-    profiler_cpu: f64,
-    /// stoke: bytes estimated; async-profiler: samples.
-    recorded: u64,
-}
 
 /// The allocation section's text and targets.
 pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
@@ -62,186 +33,101 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
         ));
     }
     let units = calibrate(bench, Workload::Java)?;
-    let mut profilers = vec![Recorder::Nobody, Recorder::Stoke];
-    if bench.async_profiler.is_some() {
-        profilers.push(Recorder::AsyncProfiler);
-    }
-    let mut runs: Vec<Vec<Run>> = profilers.iter().map(|_| Vec::new()).collect();
-    for round in 0..bench.settings.rounds {
-        for profiler in rotated(&profilers, round) {
-            let what = format!("allocations round {}: {}", round + 1, profiler.label());
-            let run = bench
-                .measure(&what, || run_once(bench, units, profiler))?
-                .value;
-            bench.log(&format!("{what}: {:.3} s", run.elapsed));
-            let index = profilers.iter().position(|&p| p == profiler);
-            runs[index.expect("a known profiler")].push(run);
-        }
-    }
-    Ok(section(bench, units, &profilers, &runs))
+    let runs = jvm_phases::run(bench, "allocations", units, &[ALLOC])?;
+    Ok(section(bench, units, &runs))
 }
 
-fn run_once(bench: &Bench, units: u64, profiler: Recorder) -> Result<Run> {
-    let warmup = bench.settings.java_warmup_seconds.max(LEAST_WARMUP_SECONDS);
-    let work = |options: &[String]| work_after(bench, Workload::Java, units, options, warmup);
-    match profiler {
-        Recorder::Nobody => Ok(Run {
-            elapsed: work(&[])?,
-            profiler_cpu: 0.0,
-            recorded: 0,
-        }),
-        Recorder::Stoke => {
-            let options = Options {
-                stoke_args: vec!["-e".into(), "alloc".into()],
-                may_be_empty: true,
-                ..Options::new(Tool::Stoke, 99, "folded")
-            };
-            let recording = Recording::start(bench, &options, "alloc")?;
-            let cpu_before = recording.cpu_now()?;
-            let elapsed = work(&[])?;
-            let profiler_cpu = (recording.cpu_now()? - cpu_before).as_secs_f64();
-            let stopped = recording.stop()?;
-            stopped.remove_output();
-            Ok(Run {
-                elapsed,
-                profiler_cpu,
-                recorded: stopped.samples,
-            })
-        }
-        Recorder::AsyncProfiler => {
-            let async_profiler = bench
-                .async_profiler
-                .as_ref()
-                .expect("async-profiler rows only with --async-profiler");
-            let output = bench.scratch("alloc-async-profiler.collapsed");
-            let _ = std::fs::remove_file(&output);
-            let option = async_profiler.alloc_agent_option(INTERVAL, &output);
-            let elapsed = work(&[option])?;
-            let recorded = AsyncProfiler::samples(&output)?;
-            let _ = std::fs::remove_file(&output);
-            Ok(Run {
-                elapsed,
-                profiler_cpu: 0.0,
-                recorded,
-            })
-        }
+fn label(family: Family) -> &'static str {
+    match family {
+        Family::Stoke => "stoke record -a -e alloc (512 KiB)",
+        Family::AsyncProfiler => "async-profiler --alloc 512k (attached)",
     }
 }
 
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    Spread::of(&values.collect::<Vec<_>>()).map_or(0.0, |spread| spread.median)
-}
-
-fn section(
-    bench: &Bench,
-    units: u64,
-    profilers: &[Recorder],
-    runs: &[Vec<Run>],
-) -> (String, Vec<Target>) {
-    // stoke's runs where its agent was not in measured sampling alone.
-    let kept = |index: usize| {
-        runs[index]
-            .iter()
-            .filter(move |run| profilers[index] != Recorder::Stoke || run.recorded > 0)
-    };
-    let elapsed = |index: usize| median(kept(index).map(|run| run.elapsed));
-    let base = elapsed(0);
-    let times = |index: usize| kept(index).map(|run| run.elapsed).collect::<Vec<_>>();
-    let noise = Spread::of(&times(0)).map_or(0.0, |spread| spread.relative_range());
-    let stoke_index = profilers
-        .iter()
-        .position(|&profiler| profiler == Recorder::Stoke);
-    let stoke_runs = stoke_index.map_or(0, |index| runs[index].len());
-    let attached = stoke_index.map_or(0, |index| kept(index).count());
-    let unattached = stoke_runs - attached;
-    let mut body = format!(
-        "### Java allocations\n\n`FixedWork` (the overhead part's Java workload: orders, \
-         strings and maps allocated all along), {units} units on each of {cpus} threads after \
-         {warmup} s of warm-up, during which stoke attaches its agent. Allocations sampled \
-         every 512 KiB on average by both. Slowdown = median / median(none) − 1. \
-         **Noise** (range of `none`): {noise}. Recorded: stoke's estimate of the bytes \
-         allocated (JVM start-up and warm-up included), async-profiler's samples.\n\n",
-        cpus = bench.cpus,
-        warmup = bench.settings.java_warmup_seconds.max(LEAST_WARMUP_SECONDS),
-        noise = percent(noise),
-    );
+fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) {
+    let phases = Phases::of(runs);
+    let noise = phases.noise;
     let mut table = Table::new(&[
         "profiler",
-        "elapsed",
-        "slowdown",
+        "slowdown vs the phases around it",
         "profiler CPU, % of all CPUs",
-        "recorded",
+        "recorded per phase",
+        "JVMs",
     ]);
-    let mut slowdowns = Vec::new();
-    for (index, &profiler) in profilers.iter().enumerate() {
-        let slowdown = elapsed(index) / base - 1.0;
-        slowdowns.push((profiler, slowdown));
-        let cpu =
-            median(kept(index).map(|run| run.profiler_cpu / (run.elapsed * bench.cpus as f64)));
-        let recorded = median(kept(index).map(|run| run.recorded as f64));
+    for family in Family::all(bench) {
+        let profiled = phases.of_family(family, ALLOC);
+        let Some(slowdown) = phases.slowdown(family, ALLOC) else {
+            continue;
+        };
+        let median = |values: Vec<f64>| Spread::of(&values).map_or(0.0, |s| s.median);
+        let recorded = median(profiled.iter().map(|p| p.samples as f64).collect());
         table.row(vec![
-            profiler.label().into(),
-            show(&times(index), 3, " s"),
-            match profiler {
-                _ if profiler == Recorder::Nobody || times(index).is_empty() => "–".into(),
-                _ => percent_signed(slowdown),
+            label(family).into(),
+            slowdowns(&slowdown),
+            profiler_cpu(family, &profiled),
+            match family {
+                Family::Stoke => format!("{:.0} MB", recorded / 1e6),
+                Family::AsyncProfiler => format!("{recorded:.0} samples"),
             },
-            match profiler {
-                Recorder::Stoke => percent(cpu),
-                Recorder::Nobody => "–".into(),
-                Recorder::AsyncProfiler => "in the JVM's threads".into(),
-            },
-            match profiler {
-                Recorder::Nobody => "–".into(),
-                Recorder::Stoke => format!("{:.0} MB", recorded / 1e6),
-                Recorder::AsyncProfiler => format!("{recorded:.0} samples"),
-            },
+            profiled.len().to_string(),
         ]);
     }
-    body += &table.markdown();
-    if unattached > 0 {
+    let stoke_phases = phases.of_family(Family::Stoke, ALLOC);
+    let unrecorded = stoke_phases.iter().filter(|p| p.samples == 0).count();
+    let mut body = format!(
+        "### Java allocations\n\n`FixedWork` (the overhead part's Java workload: orders, \
+         strings and maps allocated all along), {units} units on each of {cpus} threads per \
+         phase, in phases of one JVM as part 1's Java targets: per round a JVM for each \
+         profiler, warmed up {warmup} s, runs the work unprofiled, profiled, unprofiled, each \
+         phase's clock starting after {lead:.1} s of the same work untimed, in which the \
+         profiler started for the phase attaches. Allocations sampled every 512 KiB on \
+         average by both. Slowdown: against the mean of the unprofiled phases on either side, \
+         in the same JVM; medians over the JVMs (min to max). **Noise** (how far apart a \
+         JVM's unprofiled phases were, median over the JVMs): {noise}; {disturbed} JVMs left \
+         out as disturbed by other processes. Recorded: stoke's estimate of the bytes \
+         allocated, async-profiler's samples.\n\n{}",
+        table.markdown(),
+        cpus = bench.cpus,
+        warmup = bench.settings.java_warmup_seconds,
+        lead = lead_in_seconds(bench),
+        noise = percent(noise),
+        disturbed = phases.disturbed,
+    );
+    if unrecorded > 0 {
         body += &format!(
-            "\n**In {unattached} of {stoke_runs} stoke runs no allocation was recorded**: \
-             the JVM ended before stoke's agent was in, and the run, which measured \
-             sampling alone, is left out of stoke's row.\n"
+            "\n**In {unrecorded} of {} stoke phases no allocation was recorded**: its agent \
+             was not in before the phase ended.\n",
+            stoke_phases.len()
         );
     }
     if bench.async_profiler.is_none() {
         body += "\nasync-profiler: not measured in this run (`--async-profiler DIR`).\n";
     }
-    let of = |wanted| {
-        slowdowns
-            .iter()
-            .find(|&&(profiler, _)| profiler == wanted)
-            .map(|&(_, slowdown)| slowdown)
-    };
-    let stoke = of(Recorder::Stoke).unwrap_or(0.0);
-    let judged = |goal: String, measured: String, limit: f64| {
-        let mut target = Target::at_most(goal, measured, (stoke, limit, noise), percent);
-        if bench.settings.smoke {
-            target.verdict = Verdict::NotJudged("smoke run".into());
-        } else if attached == 0 {
-            target.verdict = Verdict::NotJudged("stoke's agent was in no run".into());
-        }
-        target
-    };
-    let mut targets = vec![judged(
+    let stoke = phases
+        .slowdown(Family::Stoke, ALLOC)
+        .map_or(0.0, |s| s.median);
+    let mut target = Target::at_most(
         format!(
             "Java allocation profiling at 512 KiB slows the work by ≤{}",
             percent(TARGET)
         ),
         format!("{} (noise {})", percent_signed(stoke), percent(noise)),
-        TARGET,
-    )];
-    if let Some(other) = of(Recorder::AsyncProfiler) {
-        targets.push(judged(
+        (stoke, TARGET, noise),
+        percent,
+    );
+    if bench.settings.smoke {
+        target.verdict = Verdict::NotJudged("smoke run".into());
+    } else if stoke_phases.len() == unrecorded {
+        target.verdict = Verdict::NotJudged("stoke's agent was in no phase".into());
+    }
+    let mut targets = vec![target];
+    if let Some(other) = phases.slowdown(Family::AsyncProfiler, ALLOC) {
+        targets.push(against_async_profiler(
             "Java allocation profiling: stoke's slowdown at most async-profiler's".into(),
-            format!(
-                "stoke {} vs async-profiler {}",
-                percent_signed(stoke),
-                percent_signed(other)
-            ),
-            other,
+            (stoke, other.median),
+            phases.rounds_faster(ALLOC),
+            noise,
+            bench.settings.smoke,
         ));
     }
     (body, targets)

@@ -1,0 +1,533 @@
+//! Profilers measured in phases of one JVM: each round starts a JVM for
+//! stoke and one for async-profiler (when the bench has it), and each JVM,
+//! once warm, runs the same fixed work (`FixedWork -p`) in phases: one
+//! unprofiled, then for each thing profiled (CPU at a rate, allocations) a
+//! profiled phase and an unprofiled one. A profiled phase's slowdown is
+//! against the mean of the unprofiled phases on either side of it.
+//!
+//! Why: from one JVM to the next the JIT's choices (what it inlines, where
+//! it puts the code) change the speed of this work by several percent, more
+//! than the slowdowns measured, so a JVM per run cannot tell them apart; in
+//! one JVM the compiled code is the same for every phase. What stays in a
+//! JVM after its profiled phase (stoke's agent or async-profiler's, loaded
+//! and idle) is in the later unprofiled phases.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+
+use super::{
+    async_profiler::AsyncProfiler,
+    build::java_command,
+    overhead::Workload,
+    process::Process,
+    profiler::{Options, Recording, Tool},
+    report::{Target, Verdict},
+    rotated,
+    stats::{percent, percent_signed, show, Spread},
+    Bench,
+};
+
+/// Whose agent a JVM's profiled phases measure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Family {
+    Stoke,
+    AsyncProfiler,
+}
+
+impl Family {
+    /// The families a run of the bench measures.
+    pub fn all(bench: &Bench) -> Vec<Family> {
+        let mut families = vec![Family::Stoke];
+        if bench.async_profiler.is_some() {
+            families.push(Family::AsyncProfiler);
+        }
+        families
+    }
+}
+
+/// What a profiled phase profiles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Profiling {
+    /// CPU, sampled at this rate.
+    Cpu(u64),
+    /// Java allocations, sampled every this many bytes on average.
+    Alloc(u64),
+}
+
+/// One profiled phase of a JVM.
+pub struct Phase {
+    pub what: Profiling,
+    /// Its elapsed time against the mean of the unprofiled phases around
+    /// it, minus 1.
+    pub slowdown: f64,
+    /// Stoke's own CPU during the phase, as a share of all CPUs (0 for
+    /// async-profiler, whose CPU is the JVM's).
+    pub profiler_cpu: f64,
+    /// Samples (stoke's allocations: bytes estimated).
+    pub samples: u64,
+    /// Stoke's CPU phases: samples with Java frames.
+    pub java_samples: u64,
+}
+
+/// One JVM's phases.
+pub struct JvmRun {
+    pub round: usize,
+    pub family: Family,
+    /// The unprofiled phases' elapsed times, in order.
+    pub unprofiled: Vec<f64>,
+    pub profiled: Vec<Phase>,
+    /// Other processes took CPU during it, on every try.
+    pub disturbed: bool,
+}
+
+impl JvmRun {
+    /// How far apart its unprofiled phases were (max / min − 1).
+    pub fn noise(&self) -> f64 {
+        Spread::of(&self.unprofiled).map_or(0.0, |spread| spread.max / spread.min - 1.0)
+    }
+
+    /// Its phase profiling `what`.
+    pub fn at(&self, what: Profiling) -> Option<&Phase> {
+        self.profiled.iter().find(|phase| phase.what == what)
+    }
+}
+
+/// The JVMs' phases, summed up: only the JVMs no other process disturbed.
+pub struct Phases<'a> {
+    pub kept: Vec<&'a JvmRun>,
+    /// JVMs left out as disturbed.
+    pub disturbed: usize,
+    /// The median over the JVMs of how far apart its unprofiled phases
+    /// were: the noise a slowdown has to beat.
+    pub noise: f64,
+}
+
+impl<'a> Phases<'a> {
+    pub fn of(runs: &'a [JvmRun]) -> Self {
+        let kept: Vec<&JvmRun> = runs.iter().filter(|run| !run.disturbed).collect();
+        let noises: Vec<f64> = kept.iter().map(|run| run.noise()).collect();
+        Self {
+            disturbed: runs.len() - kept.len(),
+            noise: Spread::of(&noises).map_or(0.0, |spread| spread.median),
+            kept,
+        }
+    }
+
+    /// The phases of `family`'s JVMs profiling `what`.
+    pub fn of_family(&self, family: Family, what: Profiling) -> Vec<&'a Phase> {
+        self.kept
+            .iter()
+            .filter(|run| run.family == family)
+            .filter_map(|run| run.at(what))
+            .collect()
+    }
+
+    /// The spread of `family`'s slowdowns profiling `what`, if any.
+    pub fn slowdown(&self, family: Family, what: Profiling) -> Option<Spread> {
+        let slowdowns: Vec<f64> = self
+            .of_family(family, what)
+            .iter()
+            .map(|phase| phase.slowdown)
+            .collect();
+        Spread::of(&slowdowns)
+    }
+
+    /// In how many rounds stoke's phase profiling `what` slowed its JVM
+    /// less than async-profiler's slowed its own, and of how many rounds
+    /// with both.
+    pub fn rounds_faster(&self, what: Profiling) -> (usize, usize) {
+        let at = |family: Family, round: usize| {
+            self.kept
+                .iter()
+                .find(|run| run.family == family && run.round == round)
+                .and_then(|run| run.at(what))
+        };
+        let rounds = self
+            .kept
+            .iter()
+            .map(|run| run.round)
+            .max()
+            .map_or(0, |last| last + 1);
+        let pairs: Vec<(f64, f64)> = (0..rounds)
+            .filter_map(|round| {
+                Some((
+                    at(Family::Stoke, round)?.slowdown,
+                    at(Family::AsyncProfiler, round)?.slowdown,
+                ))
+            })
+            .collect();
+        let faster = pairs.iter().filter(|(stoke, other)| stoke < other).count();
+        (faster, pairs.len())
+    }
+}
+
+/// A table's cell for `family`'s CPU during `phases`: stoke's own, or
+/// async-profiler's, which is the JVM's.
+pub fn profiler_cpu(family: Family, phases: &[&Phase]) -> String {
+    match family {
+        Family::Stoke => show(
+            &phases
+                .iter()
+                .map(|p| p.profiler_cpu * 100.0)
+                .collect::<Vec<_>>(),
+            2,
+            "%",
+        ),
+        Family::AsyncProfiler => "in the JVM's threads".into(),
+    }
+}
+
+/// A table's cell for slowdowns: `median (min to max)`.
+pub fn slowdowns(spread: &Spread) -> String {
+    format!(
+        "{} ({} to {})",
+        percent_signed(spread.median),
+        percent_signed(spread.min),
+        percent_signed(spread.max)
+    )
+}
+
+/// Every round: a JVM per family profiling each of `profiled` in turn, the
+/// order of families and of `profiled` turned each round. `what` names the
+/// measurement in the log.
+pub fn run(bench: &Bench, what: &str, units: u64, profiled: &[Profiling]) -> Result<Vec<JvmRun>> {
+    let families = Family::all(bench);
+    let mut runs = Vec::new();
+    for round in 0..bench.settings.rounds {
+        let mut order = profiled.to_vec();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for family in rotated(&families, round) {
+            let what = format!("{what} in one JVM, round {}: {family:?}", round + 1);
+            let measured = bench.measure(&what, || one_jvm(bench, family, units, &order))?;
+            let disturbed = measured.disturbed();
+            let run = JvmRun {
+                round,
+                disturbed,
+                ..measured.value
+            };
+            bench.log(&format!(
+                "{what}: unprofiled {}; {}",
+                run.unprofiled
+                    .iter()
+                    .map(|s| format!("{s:.3} s"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                run.profiled
+                    .iter()
+                    .map(|p| format!("{:?} {:+.2}%", p.what, p.slowdown * 100.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+/// A new JVM, warmed up, through its phases: unprofiled, then for each of
+/// `profiled` a profiled phase and an unprofiled one.
+fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) -> Result<JvmRun> {
+    let classes = bench
+        .workloads
+        .java_fixed_work
+        .as_deref()
+        .context("the Java workload was not built")?;
+    let mut command = java_command(classes, &[]);
+    command
+        .arg("-p")
+        .arg(units.to_string())
+        .arg(bench.cpus.to_string())
+        .arg(bench.settings.java_warmup_seconds.to_string());
+    let mut jvm = Process::spawn_with_input(Workload::Java.label(), &mut command)?;
+    let warm = Duration::from_secs_f64(30.0 + bench.settings.java_warmup_seconds * 5.0);
+    jvm.wait_for_stdout("ready", warm)?;
+    let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
+    let mut unprofiled = vec![phase(bench, &mut jvm)?];
+    let mut phases = Vec::new();
+    for &what in profiled {
+        phases.push(match family {
+            Family::Stoke => stoke_phase(bench, &mut jvm, what)?,
+            Family::AsyncProfiler => async_profiler_phase(bench, &mut jvm, pid, what)?,
+        });
+        unprofiled.push(phase(bench, &mut jvm)?);
+    }
+    jvm.close_input();
+    let exit = jvm.wait(Duration::from_secs(30))?;
+    ensure!(
+        exit.success(),
+        "the Java workload failed: {}: {}",
+        exit.describe(),
+        jvm.stderr().all().join(" / ")
+    );
+    let elapsed: Vec<f64> = phases.iter().map(|(_, elapsed)| *elapsed).collect();
+    for ((phase, _), slowdown) in phases
+        .iter_mut()
+        .zip(against_neighbours(&unprofiled, &elapsed))
+    {
+        phase.slowdown = slowdown;
+    }
+    Ok(JvmRun {
+        round: 0,
+        family,
+        unprofiled,
+        profiled: phases.into_iter().map(|(phase, _)| phase).collect(),
+        disturbed: false,
+    })
+}
+
+/// The slowdown of each profiled phase (`profiled[i]` ran between
+/// `unprofiled[i]` and `unprofiled[i + 1]`) against the mean of those two.
+fn against_neighbours(unprofiled: &[f64], profiled: &[f64]) -> Vec<f64> {
+    profiled
+        .iter()
+        .zip(unprofiled.windows(2))
+        .map(|(elapsed, around)| elapsed / ((around[0] + around[1]) / 2.0) - 1.0)
+        .collect()
+}
+
+/// Runs one phase of the JVM (its lead-in, untimed, then the fixed work)
+/// and returns the fixed work's elapsed time.
+fn phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
+    start_phase(bench, jvm)?;
+    end_phase(bench, jvm)
+}
+
+/// Starts a phase and returns as its clock starts, after the lead-in.
+fn start_phase(bench: &Bench, jvm: &mut Process) -> Result<()> {
+    jvm.send_line(&lead_in_seconds(bench).to_string())?;
+    let timeout = Duration::from_secs_f64(30.0 + lead_in_seconds(bench) * 5.0);
+    jvm.wait_for_stdout("timing", timeout)
+}
+
+/// Waits for the phase started to end and returns its elapsed time.
+fn end_phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
+    let timeout = Duration::from_secs_f64(60.0 + bench.settings.work_seconds * 20.0);
+    let line = jvm
+        .stdout()
+        .wait_for(|line| line.starts_with("elapsed_s="), timeout)?
+        .context("the Java workload ended before its phase did")?;
+    line.trim_start_matches("elapsed_s=")
+        .parse()
+        .with_context(|| format!("the Java workload printed {line:?}"))
+}
+
+/// The untimed work before a phase's clock starts: long enough for stoke
+/// to see the JVM's threads and attach its agent (50 ms on this machine),
+/// and the same before every phase.
+pub fn lead_in_seconds(bench: &Bench) -> f64 {
+    if bench.settings.smoke {
+        0.3
+    } else {
+        1.0
+    }
+}
+
+/// How unlikely by chance alone a one-sided sign test must find a result
+/// to count it as told apart: as unlikely as 5 wins of 5 rounds.
+const SIGN_TEST_LEVEL: f64 = 1.0 / 32.0;
+
+/// The chance of `wins` or more of `rounds` when neither side is the
+/// faster (each round a fair coin): a one-sided sign test's p-value.
+fn sign_test_p(wins: usize, rounds: usize) -> f64 {
+    let mut choose = 1.0; // C(rounds, k), from k = 0 up
+    let mut tail = 0.0;
+    for k in 0..=rounds {
+        if k >= wins {
+            tail += choose;
+        }
+        choose = choose * (rounds - k) as f64 / (k + 1) as f64;
+    }
+    tail / 2f64.powi(rounds as i32)
+}
+
+/// The fewest wins of `rounds` that the sign test tells apart, if any.
+fn wins_needed(rounds: usize) -> Option<usize> {
+    (0..=rounds).find(|&wins| sign_test_p(wins, rounds) <= SIGN_TEST_LEVEL)
+}
+
+/// A target of the issues on Java: stoke's slowdown (`goal`) no more than
+/// async-profiler's, told apart by a sign test over the rounds (each round
+/// measures both).
+pub fn against_async_profiler(
+    goal: String,
+    (stoke, async_profiler): (f64, f64),
+    (faster, rounds): (usize, usize),
+    noise: f64,
+    smoke: bool,
+) -> Target {
+    let measured = format!(
+        "stoke {} vs async-profiler {}; stoke faster in {faster} of {rounds} rounds \
+         (noise {})",
+        percent_signed(stoke),
+        percent_signed(async_profiler),
+        percent(noise)
+    );
+    let needed = wins_needed(rounds).map_or_else(
+        || "5 rounds or more".to_owned(),
+        |wins| format!("{wins} of {rounds}"),
+    );
+    let verdict = if smoke {
+        Verdict::NotJudged("smoke run".into())
+    } else if stoke <= async_profiler && sign_test_p(faster, rounds) <= SIGN_TEST_LEVEL {
+        Verdict::Met
+    } else if stoke <= async_profiler {
+        Verdict::MetBut(format!(
+            "not resolved: stoke was the faster in {faster} of {rounds} rounds, the sign test \
+             needs {needed}"
+        ))
+    } else if sign_test_p(rounds - faster, rounds) <= SIGN_TEST_LEVEL {
+        Verdict::Missed(format!(
+            "async-profiler was the faster in {} of {rounds} rounds, by {} in the medians",
+            rounds - faster,
+            percent(stoke - async_profiler)
+        ))
+    } else {
+        Verdict::Missed(format!(
+            "within noise: stoke was the faster in {faster} of {rounds} rounds (the sign test \
+             needs {needed})"
+        ))
+    };
+    Target {
+        goal,
+        measured,
+        verdict,
+    }
+}
+
+/// A phase under a whole-host stoke recording of `what`.
+fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<(Phase, f64)> {
+    let options = match what {
+        Profiling::Cpu(hz) => Options::new(Tool::Stoke, hz, "json"),
+        Profiling::Alloc(bytes) => Options {
+            stoke_args: vec![
+                "-e".into(),
+                "alloc".into(),
+                "--alloc-interval".into(),
+                bytes.to_string(),
+            ],
+            ..Options::new(Tool::Stoke, 99, "json")
+        },
+    };
+    let recording = Recording::start(bench, &options, "jvm-phases")?;
+    start_phase(bench, jvm)?;
+    // Its CPU while the clock runs: the agent's attach is in the lead-in.
+    let cpu_before = recording.cpu_now()?;
+    let elapsed = end_phase(bench, jvm)?;
+    let cpu = (recording.cpu_now()? - cpu_before).as_secs_f64();
+    let stopped = recording.stop()?;
+    let java_samples = stopped
+        .summary()
+        .map(|summary| summary.java.java_samples)
+        .unwrap_or(0);
+    stopped.remove_output();
+    Ok((
+        Phase {
+            what,
+            slowdown: 0.0,
+            profiler_cpu: cpu / (elapsed * bench.cpus as f64),
+            samples: stopped.samples,
+            java_samples,
+        },
+        elapsed,
+    ))
+}
+
+/// A phase with async-profiler attached to the JVM, profiling `what`.
+fn async_profiler_phase(
+    bench: &Bench,
+    jvm: &mut Process,
+    pid: u32,
+    what: Profiling,
+) -> Result<(Phase, f64)> {
+    let profiler: &AsyncProfiler = bench
+        .async_profiler
+        .as_ref()
+        .context("async-profiler phases without --async-profiler")?;
+    match what {
+        Profiling::Cpu(hz) => profiler.start_cpu(pid, hz, false).map(drop)?,
+        Profiling::Alloc(bytes) => profiler.start_alloc(pid, bytes)?,
+    }
+    let elapsed = phase(bench, jvm)?;
+    let samples = profiler.stop_samples(pid, &bench.scratch("jvm-phases.collapsed"))?;
+    Ok((
+        Phase {
+            what,
+            slowdown: 0.0,
+            profiler_cpu: 0.0,
+            samples,
+            java_samples: 0,
+        },
+        elapsed,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sign_test_needs_all_of_5_rounds_and_12_of_15() {
+        assert_eq!(sign_test_p(5, 5), 1.0 / 32.0);
+        assert!((sign_test_p(0, 7) - 1.0).abs() < 1e-12);
+        assert_eq!(wins_needed(4), None);
+        assert_eq!(wins_needed(5), Some(5));
+        assert_eq!(wins_needed(10), Some(9));
+        assert_eq!(wins_needed(15), Some(12));
+    }
+
+    const CPU: [Profiling; 2] = [Profiling::Cpu(99), Profiling::Cpu(999)];
+
+    fn jvm(round: usize, family: Family, unprofiled: &[f64], slowdowns: [f64; 2]) -> JvmRun {
+        JvmRun {
+            round,
+            family,
+            unprofiled: unprofiled.to_vec(),
+            profiled: CPU
+                .iter()
+                .zip(slowdowns)
+                .map(|(&what, slowdown)| Phase {
+                    what,
+                    slowdown,
+                    profiler_cpu: 0.0,
+                    samples: 0,
+                    java_samples: 0,
+                })
+                .collect(),
+            disturbed: false,
+        }
+    }
+
+    #[test]
+    fn a_phase_is_measured_against_the_unprofiled_ones_around_it() {
+        let slowdowns = against_neighbours(&[3.0, 3.2, 2.8], &[3.3, 3.0]);
+        assert!((slowdowns[0] - 0.0645).abs() < 1e-3, "{slowdowns:?}");
+        assert!(slowdowns[1].abs() < 1e-12, "{slowdowns:?}");
+        let run = jvm(0, Family::Stoke, &[3.0, 3.3, 3.15], [0.0, 0.0]);
+        assert!((run.noise() - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rounds_pair_the_two_jvms_of_a_round() {
+        let mut disturbed = jvm(2, Family::AsyncProfiler, &[3.0, 3.6], [0.09, 0.09]);
+        disturbed.disturbed = true;
+        let runs = [
+            jvm(0, Family::Stoke, &[3.0, 3.03], [0.01, 0.05]),
+            jvm(0, Family::AsyncProfiler, &[3.0, 3.06], [0.02, 0.04]),
+            jvm(1, Family::AsyncProfiler, &[3.0, 3.03], [0.03, 0.06]),
+            jvm(1, Family::Stoke, &[3.0, 3.03], [0.00, 0.05]),
+            // Its pair is left out as disturbed.
+            jvm(2, Family::Stoke, &[3.0, 3.03], [0.00, 0.00]),
+            disturbed,
+        ];
+        let phases = Phases::of(&runs);
+        assert_eq!(phases.disturbed, 1);
+        assert!((phases.noise - 0.01).abs() < 1e-9, "{}", phases.noise);
+        assert_eq!(phases.rounds_faster(CPU[0]), (2, 2));
+        assert_eq!(phases.rounds_faster(CPU[1]), (1, 2));
+        let stoke = phases.slowdown(Family::Stoke, CPU[1]).unwrap();
+        assert_eq!((stoke.median, stoke.count), (0.05, 3));
+    }
+}
