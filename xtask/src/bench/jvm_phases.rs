@@ -2,8 +2,16 @@
 //! stoke and one for async-profiler (when the bench has it), and each JVM,
 //! once warm, runs the same fixed work (`FixedWork -p`) in phases: one
 //! unprofiled, then for each thing profiled (CPU at a rate, allocations) a
-//! profiled phase and an unprofiled one. A profiled phase's slowdown is
-//! against the mean of the unprofiled phases on either side of it.
+//! profiled phase and an unprofiled one. A profiled phase is measured
+//! against the mean of the unprofiled phases on either side of it, by its
+//! elapsed time and by its CPU time: that of the JVM's threads (from their
+//! `schedstat`), plus stoke's own process for stoke. The CPU time leaves out
+//! what elapsed times on a virtual machine carry and no profiler causes:
+//! the time the hypervisor gives other guests (steal, which the kernel
+//! keeps out of a thread's run time). It keeps what profiling costs the
+//! JVM: the sampling interrupt and the BPF program run in the interrupted
+//! thread's time on kernels without IRQ time accounting (ours), and the
+//! signal handler and the agent's threads are the JVM's own.
 //!
 //! Why: from one JVM to the next the JIT's choices (what it inlines, where
 //! it puts the code) change the speed of this work by several percent, more
@@ -12,7 +20,7 @@
 //! JVM after its profiled phase (stoke's agent or async-profiler's, loaded
 //! and idle) is in the later unprofiled phases.
 
-use std::time::Duration;
+use std::{fs, time::Duration};
 
 use anyhow::{ensure, Context, Result};
 
@@ -22,7 +30,7 @@ use super::{
     overhead::Workload,
     process::Process,
     profiler::{Options, Recording, Tool},
-    report::{Target, Verdict},
+    report::{Table, Target, Verdict},
     rotated,
     stats::{percent, percent_signed, show, Spread},
     Bench,
@@ -55,12 +63,42 @@ pub enum Profiling {
     Alloc(u64),
 }
 
+/// What one phase took.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Took {
+    /// The fixed work's elapsed time, in seconds.
+    pub elapsed: f64,
+    /// The CPU time of the JVM's threads meanwhile, plus the profiler's own
+    /// process's, in seconds.
+    pub cpu: f64,
+}
+
+/// Which of a phase's figures a comparison is on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Measure {
+    Elapsed,
+    Cpu,
+}
+
+impl Took {
+    fn of(self, measure: Measure) -> f64 {
+        match measure {
+            Measure::Elapsed => self.elapsed,
+            Measure::Cpu => self.cpu,
+        }
+    }
+}
+
 /// One profiled phase of a JVM.
 pub struct Phase {
     pub what: Profiling,
+    pub took: Took,
     /// Its elapsed time against the mean of the unprofiled phases around
     /// it, minus 1.
     pub slowdown: f64,
+    /// Its CPU time against the mean of the unprofiled phases around it,
+    /// minus 1.
+    pub cost: f64,
     /// Stoke's own CPU during the phase, as a share of all CPUs (0 for
     /// async-profiler, whose CPU is the JVM's).
     pub profiler_cpu: f64,
@@ -70,21 +108,32 @@ pub struct Phase {
     pub java_samples: u64,
 }
 
+impl Phase {
+    /// Its slowdown or its CPU cost.
+    pub fn relative(&self, measure: Measure) -> f64 {
+        match measure {
+            Measure::Elapsed => self.slowdown,
+            Measure::Cpu => self.cost,
+        }
+    }
+}
+
 /// One JVM's phases.
 pub struct JvmRun {
     pub round: usize,
     pub family: Family,
-    /// The unprofiled phases' elapsed times, in order.
-    pub unprofiled: Vec<f64>,
+    /// What the unprofiled phases took, in order.
+    pub unprofiled: Vec<Took>,
     pub profiled: Vec<Phase>,
     /// Other processes took CPU during it, on every try.
     pub disturbed: bool,
 }
 
 impl JvmRun {
-    /// How far apart its unprofiled phases were (max / min − 1).
-    pub fn noise(&self) -> f64 {
-        Spread::of(&self.unprofiled).map_or(0.0, |spread| spread.max / spread.min - 1.0)
+    /// How far apart its unprofiled phases were by `measure` (max / min − 1).
+    pub fn noise(&self, measure: Measure) -> f64 {
+        let values: Vec<f64> = self.unprofiled.iter().map(|t| t.of(measure)).collect();
+        Spread::of(&values).map_or(0.0, |spread| spread.max / spread.min - 1.0)
     }
 
     /// Its phase profiling `what`.
@@ -93,8 +142,10 @@ impl JvmRun {
     }
 }
 
-/// The JVMs' phases, summed up: only the JVMs no other process disturbed.
+/// The JVMs' phases, compared by one measure: only the JVMs no other
+/// process disturbed.
 pub struct Phases<'a> {
+    pub measure: Measure,
     pub kept: Vec<&'a JvmRun>,
     /// JVMs left out as disturbed.
     pub disturbed: usize,
@@ -104,10 +155,11 @@ pub struct Phases<'a> {
 }
 
 impl<'a> Phases<'a> {
-    pub fn of(runs: &'a [JvmRun]) -> Self {
+    pub fn of(runs: &'a [JvmRun], measure: Measure) -> Self {
         let kept: Vec<&JvmRun> = runs.iter().filter(|run| !run.disturbed).collect();
-        let noises: Vec<f64> = kept.iter().map(|run| run.noise()).collect();
+        let noises: Vec<f64> = kept.iter().map(|run| run.noise(measure)).collect();
         Self {
+            measure,
             disturbed: runs.len() - kept.len(),
             noise: Spread::of(&noises).map_or(0.0, |spread| spread.median),
             kept,
@@ -123,12 +175,13 @@ impl<'a> Phases<'a> {
             .collect()
     }
 
-    /// The spread of `family`'s slowdowns profiling `what`, if any.
+    /// The spread of `family`'s slowdowns (or costs) profiling `what`, if
+    /// any.
     pub fn slowdown(&self, family: Family, what: Profiling) -> Option<Spread> {
         let slowdowns: Vec<f64> = self
             .of_family(family, what)
             .iter()
-            .map(|phase| phase.slowdown)
+            .map(|phase| phase.relative(self.measure))
             .collect();
         Spread::of(&slowdowns)
     }
@@ -152,8 +205,8 @@ impl<'a> Phases<'a> {
         let pairs: Vec<(f64, f64)> = (0..rounds)
             .filter_map(|round| {
                 Some((
-                    at(Family::Stoke, round)?.slowdown,
-                    at(Family::AsyncProfiler, round)?.slowdown,
+                    at(Family::Stoke, round)?.relative(self.measure),
+                    at(Family::AsyncProfiler, round)?.relative(self.measure),
                 ))
             })
             .collect();
@@ -162,24 +215,91 @@ impl<'a> Phases<'a> {
     }
 }
 
-/// A table's cell for `family`'s CPU during `phases`: stoke's own, or
-/// async-profiler's, which is the JVM's.
-pub fn profiler_cpu(family: Family, phases: &[&Phase]) -> String {
-    match family {
-        Family::Stoke => show(
-            &phases
-                .iter()
-                .map(|p| p.profiler_cpu * 100.0)
-                .collect::<Vec<_>>(),
-            2,
-            "%",
-        ),
-        Family::AsyncProfiler => "in the JVM's threads".into(),
+/// The table of `runs`: a row per family and thing profiled, `label`
+/// naming it and `recorded` showing the median of its phases' samples.
+pub fn table(
+    bench: &Bench,
+    runs: &[JvmRun],
+    profiled: &[Profiling],
+    label: impl Fn(Family, Profiling) -> String,
+    recorded: impl Fn(Family, f64) -> String,
+) -> Table {
+    let (by_cpu, by_elapsed) = (
+        Phases::of(runs, Measure::Cpu),
+        Phases::of(runs, Measure::Elapsed),
+    );
+    let mut table = Table::new(&[
+        "profiler",
+        "CPU cost vs the phases around it",
+        "slowdown (elapsed)",
+        "profiler's own CPU, % of all CPUs",
+        "recorded per phase",
+        "JVMs",
+    ]);
+    for family in Family::all(bench) {
+        for &what in profiled {
+            let (Some(cost), Some(slowdown)) = (
+                by_cpu.slowdown(family, what),
+                by_elapsed.slowdown(family, what),
+            ) else {
+                continue;
+            };
+            let phases = by_cpu.of_family(family, what);
+            let samples: Vec<f64> = phases.iter().map(|p| p.samples as f64).collect();
+            let own_cpu = match family {
+                Family::Stoke => show(
+                    &phases
+                        .iter()
+                        .map(|p| p.profiler_cpu * 100.0)
+                        .collect::<Vec<_>>(),
+                    2,
+                    "%",
+                ),
+                Family::AsyncProfiler => "in the JVM's threads".into(),
+            };
+            table.row(vec![
+                label(family, what),
+                spread_shown(&cost),
+                spread_shown(&slowdown),
+                own_cpu,
+                recorded(family, Spread::of(&samples).map_or(0.0, |s| s.median)),
+                phases.len().to_string(),
+            ]);
+        }
     }
+    table
+}
+
+/// How the phases of `runs` were measured, `phases` saying what a JVM ran.
+pub fn method(bench: &Bench, runs: &[JvmRun], phases: &str) -> String {
+    let (by_cpu, by_elapsed) = (
+        Phases::of(runs, Measure::Cpu),
+        Phases::of(runs, Measure::Elapsed),
+    );
+    format!(
+        "Per round a new JVM (`FixedWork -p`, the same flags and work) for each profiler, \
+         warmed up {warmup} s, runs the work in phases: {phases}; each phase's clock starts \
+         after {lead:.1} s of the same work untimed, in which the profiler started for the \
+         phase attaches. A profiled phase is measured against the mean of the unprofiled \
+         phases on either side of it, in the same JVM (from one JVM to the next the JIT's \
+         choices alone move this work by several percent). **CPU cost**: the CPU time of \
+         the JVM's threads during the phase, plus stoke's own process for stoke (steal, the \
+         time the hypervisor gives other guests, is not in it; the sampling interrupt, the \
+         BPF program, signal handlers and the agents' threads are); the targets are judged \
+         on it. Slowdown: the phase's elapsed time. **Noise**, how far apart a JVM's \
+         unprofiled phases were (median over the JVMs): {cpu_noise} by CPU time, \
+         {elapsed_noise} by elapsed time. Medians over the JVMs (min to max); {disturbed} \
+         JVMs left out as disturbed by other processes.\n",
+        warmup = bench.settings.java_warmup_seconds,
+        lead = lead_in_seconds(bench),
+        cpu_noise = percent(by_cpu.noise),
+        elapsed_noise = percent(by_elapsed.noise),
+        disturbed = by_cpu.disturbed,
+    )
 }
 
 /// A table's cell for slowdowns: `median (min to max)`.
-pub fn slowdowns(spread: &Spread) -> String {
+fn spread_shown(spread: &Spread) -> String {
     format!(
         "{} ({} to {})",
         percent_signed(spread.median),
@@ -212,12 +332,19 @@ pub fn run(bench: &Bench, what: &str, units: u64, profiled: &[Profiling]) -> Res
                 "{what}: unprofiled {}; {}",
                 run.unprofiled
                     .iter()
-                    .map(|s| format!("{s:.3} s"))
+                    .map(|t| format!("{:.3} s ({:.3} s CPU)", t.elapsed, t.cpu))
                     .collect::<Vec<_>>()
                     .join(", "),
                 run.profiled
                     .iter()
-                    .map(|p| format!("{:?} {:+.2}%", p.what, p.slowdown * 100.0))
+                    .map(|p| {
+                        format!(
+                            "{:?} {:+.2}% ({:+.2}% CPU)",
+                            p.what,
+                            p.slowdown * 100.0,
+                            p.cost * 100.0
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
@@ -245,14 +372,14 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) ->
     let warm = Duration::from_secs_f64(30.0 + bench.settings.java_warmup_seconds * 5.0);
     jvm.wait_for_stdout("ready", warm)?;
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
-    let mut unprofiled = vec![phase(bench, &mut jvm)?];
+    let mut unprofiled = vec![phase(bench, &mut jvm, pid)?];
     let mut phases = Vec::new();
     for &what in profiled {
         phases.push(match family {
-            Family::Stoke => stoke_phase(bench, &mut jvm, what)?,
+            Family::Stoke => stoke_phase(bench, &mut jvm, pid, what)?,
             Family::AsyncProfiler => async_profiler_phase(bench, &mut jvm, pid, what)?,
         });
-        unprofiled.push(phase(bench, &mut jvm)?);
+        unprofiled.push(phase(bench, &mut jvm, pid)?);
     }
     jvm.close_input();
     let exit = jvm.wait(Duration::from_secs(30))?;
@@ -262,18 +389,21 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) ->
         exit.describe(),
         jvm.stderr().all().join(" / ")
     );
-    let elapsed: Vec<f64> = phases.iter().map(|(_, elapsed)| *elapsed).collect();
-    for ((phase, _), slowdown) in phases
-        .iter_mut()
-        .zip(against_neighbours(&unprofiled, &elapsed))
-    {
+    let relative = |measure: Measure| {
+        let around: Vec<f64> = unprofiled.iter().map(|t| t.of(measure)).collect();
+        let took: Vec<f64> = phases.iter().map(|p: &Phase| p.took.of(measure)).collect();
+        against_neighbours(&around, &took)
+    };
+    let (slowdowns, costs) = (relative(Measure::Elapsed), relative(Measure::Cpu));
+    for ((phase, slowdown), cost) in phases.iter_mut().zip(slowdowns).zip(costs) {
         phase.slowdown = slowdown;
+        phase.cost = cost;
     }
     Ok(JvmRun {
         round: 0,
         family,
         unprofiled,
-        profiled: phases.into_iter().map(|(phase, _)| phase).collect(),
+        profiled: phases,
         disturbed: false,
     })
 }
@@ -288,11 +418,51 @@ fn against_neighbours(unprofiled: &[f64], profiled: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// Runs one phase of the JVM (its lead-in, untimed, then the fixed work)
-/// and returns the fixed work's elapsed time.
-fn phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
+/// Runs one unprofiled phase of the JVM `pid` (its lead-in, untimed, then
+/// the fixed work) and returns what the fixed work took.
+fn phase(bench: &Bench, jvm: &mut Process, pid: u32) -> Result<Took> {
+    timed(bench, jvm, pid, || Ok(0.0)).map(|(took, _)| took)
+}
+
+/// Runs a phase of the JVM `pid`; `profiler_cpu` reads the profiler's own
+/// CPU time, in seconds, which is added to the JVM's and returned apart.
+fn timed(
+    bench: &Bench,
+    jvm: &mut Process,
+    pid: u32,
+    profiler_cpu: impl Fn() -> Result<f64>,
+) -> Result<(Took, f64)> {
     start_phase(bench, jvm)?;
-    end_phase(bench, jvm)
+    let (jvm_before, profiler_before) = (jvm_cpu(pid)?, profiler_cpu()?);
+    let elapsed = end_phase(bench, jvm)?;
+    let (jvm_after, profiler_after) = (jvm_cpu(pid)?, profiler_cpu()?);
+    let profiler = profiler_after - profiler_before;
+    let took = Took {
+        elapsed,
+        cpu: jvm_after - jvm_before + profiler,
+    };
+    Ok((took, profiler))
+}
+
+/// The CPU time of all the threads of process `pid` up to now, in seconds:
+/// the sum of their `schedstat` run times (nanoseconds, without steal).
+fn jvm_cpu(pid: u32) -> Result<f64> {
+    let tasks = format!("/proc/{pid}/task");
+    let mut nanoseconds = 0u64;
+    for task in fs::read_dir(&tasks).with_context(|| format!("reading {tasks}"))? {
+        let path = task?.path().join("schedstat");
+        // A thread that ended meanwhile: its time is in no later reading
+        // either.
+        let Ok(text) = fs::read_to_string(&path) else {
+            continue;
+        };
+        nanoseconds += text
+            .split_whitespace()
+            .next()
+            .and_then(|field| field.parse::<u64>().ok())
+            .with_context(|| format!("{}: {text:?}", path.display()))?;
+    }
+    Ok(nanoseconds as f64 / 1e9)
 }
 
 /// Starts a phase and returns as its clock starts, after the lead-in.
@@ -398,7 +568,7 @@ pub fn against_async_profiler(
 }
 
 /// A phase under a whole-host stoke recording of `what`.
-fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<(Phase, f64)> {
+fn stoke_phase(bench: &Bench, jvm: &mut Process, pid: u32, what: Profiling) -> Result<Phase> {
     let options = match what {
         Profiling::Cpu(hz) => Options::new(Tool::Stoke, hz, "json"),
         Profiling::Alloc(bytes) => Options {
@@ -412,27 +582,24 @@ fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<(Pha
         },
     };
     let recording = Recording::start(bench, &options, "jvm-phases")?;
-    start_phase(bench, jvm)?;
     // Its CPU while the clock runs: the agent's attach is in the lead-in.
-    let cpu_before = recording.cpu_now()?;
-    let elapsed = end_phase(bench, jvm)?;
-    let cpu = (recording.cpu_now()? - cpu_before).as_secs_f64();
+    let stoke_cpu = || Ok(recording.cpu_now()?.as_secs_f64());
+    let (took, stoke) = timed(bench, jvm, pid, stoke_cpu)?;
     let stopped = recording.stop()?;
     let java_samples = stopped
         .summary()
         .map(|summary| summary.java.java_samples)
         .unwrap_or(0);
     stopped.remove_output();
-    Ok((
-        Phase {
-            what,
-            slowdown: 0.0,
-            profiler_cpu: cpu / (elapsed * bench.cpus as f64),
-            samples: stopped.samples,
-            java_samples,
-        },
-        elapsed,
-    ))
+    Ok(Phase {
+        what,
+        took,
+        slowdown: 0.0,
+        cost: 0.0,
+        profiler_cpu: stoke / (took.elapsed * bench.cpus as f64),
+        samples: stopped.samples,
+        java_samples,
+    })
 }
 
 /// A phase with async-profiler attached to the JVM, profiling `what`.
@@ -441,7 +608,7 @@ fn async_profiler_phase(
     jvm: &mut Process,
     pid: u32,
     what: Profiling,
-) -> Result<(Phase, f64)> {
+) -> Result<Phase> {
     let profiler: &AsyncProfiler = bench
         .async_profiler
         .as_ref()
@@ -450,18 +617,17 @@ fn async_profiler_phase(
         Profiling::Cpu(hz) => profiler.start_cpu(pid, hz, false).map(drop)?,
         Profiling::Alloc(bytes) => profiler.start_alloc(pid, bytes)?,
     }
-    let elapsed = phase(bench, jvm)?;
+    let took = phase(bench, jvm, pid)?;
     let samples = profiler.stop_samples(pid, &bench.scratch("jvm-phases.collapsed"))?;
-    Ok((
-        Phase {
-            what,
-            slowdown: 0.0,
-            profiler_cpu: 0.0,
-            samples,
-            java_samples: 0,
-        },
-        elapsed,
-    ))
+    Ok(Phase {
+        what,
+        took,
+        slowdown: 0.0,
+        cost: 0.0,
+        profiler_cpu: 0.0,
+        samples,
+        java_samples: 0,
+    })
 }
 
 #[cfg(test)]
@@ -480,17 +646,30 @@ mod tests {
 
     const CPU: [Profiling; 2] = [Profiling::Cpu(99), Profiling::Cpu(999)];
 
+    /// A JVM whose phases' CPU times are twice their elapsed times (2
+    /// threads), its CPU costs half its slowdowns.
     fn jvm(round: usize, family: Family, unprofiled: &[f64], slowdowns: [f64; 2]) -> JvmRun {
         JvmRun {
             round,
             family,
-            unprofiled: unprofiled.to_vec(),
+            unprofiled: unprofiled
+                .iter()
+                .map(|&elapsed| Took {
+                    elapsed,
+                    cpu: elapsed * 2.0,
+                })
+                .collect(),
             profiled: CPU
                 .iter()
                 .zip(slowdowns)
                 .map(|(&what, slowdown)| Phase {
                     what,
+                    took: Took {
+                        elapsed: 3.0,
+                        cpu: 6.0,
+                    },
                     slowdown,
+                    cost: slowdown / 2.0,
                     profiler_cpu: 0.0,
                     samples: 0,
                     java_samples: 0,
@@ -506,7 +685,8 @@ mod tests {
         assert!((slowdowns[0] - 0.0645).abs() < 1e-3, "{slowdowns:?}");
         assert!(slowdowns[1].abs() < 1e-12, "{slowdowns:?}");
         let run = jvm(0, Family::Stoke, &[3.0, 3.3, 3.15], [0.0, 0.0]);
-        assert!((run.noise() - 0.1).abs() < 1e-12);
+        assert!((run.noise(Measure::Elapsed) - 0.1).abs() < 1e-12);
+        assert!((run.noise(Measure::Cpu) - 0.1).abs() < 1e-12);
     }
 
     #[test]
@@ -522,12 +702,15 @@ mod tests {
             jvm(2, Family::Stoke, &[3.0, 3.03], [0.00, 0.00]),
             disturbed,
         ];
-        let phases = Phases::of(&runs);
+        let phases = Phases::of(&runs, Measure::Elapsed);
         assert_eq!(phases.disturbed, 1);
         assert!((phases.noise - 0.01).abs() < 1e-9, "{}", phases.noise);
         assert_eq!(phases.rounds_faster(CPU[0]), (2, 2));
         assert_eq!(phases.rounds_faster(CPU[1]), (1, 2));
         let stoke = phases.slowdown(Family::Stoke, CPU[1]).unwrap();
         assert_eq!((stoke.median, stoke.count), (0.05, 3));
+        let by_cpu = Phases::of(&runs, Measure::Cpu);
+        let stoke = by_cpu.slowdown(Family::Stoke, CPU[1]).unwrap();
+        assert_eq!(stoke.median, 0.025);
     }
 }

@@ -515,7 +515,7 @@ fn judge(
         Verdict::Missed(explain_miss(slowdown, noise, cpu))
     } else if noise > limit {
         Verdict::MetBut(format!(
-            "not resolved: none varies by {} between rounds, more than the target",
+            "not resolved: the noise ({}) is wider than the target",
             percent(noise)
         ))
     } else {
@@ -532,7 +532,7 @@ fn judge(
 fn explain_miss(slowdown: f64, noise: f64, stoke_cpu: f64) -> String {
     if slowdown <= noise {
         format!(
-            "within noise: none varies by {} between rounds, more than the {} measured",
+            "within noise: the noise ({}) is wider than the {} measured",
             percent(noise),
             percent_signed(slowdown)
         )

@@ -8,13 +8,10 @@
 use anyhow::Result;
 
 use super::super::{
-    jvm_phases::{
-        self, against_async_profiler, lead_in_seconds, profiler_cpu, slowdowns, Family, JvmRun,
-        Phases, Profiling,
-    },
+    jvm_phases::{self, against_async_profiler, Family, JvmRun, Measure, Phases, Profiling},
     overhead::{calibrate, Workload},
-    report::{Table, Target, Verdict},
-    stats::{percent, percent_signed, Spread},
+    report::{Target, Verdict},
+    stats::{percent, percent_signed},
     Bench,
 };
 
@@ -37,61 +34,32 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
     Ok(section(bench, units, &runs))
 }
 
-fn label(family: Family) -> &'static str {
-    match family {
-        Family::Stoke => "stoke record -a -e alloc (512 KiB)",
-        Family::AsyncProfiler => "async-profiler --alloc 512k (attached)",
-    }
-}
-
 fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) {
-    let phases = Phases::of(runs);
+    let phases = Phases::of(runs, Measure::Cpu);
     let noise = phases.noise;
-    let mut table = Table::new(&[
-        "profiler",
-        "slowdown vs the phases around it",
-        "profiler CPU, % of all CPUs",
-        "recorded per phase",
-        "JVMs",
-    ]);
-    for family in Family::all(bench) {
-        let profiled = phases.of_family(family, ALLOC);
-        let Some(slowdown) = phases.slowdown(family, ALLOC) else {
-            continue;
-        };
-        let median = |values: Vec<f64>| Spread::of(&values).map_or(0.0, |s| s.median);
-        let recorded = median(profiled.iter().map(|p| p.samples as f64).collect());
-        table.row(vec![
-            label(family).into(),
-            slowdowns(&slowdown),
-            profiler_cpu(family, &profiled),
-            match family {
-                Family::Stoke => format!("{:.0} MB", recorded / 1e6),
-                Family::AsyncProfiler => format!("{recorded:.0} samples"),
-            },
-            profiled.len().to_string(),
-        ]);
-    }
+    let table = jvm_phases::table(
+        bench,
+        runs,
+        &[ALLOC],
+        |family, _| match family {
+            Family::Stoke => "stoke record -a -e alloc (512 KiB)".into(),
+            Family::AsyncProfiler => "async-profiler --alloc 512k (attached)".into(),
+        },
+        |family, recorded| match family {
+            Family::Stoke => format!("{:.0} MB", recorded / 1e6),
+            Family::AsyncProfiler => format!("{recorded:.0} samples"),
+        },
+    );
     let stoke_phases = phases.of_family(Family::Stoke, ALLOC);
     let unrecorded = stoke_phases.iter().filter(|p| p.samples == 0).count();
     let mut body = format!(
         "### Java allocations\n\n`FixedWork` (the overhead part's Java workload: orders, \
          strings and maps allocated all along), {units} units on each of {cpus} threads per \
-         phase, in phases of one JVM as part 1's Java targets: per round a JVM for each \
-         profiler, warmed up {warmup} s, runs the work unprofiled, profiled, unprofiled, each \
-         phase's clock starting after {lead:.1} s of the same work untimed, in which the \
-         profiler started for the phase attaches. Allocations sampled every 512 KiB on \
-         average by both. Slowdown: against the mean of the unprofiled phases on either side, \
-         in the same JVM; medians over the JVMs (min to max). **Noise** (how far apart a \
-         JVM's unprofiled phases were, median over the JVMs): {noise}; {disturbed} JVMs left \
-         out as disturbed by other processes. Recorded: stoke's estimate of the bytes \
-         allocated, async-profiler's samples.\n\n{}",
+         phase, allocations sampled every 512 KiB on average by both profilers. {}\n{}\
+         Recorded: stoke's estimate of the bytes allocated, async-profiler's samples.\n",
+        jvm_phases::method(bench, runs, "unprofiled, profiled, unprofiled"),
         table.markdown(),
         cpus = bench.cpus,
-        warmup = bench.settings.java_warmup_seconds,
-        lead = lead_in_seconds(bench),
-        noise = percent(noise),
-        disturbed = phases.disturbed,
     );
     if unrecorded > 0 {
         body += &format!(
@@ -108,7 +76,7 @@ fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) 
         .map_or(0.0, |s| s.median);
     let mut target = Target::at_most(
         format!(
-            "Java allocation profiling at 512 KiB slows the work by ≤{}",
+            "Java allocation profiling at 512 KiB costs the work ≤{} of CPU",
             percent(TARGET)
         ),
         format!("{} (noise {})", percent_signed(stoke), percent(noise)),
@@ -123,7 +91,7 @@ fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) 
     let mut targets = vec![target];
     if let Some(other) = phases.slowdown(Family::AsyncProfiler, ALLOC) {
         targets.push(against_async_profiler(
-            "Java allocation profiling: stoke's slowdown at most async-profiler's".into(),
+            "Java allocation profiling: stoke's CPU cost at most async-profiler's".into(),
             (stoke, other.median),
             phases.rounds_faster(ALLOC),
             noise,
