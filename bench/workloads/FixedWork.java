@@ -89,11 +89,7 @@ public final class FixedWork {
     }
 
     static void worker(long seed, CyclicBarrier warmedUp, long warmupEnd, long units, long end) {
-        Batch batch = new Batch(seed);
-        while (System.nanoTime() - warmupEnd < 0) {
-            serveRequests(batch, 10);
-        }
-        await(warmedUp);
+        Batch batch = warmUp(seed, warmupEnd, warmedUp);
         if (units > 0) {
             serveRequests(batch, units);
         } else {
@@ -102,6 +98,16 @@ public final class FixedWork {
             }
         }
         sink += batch.digest;
+    }
+
+    /** A worker's state, after it worked until warmupEnd and every worker did. */
+    static Batch warmUp(long seed, long warmupEnd, CyclicBarrier warmedUp) {
+        Batch batch = new Batch(seed);
+        while (System.nanoTime() - warmupEnd < 0) {
+            serveRequests(batch, 10);
+        }
+        await(warmedUp);
+        return batch;
     }
 
     /** -p: a phase per line of input, the workers waiting between phases. */
@@ -113,11 +119,7 @@ public final class FixedWork {
         for (int i = 0; i < threads; i++) {
             long seed = 0x9e3779b97f4a7c15L + i;
             Thread worker = new Thread(() -> {
-                Batch batch = new Batch(seed);
-                while (System.nanoTime() - warmupEnd < 0) {
-                    serveRequests(batch, 10);
-                }
-                await(warmedUp);
+                Batch batch = warmUp(seed, warmupEnd, warmedUp);
                 while (true) {
                     await(go);
                     while (System.nanoTime() - leadInEnd < 0) {

@@ -20,7 +20,7 @@
 //! JVM after its profiled phase (stoke's agent or async-profiler's, loaded
 //! and idle) is in the later unprofiled phases.
 
-use std::{fs, time::Duration};
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 
@@ -372,14 +372,14 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) ->
     let warm = Duration::from_secs_f64(30.0 + bench.settings.java_warmup_seconds * 5.0);
     jvm.wait_for_stdout("ready", warm)?;
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
-    let mut unprofiled = vec![phase(bench, &mut jvm, pid)?];
+    let mut unprofiled = vec![phase(bench, &mut jvm)?];
     let mut phases = Vec::new();
     for &what in profiled {
         phases.push(match family {
-            Family::Stoke => stoke_phase(bench, &mut jvm, pid, what)?,
+            Family::Stoke => stoke_phase(bench, &mut jvm, what)?,
             Family::AsyncProfiler => async_profiler_phase(bench, &mut jvm, pid, what)?,
         });
-        unprofiled.push(phase(bench, &mut jvm, pid)?);
+        unprofiled.push(phase(bench, &mut jvm)?);
     }
     jvm.close_input();
     let exit = jvm.wait(Duration::from_secs(30))?;
@@ -418,51 +418,30 @@ fn against_neighbours(unprofiled: &[f64], profiled: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// Runs one unprofiled phase of the JVM `pid` (its lead-in, untimed, then
-/// the fixed work) and returns what the fixed work took.
-fn phase(bench: &Bench, jvm: &mut Process, pid: u32) -> Result<Took> {
-    timed(bench, jvm, pid, || Ok(0.0)).map(|(took, _)| took)
+/// Runs one unprofiled phase of the JVM (its lead-in, untimed, then the
+/// fixed work) and returns what the fixed work took.
+fn phase(bench: &Bench, jvm: &mut Process) -> Result<Took> {
+    timed(bench, jvm, || Ok(0.0)).map(|(took, _)| took)
 }
 
-/// Runs a phase of the JVM `pid`; `profiler_cpu` reads the profiler's own
-/// CPU time, in seconds, which is added to the JVM's and returned apart.
+/// Runs a phase of the JVM; `profiler_cpu` reads the profiler's own CPU
+/// time, in seconds, which is added to the JVM's (all its threads'
+/// `schedstat` run time, without steal) and returned apart.
 fn timed(
     bench: &Bench,
     jvm: &mut Process,
-    pid: u32,
     profiler_cpu: impl Fn() -> Result<f64>,
 ) -> Result<(Took, f64)> {
     start_phase(bench, jvm)?;
-    let (jvm_before, profiler_before) = (jvm_cpu(pid)?, profiler_cpu()?);
+    let (jvm_before, profiler_before) = (jvm.cpu_now()?, profiler_cpu()?);
     let elapsed = end_phase(bench, jvm)?;
-    let (jvm_after, profiler_after) = (jvm_cpu(pid)?, profiler_cpu()?);
+    let (jvm_after, profiler_after) = (jvm.cpu_now()?, profiler_cpu()?);
     let profiler = profiler_after - profiler_before;
     let took = Took {
         elapsed,
-        cpu: jvm_after - jvm_before + profiler,
+        cpu: (jvm_after - jvm_before).as_secs_f64() + profiler,
     };
     Ok((took, profiler))
-}
-
-/// The CPU time of all the threads of process `pid` up to now, in seconds:
-/// the sum of their `schedstat` run times (nanoseconds, without steal).
-fn jvm_cpu(pid: u32) -> Result<f64> {
-    let tasks = format!("/proc/{pid}/task");
-    let mut nanoseconds = 0u64;
-    for task in fs::read_dir(&tasks).with_context(|| format!("reading {tasks}"))? {
-        let path = task?.path().join("schedstat");
-        // A thread that ended meanwhile: its time is in no later reading
-        // either.
-        let Ok(text) = fs::read_to_string(&path) else {
-            continue;
-        };
-        nanoseconds += text
-            .split_whitespace()
-            .next()
-            .and_then(|field| field.parse::<u64>().ok())
-            .with_context(|| format!("{}: {text:?}", path.display()))?;
-    }
-    Ok(nanoseconds as f64 / 1e9)
 }
 
 /// Starts a phase and returns as its clock starts, after the lead-in.
@@ -487,7 +466,7 @@ fn end_phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
 /// The untimed work before a phase's clock starts: long enough for stoke
 /// to see the JVM's threads and attach its agent (50 ms on this machine),
 /// and the same before every phase.
-pub fn lead_in_seconds(bench: &Bench) -> f64 {
+fn lead_in_seconds(bench: &Bench) -> f64 {
     if bench.settings.smoke {
         0.3
     } else {
@@ -568,7 +547,7 @@ pub fn against_async_profiler(
 }
 
 /// A phase under a whole-host stoke recording of `what`.
-fn stoke_phase(bench: &Bench, jvm: &mut Process, pid: u32, what: Profiling) -> Result<Phase> {
+fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<Phase> {
     let options = match what {
         Profiling::Cpu(hz) => Options::new(Tool::Stoke, hz, "json"),
         Profiling::Alloc(bytes) => Options {
@@ -584,7 +563,7 @@ fn stoke_phase(bench: &Bench, jvm: &mut Process, pid: u32, what: Profiling) -> R
     let recording = Recording::start(bench, &options, "jvm-phases")?;
     // Its CPU while the clock runs: the agent's attach is in the lead-in.
     let stoke_cpu = || Ok(recording.cpu_now()?.as_secs_f64());
-    let (took, stoke) = timed(bench, jvm, pid, stoke_cpu)?;
+    let (took, stoke) = timed(bench, jvm, stoke_cpu)?;
     let stopped = recording.stop()?;
     let java_samples = stopped
         .summary()
@@ -617,7 +596,7 @@ fn async_profiler_phase(
         Profiling::Cpu(hz) => profiler.start_cpu(pid, hz, false).map(drop)?,
         Profiling::Alloc(bytes) => profiler.start_alloc(pid, bytes)?,
     }
-    let took = phase(bench, jvm, pid)?;
+    let took = phase(bench, jvm)?;
     let samples = profiler.stop_samples(pid, &bench.scratch("jvm-phases.collapsed"))?;
     Ok(Phase {
         what,
