@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::stacks::Stack;
+use super::{jvm_phases::Profiling, stacks::Stack};
 
 /// Where a build puts the library: a `make` in the source tree, or an
 /// unpacked release.
@@ -99,6 +99,14 @@ impl AsyncProfiler {
             &interval_bytes.to_string(),
             &pid.to_string(),
         ])
+    }
+
+    /// Attaches to the running JVM `pid` and starts profiling `what`.
+    pub fn start(&self, pid: u32, what: Profiling) -> Result<()> {
+        match what {
+            Profiling::Cpu(hz) => self.start_cpu(pid, hz, false).map(drop),
+            Profiling::Alloc(bytes) => self.start_alloc(pid, bytes),
+        }
     }
 
     /// Stops profiling the JVM `pid` and returns how many samples it took,

@@ -299,7 +299,7 @@ pub fn method(bench: &Bench, runs: &[JvmRun], phases: &str) -> String {
 }
 
 /// A table's cell for slowdowns: `median (min to max)`.
-fn spread_shown(spread: &Spread) -> String {
+pub(super) fn spread_shown(spread: &Spread) -> String {
     format!(
         "{} ({} to {})",
         percent_signed(spread.median),
@@ -357,20 +357,7 @@ pub fn run(bench: &Bench, what: &str, units: u64, profiled: &[Profiling]) -> Res
 /// A new JVM, warmed up, through its phases: unprofiled, then for each of
 /// `profiled` a profiled phase and an unprofiled one.
 fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) -> Result<JvmRun> {
-    let classes = bench
-        .workloads
-        .java_fixed_work
-        .as_deref()
-        .context("the Java workload was not built")?;
-    let mut command = java_command(classes, &[]);
-    command
-        .arg("-p")
-        .arg(units.to_string())
-        .arg(bench.cpus.to_string())
-        .arg(bench.settings.java_warmup_seconds.to_string());
-    let mut jvm = Process::spawn_with_input(Workload::Java.label(), &mut command)?;
-    let warm = Duration::from_secs_f64(30.0 + bench.settings.java_warmup_seconds * 5.0);
-    jvm.wait_for_stdout("ready", warm)?;
+    let mut jvm = spawn_fixed_work(bench, units)?;
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
     let mut unprofiled = vec![phase(bench, &mut jvm)?];
     let mut phases = Vec::new();
@@ -381,14 +368,7 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) ->
         });
         unprofiled.push(phase(bench, &mut jvm)?);
     }
-    jvm.close_input();
-    let exit = jvm.wait(Duration::from_secs(30))?;
-    ensure!(
-        exit.success(),
-        "the Java workload failed: {}: {}",
-        exit.describe(),
-        jvm.stderr().all().join(" / ")
-    );
+    finish(jvm)?;
     let relative = |measure: Measure| {
         let around: Vec<f64> = unprofiled.iter().map(|t| t.of(measure)).collect();
         let took: Vec<f64> = phases.iter().map(|p: &Phase| p.took.of(measure)).collect();
@@ -406,6 +386,38 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) ->
         profiled: phases,
         disturbed: false,
     })
+}
+
+/// A new JVM running the fixed work in phases (`FixedWork -p`), warmed up.
+pub(super) fn spawn_fixed_work(bench: &Bench, units: u64) -> Result<Process> {
+    let classes = bench
+        .workloads
+        .java_fixed_work
+        .as_deref()
+        .context("the Java workload was not built")?;
+    let mut command = java_command(classes, &[]);
+    command
+        .arg("-p")
+        .arg(units.to_string())
+        .arg(bench.cpus.to_string())
+        .arg(bench.settings.java_warmup_seconds.to_string());
+    let mut jvm = Process::spawn_with_input(Workload::Java.label(), &mut command)?;
+    let warm = Duration::from_secs_f64(30.0 + bench.settings.java_warmup_seconds * 5.0);
+    jvm.wait_for_stdout("ready", warm)?;
+    Ok(jvm)
+}
+
+/// Ends a JVM's phases: it exits once its input is closed.
+pub(super) fn finish(mut jvm: Process) -> Result<()> {
+    jvm.close_input();
+    let exit = jvm.wait(Duration::from_secs(30))?;
+    ensure!(
+        exit.success(),
+        "the Java workload failed: {}: {}",
+        exit.describe(),
+        jvm.stderr().all().join(" / ")
+    );
+    Ok(())
 }
 
 /// The slowdown of each profiled phase (`profiled[i]` ran between
@@ -445,14 +457,14 @@ fn timed(
 }
 
 /// Starts a phase and returns as its clock starts, after the lead-in.
-fn start_phase(bench: &Bench, jvm: &mut Process) -> Result<()> {
+pub(super) fn start_phase(bench: &Bench, jvm: &mut Process) -> Result<()> {
     jvm.send_line(&lead_in_seconds(bench).to_string())?;
     let timeout = Duration::from_secs_f64(30.0 + lead_in_seconds(bench) * 5.0);
     jvm.wait_for_stdout("timing", timeout)
 }
 
 /// Waits for the phase started to end and returns its elapsed time.
-fn end_phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
+pub(super) fn end_phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
     let timeout = Duration::from_secs_f64(60.0 + bench.settings.work_seconds * 20.0);
     let line = jvm
         .stdout()
@@ -546,9 +558,9 @@ pub fn against_async_profiler(
     }
 }
 
-/// A phase under a whole-host stoke recording of `what`.
-fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<Phase> {
-    let options = match what {
+/// A whole-host stoke recording of `what`.
+pub(super) fn stoke_options(what: Profiling) -> Options {
+    match what {
         Profiling::Cpu(hz) => Options::new(Tool::Stoke, hz, "json"),
         Profiling::Alloc(bytes) => Options {
             stoke_args: vec![
@@ -559,8 +571,12 @@ fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<Phas
             ],
             ..Options::new(Tool::Stoke, 99, "json")
         },
-    };
-    let recording = Recording::start(bench, &options, "jvm-phases")?;
+    }
+}
+
+/// A phase under a whole-host stoke recording of `what`.
+fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<Phase> {
+    let recording = Recording::start(bench, &stoke_options(what), "jvm-phases")?;
     // Its CPU while the clock runs: the agent's attach is in the lead-in.
     let stoke_cpu = || Ok(recording.cpu_now()?.as_secs_f64());
     let (took, stoke) = timed(bench, jvm, stoke_cpu)?;
@@ -592,10 +608,7 @@ fn async_profiler_phase(
         .async_profiler
         .as_ref()
         .context("async-profiler phases without --async-profiler")?;
-    match what {
-        Profiling::Cpu(hz) => profiler.start_cpu(pid, hz, false).map(drop)?,
-        Profiling::Alloc(bytes) => profiler.start_alloc(pid, bytes)?,
-    }
+    profiler.start(pid, what)?;
     let took = phase(bench, jvm)?;
     let samples = profiler.stop_samples(pid, &bench.scratch("jvm-phases.collapsed"))?;
     Ok(Phase {

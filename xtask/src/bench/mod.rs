@@ -23,6 +23,7 @@ mod host;
 mod html;
 mod java;
 mod jvm_phases;
+mod jvm_share;
 mod overhead;
 mod process;
 mod profiler;

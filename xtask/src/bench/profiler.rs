@@ -480,11 +480,12 @@ fn perf_samples(stderr: &[String]) -> Result<u64> {
         })
 }
 
-/// Lost samples of a perf.data file, from `perf report`'s header line
-/// `# Total Lost Samples: N`.
-fn perf_lost(data: &Path) -> Result<u64> {
+/// `perf report --stdio` of `data` with `args`.
+pub fn perf_report(data: &Path, args: &[&str]) -> Result<String> {
     let output = Command::new("perf")
-        .args(["report", "--stdio", "-g", "none", "--sort", "comm", "-i"])
+        .args(["report", "--stdio"])
+        .args(args)
+        .arg("-i")
         .arg(data)
         .output()
         .context("running perf report")?;
@@ -493,7 +494,13 @@ fn perf_lost(data: &Path) -> Result<u64> {
         "perf report failed: {}",
         String::from_utf8_lossy(&output.stderr).trim()
     );
-    String::from_utf8_lossy(&output.stdout)
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Lost samples of a perf.data file, from `perf report`'s header line
+/// `# Total Lost Samples: N`.
+fn perf_lost(data: &Path) -> Result<u64> {
+    perf_report(data, &["-g", "none", "--sort", "comm"])?
         .lines()
         .find_map(|line| line.strip_prefix("# Total Lost Samples:"))
         .and_then(|count| count.trim().parse().ok())

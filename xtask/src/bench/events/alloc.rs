@@ -3,15 +3,19 @@
 //! records `-a -e alloc` at its default interval, and, given
 //! `--async-profiler`, while async-profiler attached profiles allocations
 //! at the same interval: in phases of one JVM (`jvm_phases`), unprofiled,
-//! profiled, unprofiled.
+//! profiled, unprofiled. Then, as costs of a few percent hide in this
+//! machine's noise, the same again with perf sampling the JVM
+//! (`jvm_share`): what the profiler adds to the share of the JVM's CPU
+//! outside its compiled code.
 
 use anyhow::Result;
 
 use super::super::{
     jvm_phases::{self, against_async_profiler, Family, JvmRun, Measure, Phases, Profiling},
+    jvm_share::{self, JvmShare},
     overhead::{calibrate, Workload},
-    report::{Target, Verdict},
-    stats::{percent, percent_signed},
+    report::{Table, Target, Verdict},
+    stats::{percent, percent_signed, show},
     Bench,
 };
 
@@ -31,7 +35,12 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
     }
     let units = calibrate(bench, Workload::Java)?;
     let runs = jvm_phases::run(bench, "allocations", units, &[ALLOC])?;
-    Ok(section(bench, units, &runs))
+    let shares = jvm_share::run(bench, units, ALLOC)?;
+    let (mut body, mut targets) = section(bench, units, &runs);
+    let (text, target) = share_section(bench, &shares);
+    body += &text;
+    targets.extend(target);
+    Ok((body, targets))
 }
 
 fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) {
@@ -99,4 +108,82 @@ fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) 
         ));
     }
     (body, targets)
+}
+
+/// The phases under perf: their table, and stoke against async-profiler
+/// by them.
+fn share_section(bench: &Bench, shares: &[JvmShare]) -> (String, Option<Target>) {
+    let mut table = Table::new(&[
+        "profiler",
+        "outside compiled code, unprofiled",
+        "outside compiled code, profiled",
+        "stoke's process, % of the JVM's CPU",
+        "cost: added share + stoke's process",
+        "JVMs",
+    ]);
+    let kept = |family: Family| -> Vec<&JvmShare> {
+        shares
+            .iter()
+            .filter(|run| run.family == family && !run.disturbed)
+            .collect()
+    };
+    let points = |values: Vec<f64>| show(&values, 2, "%");
+    for family in Family::all(bench) {
+        let runs = kept(family);
+        let Some(cost) = jvm_share::costs(shares, family) else {
+            continue;
+        };
+        table.row(vec![
+            match family {
+                Family::Stoke => "stoke record -a -e alloc (512 KiB)".into(),
+                Family::AsyncProfiler => "async-profiler --alloc 512k (attached)".into(),
+            },
+            points(
+                runs.iter()
+                    .flat_map(|run| run.unprofiled)
+                    .map(|s| s * 100.0)
+                    .collect(),
+            ),
+            points(runs.iter().map(|run| run.profiled * 100.0).collect()),
+            match family {
+                Family::Stoke => points(runs.iter().map(|run| run.own_process * 100.0).collect()),
+                Family::AsyncProfiler => "in the JVM's threads".into(),
+            },
+            jvm_phases::spread_shown(&cost),
+            runs.len().to_string(),
+        ]);
+    }
+    let noise = jvm_share::noise(shares);
+    let disturbed = shares.iter().filter(|run| run.disturbed).count();
+    let body = format!(
+        "\n#### Where the JVM's CPU goes, by perf\n\nThe CPU cost above moves with this \
+         machine's speed from phase to phase. Here a new JVM per profiler and round runs three \
+         phases (unprofiled, profiled, unprofiled) with `perf record -F 499 -p` sampling its \
+         threads: the share of their samples outside the compiled Java code (libjvm, the \
+         agents, libc, the kernel) is a ratio within the phase, which the machine's speed \
+         does not move. **Cost** = the profiled phase's share outside compiled code minus \
+         the unprofiled phases' (the work's own GC and runtime calls), plus stoke's own \
+         process as a share of the JVM's CPU. Not in it: the timer interrupt, where perf \
+         cannot sample and stoke's BPF program runs (its 99 Hz CPU sampling, about 10 µs a \
+         sample: ~0.1% of a CPU), and compiled code slowed by the profiler's use of the \
+         caches. **Noise**: how far apart a JVM's two unprofiled shares were (median), {} \
+         points. Medians over the JVMs (min to max); {disturbed} JVMs left out as disturbed \
+         by other processes.\n\n{}",
+        percent(noise),
+        table.markdown(),
+    );
+    let stoke = jvm_share::costs(shares, Family::Stoke);
+    let other = jvm_share::costs(shares, Family::AsyncProfiler);
+    let target = stoke.zip(other).map(|(stoke, other)| {
+        against_async_profiler(
+            "Java allocation profiling, by where the JVM's CPU goes (perf): stoke's cost at \
+             most async-profiler's"
+                .into(),
+            (stoke.median, other.median),
+            jvm_share::rounds_cheaper(shares),
+            noise,
+            bench.settings.smoke,
+        )
+    });
+    (body, target)
 }

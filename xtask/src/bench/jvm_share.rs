@@ -1,0 +1,263 @@
+//! What a profiler costs inside a JVM, by where the JVM's CPU goes: perf
+//! samples the JVM's threads (`perf record -p`) through three phases of
+//! the same fixed work, unprofiled, profiled, unprofiled, and the share of
+//! its samples outside the compiled Java code (in libjvm, the agents,
+//! libc, the kernel) is compared. The work's own share outside (GC,
+//! runtime calls) is that of the unprofiled phases; what the profiled
+//! phase adds to it is the profiler's callbacks, stack walks and threads.
+//!
+//! Why: a share is a ratio within one phase, so it does not move with this
+//! virtual machine's speed, which changes the CPU time of the same work by
+//! several percent from one phase to the next (the noise that keeps
+//! `jvm_phases` from telling costs of a few percent apart). What it does
+//! not see: perf's clock cannot sample inside the timer interrupt, where
+//! stoke's BPF program runs, nor the compiled code running slower for
+//! the profiler's sake (caches); stoke's own process is added apart.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use anyhow::{ensure, Context, Result};
+
+use super::{
+    jvm_phases::{
+        end_phase, finish, spawn_fixed_work, start_phase, stoke_options, Family, Profiling,
+    },
+    process::Process,
+    profiler::{perf_report, Recording},
+    rotated,
+    stats::Spread,
+    Bench,
+};
+
+/// perf's rate: thousands of samples per phase on 2 CPUs.
+const PERF_HZ: &str = "499";
+
+/// One JVM's three phases under perf.
+pub struct JvmShare {
+    pub round: usize,
+    pub family: Family,
+    /// The share of the JVM's samples outside compiled Java code in the
+    /// unprofiled phases, before and after.
+    pub unprofiled: [f64; 2],
+    /// The same in the profiled phase.
+    pub profiled: f64,
+    /// Stoke's own CPU in the profiled phase, as a share of the JVM's.
+    pub own_process: f64,
+    /// Other processes took CPU during it, on every try.
+    pub disturbed: bool,
+}
+
+impl JvmShare {
+    /// What the profiler added to the JVM's CPU, as a share of it: the
+    /// profiled phase's share outside compiled code over the unprofiled
+    /// phases', plus stoke's own process.
+    pub fn cost(&self) -> f64 {
+        let around = (self.unprofiled[0] + self.unprofiled[1]) / 2.0;
+        self.profiled - around + self.own_process
+    }
+
+    /// How far apart the unprofiled phases' shares were, in points.
+    pub fn noise(&self) -> f64 {
+        (self.unprofiled[0] - self.unprofiled[1]).abs()
+    }
+}
+
+/// Every round, a JVM per family through its three phases profiling `what`.
+pub fn run(bench: &Bench, units: u64, what: Profiling) -> Result<Vec<JvmShare>> {
+    let families = Family::all(bench);
+    let mut runs = Vec::new();
+    for round in 0..bench.settings.rounds {
+        for family in rotated(&families, round) {
+            let label = format!("{what:?} by perf, round {}: {family:?}", round + 1);
+            let measured = bench.measure(&label, || one_jvm(bench, family, units, what))?;
+            let disturbed = measured.disturbed();
+            let run = JvmShare {
+                round,
+                disturbed,
+                ..measured.value
+            };
+            bench.log(&format!(
+                "{label}: outside compiled code {:.2}%, {:.2}% profiled, {:.2}%; \
+                 stoke's process {:.2}%",
+                run.unprofiled[0] * 100.0,
+                run.profiled * 100.0,
+                run.unprofiled[1] * 100.0,
+                run.own_process * 100.0
+            ));
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+/// The costs (`JvmShare::cost`) of `family`'s undisturbed JVMs.
+pub fn costs(runs: &[JvmShare], family: Family) -> Option<Spread> {
+    let costs: Vec<f64> = runs
+        .iter()
+        .filter(|run| run.family == family && !run.disturbed)
+        .map(JvmShare::cost)
+        .collect();
+    Spread::of(&costs)
+}
+
+/// The median over the undisturbed JVMs of their unprofiled phases' gap.
+pub fn noise(runs: &[JvmShare]) -> f64 {
+    let gaps: Vec<f64> = runs
+        .iter()
+        .filter(|run| !run.disturbed)
+        .map(JvmShare::noise)
+        .collect();
+    Spread::of(&gaps).map_or(0.0, |spread| spread.median)
+}
+
+/// In how many rounds stoke's cost was the lower, of the rounds with both.
+pub fn rounds_cheaper(runs: &[JvmShare]) -> (usize, usize) {
+    let at = |family: Family, round: usize| {
+        runs.iter()
+            .find(|run| run.family == family && run.round == round && !run.disturbed)
+            .map(JvmShare::cost)
+    };
+    let rounds = runs.iter().map(|run| run.round + 1).max().unwrap_or(0);
+    let pairs: Vec<(f64, f64)> = (0..rounds)
+        .filter_map(|round| Some((at(Family::Stoke, round)?, at(Family::AsyncProfiler, round)?)))
+        .collect();
+    let cheaper = pairs.iter().filter(|(stoke, other)| stoke < other).count();
+    (cheaper, pairs.len())
+}
+
+fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result<JvmShare> {
+    let mut jvm = spawn_fixed_work(bench, units)?;
+    let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
+    let before = sampled_phase(bench, &mut jvm, None)?.0;
+    let (profiled, own_process) = match family {
+        Family::Stoke => {
+            let recording = Recording::start(bench, &stoke_options(what), "jvm-share")?;
+            let measured = sampled_phase(bench, &mut jvm, Some(&recording))?;
+            recording.stop()?.remove_output();
+            measured
+        }
+        Family::AsyncProfiler => {
+            let profiler = bench
+                .async_profiler
+                .as_ref()
+                .context("async-profiler phases without --async-profiler")?;
+            profiler.start(pid, what)?;
+            let measured = sampled_phase(bench, &mut jvm, None)?;
+            profiler.stop_samples(pid, &bench.scratch("jvm-share.collapsed"))?;
+            measured
+        }
+    };
+    let after = sampled_phase(bench, &mut jvm, None)?.0;
+    finish(jvm)?;
+    Ok(JvmShare {
+        round: 0,
+        family,
+        unprofiled: [before, after],
+        profiled,
+        own_process,
+        disturbed: false,
+    })
+}
+
+/// Runs a phase with perf sampling the JVM while its clock runs; returns
+/// the share of perf's samples outside compiled Java code and, given
+/// stoke's `recording`, stoke's CPU meanwhile as a share of the JVM's.
+fn sampled_phase(
+    bench: &Bench,
+    jvm: &mut Process,
+    recording: Option<&Recording>,
+) -> Result<(f64, f64)> {
+    let data = bench.scratch("jvm-share.perf.data");
+    start_phase(bench, jvm)?;
+    let stoke_cpu = || recording.map_or(Ok(Duration::ZERO), Recording::cpu_now);
+    let (jvm_before, stoke_before) = (jvm.cpu_now()?, stoke_cpu()?);
+    let mut perf = Process::spawn(
+        "perf",
+        Command::new("perf")
+            .args(["record", "-q", "-F", PERF_HZ, "-p"])
+            .arg(jvm.pid().to_string())
+            .arg("-o")
+            .arg(&data),
+    )?;
+    end_phase(bench, jvm)?;
+    let (jvm_after, stoke_after) = (jvm.cpu_now()?, stoke_cpu()?);
+    perf.signal(libc::SIGINT);
+    let exit = perf.wait(Duration::from_secs(60))?;
+    ensure!(
+        exit.success() || exit.ended_by_interrupt(),
+        "perf record failed: {}: {}",
+        exit.describe(),
+        perf.stderr().all().join(" / ")
+    );
+    let outside = outside_compiled_code(&data)?;
+    let _ = std::fs::remove_file(&data);
+    let jvm_cpu = (jvm_after - jvm_before).as_secs_f64();
+    let stoke = (stoke_after - stoke_before).as_secs_f64();
+    Ok((outside, if jvm_cpu > 0.0 { stoke / jvm_cpu } else { 0.0 }))
+}
+
+/// The share of `data`'s samples not in compiled Java code, which perf,
+/// without a map of the JIT's code, names `[JIT] tid N`.
+fn outside_compiled_code(data: &Path) -> Result<f64> {
+    let report = perf_report(data, &["--no-children", "--sort", "dso", "-q"])?;
+    let compiled = compiled_share(&report)
+        .context("perf report named no compiled Java code: was the JVM running?")?;
+    Ok(1.0 - compiled)
+}
+
+/// The share perf's `--sort dso` report gives compiled Java code, if any.
+fn compiled_share(report: &str) -> Option<f64> {
+    let mut total = None;
+    for line in report.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(percent), Some(dso)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some(Ok(percent)) = percent.strip_suffix('%').map(str::parse::<f64>) else {
+            continue;
+        };
+        if dso == "[JIT]" {
+            *total.get_or_insert(0.0) += percent / 100.0;
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiled_code_is_what_perf_names_jit() {
+        let report = "    94.03%  [JIT] tid 22049\n     4.40%  libjvm.so\n     \
+                      0.29%  libasyncProfiler.so\n     1.28%  [kernel.kallsyms]\n";
+        assert_eq!(compiled_share(report), Some(0.9403));
+        assert_eq!(compiled_share("     4.40%  libjvm.so\n"), None);
+    }
+
+    fn share(round: usize, family: Family, profiled: f64) -> JvmShare {
+        JvmShare {
+            round,
+            family,
+            unprofiled: [0.02, 0.022],
+            profiled,
+            own_process: 0.001,
+            disturbed: false,
+        }
+    }
+
+    #[test]
+    fn the_cost_is_the_share_added_and_stokes_process() {
+        let run = share(0, Family::Stoke, 0.056);
+        assert!((run.cost() - 0.036).abs() < 1e-12, "{}", run.cost());
+        assert!((run.noise() - 0.002).abs() < 1e-12);
+        let runs = [
+            run,
+            share(0, Family::AsyncProfiler, 0.06),
+            share(1, Family::Stoke, 0.07),
+            share(1, Family::AsyncProfiler, 0.06),
+        ];
+        assert_eq!(rounds_cheaper(&runs), (1, 2));
+        assert_eq!(costs(&runs, Family::Stoke).unwrap().count, 2);
+    }
+}
