@@ -219,7 +219,7 @@ pub enum Activity {
 /// One Java frame, laid out as JVMTI's `ASGCT_CallFrame` so that
 /// AsyncGetCallTrace writes straight into the ring.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct JavaFrame {
     /// Bytecode index; AsyncGetCallTrace's `lineno`. Negative for native
     /// methods ([`BCI_NATIVE`]).

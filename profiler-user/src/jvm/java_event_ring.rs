@@ -134,16 +134,26 @@ fn read_event(slot: &JavaEventSlot, event: &mut RawJavaEvent) -> bool {
     event.tid = tid;
     event.value = value;
     event.class.clear();
-    // SAFETY: indexes below the arrays' lengths.
-    event.class.extend(
-        (0..class_len)
-            .map(|index| unsafe { std::ptr::addr_of!(slot.class[index]).read_volatile() }),
-    );
     event.frames.clear();
-    event.frames.extend(
-        (0..frame_count)
-            // SAFETY: as above.
-            .map(|index| unsafe { std::ptr::addr_of!(slot.frames[index]).read_volatile() }),
-    );
+    event.class.reserve(class_len);
+    event.frames.reserve(frame_count);
+    // SAFETY: the counts are bounded by the arrays' lengths, and the
+    // buffers have room for that many; bytes and
+    // frames of any value are valid, so a producer changing them meanwhile
+    // makes wrong values, checked where used, never unsafety in stoke.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            std::ptr::addr_of!(slot.class).cast::<u8>(),
+            event.class.as_mut_ptr(),
+            class_len,
+        );
+        event.class.set_len(class_len);
+        std::ptr::copy_nonoverlapping(
+            std::ptr::addr_of!(slot.frames).cast::<JavaFrame>(),
+            event.frames.as_mut_ptr(),
+            frame_count,
+        );
+        event.frames.set_len(frame_count);
+    }
     true
 }

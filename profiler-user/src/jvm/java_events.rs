@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use foldhash::HashMap;
-use profiler_common::java_events::{
-    java_class_name, JavaEventKind, MAX_CLASS_NAME, WANT_ALLOC, WANT_LOCK,
+use profiler_common::{
+    java_events::{java_class_name, JavaEventKind, MAX_CLASS_NAME, WANT_ALLOC, WANT_LOCK},
+    jvm::JavaFrame,
 };
 
 use super::{
@@ -105,7 +106,7 @@ pub fn take(
     memory: &AgentMemory,
     symbols: &JavaSymbols,
     threads: &mut ThreadIds,
-    classes: &mut ClassNames,
+    (classes, stacks): (&mut ClassNames, &mut EventStacks),
     (pid, image): (u32, ImageId),
     settings: &JavaEventSettings,
     wanted: &mut Vec<u64>,
@@ -115,22 +116,6 @@ pub fn take(
         let Some(tid) = threads.host_tid(pid, event.tid) else {
             return;
         };
-        let kinds = symbols.kinds(0, &event.frames);
-        let java = event
-            .frames
-            .iter()
-            .zip(kinds)
-            .map(|(frame, kind)| JavaStackFrame {
-                method_id: frame.method_id,
-                bci: frame.bci,
-                kind,
-            })
-            .collect::<Vec<_>>();
-        wanted.extend(
-            java.iter()
-                .map(|frame| frame.method_id)
-                .filter(|&id| !symbols.was_requested(id)),
-        );
         let weight = match event.kind {
             JavaEventKind::Alloc => allocated_bytes(event.value, settings.alloc_interval),
             JavaEventKind::Monitor => event.value,
@@ -141,11 +126,70 @@ pub fn take(
             pid,
             tid,
             class: classes.name_of(&event.class),
-            java,
+            java: stacks.frames(symbols, &event.frames, wanted),
             weight,
         });
     });
     events
+}
+
+/// Most frames [`EventStacks`] keeps for one JVM, all stacks together
+/// (32 bytes each, twice over: a hostile JVM could send endless distinct
+/// stacks of the most frames).
+const MAX_KEPT_FRAMES: usize = 1 << 16;
+
+/// The stacks one JVM's events came with, each with its frames' kinds
+/// worked out once while the JVM's compiled code stays as it was: an
+/// allocation recording takes thousands of events a second from far fewer
+/// call sites, and the kinds cost a few lookups per frame.
+#[derive(Debug, Default)]
+pub struct EventStacks {
+    code_version: u64,
+    stacks: HashMap<Box<[JavaFrame]>, Box<[JavaStackFrame]>>,
+    /// Frames in `stacks`.
+    frames: usize,
+}
+
+impl EventStacks {
+    /// The frames of a stack the agent sent, with their kinds; the method
+    /// ids not asked about yet are added to `wanted`. A stack is kept only
+    /// once all its methods were asked about (a request the agent had no
+    /// room for is asked again with the stack's next event).
+    fn frames(
+        &mut self,
+        symbols: &JavaSymbols,
+        raw: &[JavaFrame],
+        wanted: &mut Vec<u64>,
+    ) -> Vec<JavaStackFrame> {
+        if self.code_version != symbols.code_version() {
+            self.forget();
+            self.code_version = symbols.code_version();
+        }
+        if let Some(frames) = self.stacks.get(raw) {
+            return frames.to_vec();
+        }
+        let frames = symbols.with_kinds(0, raw);
+        let asked = wanted.len();
+        wanted.extend(
+            frames
+                .iter()
+                .map(|frame| frame.method_id)
+                .filter(|&id| !symbols.was_requested(id)),
+        );
+        if wanted.len() == asked {
+            if self.frames + raw.len() > MAX_KEPT_FRAMES {
+                self.forget();
+            }
+            self.frames += raw.len();
+            self.stacks.insert(raw.into(), frames.clone().into());
+        }
+        frames
+    }
+
+    fn forget(&mut self) {
+        self.stacks.clear();
+        self.frames = 0;
+    }
 }
 
 /// Most class names [`ClassNames`] keeps for one JVM (a hostile one could
@@ -185,7 +229,35 @@ pub fn class_name(signature: &[u8]) -> Arc<str> {
 
 #[cfg(test)]
 mod tests {
+    use profiler_common::jvm::Event as AgentEvent;
+
     use super::*;
+    use crate::jvm::symbols::FrameKind;
+
+    #[test]
+    fn an_event_stack_is_kept_once_its_methods_were_asked_about() {
+        let mut symbols = JavaSymbols::default();
+        let mut stacks = EventStacks::default();
+        let raw = [JavaFrame::new(7, 1), JavaFrame::new(8, 2)];
+        let mut wanted = Vec::new();
+        let first = stacks.frames(&symbols, &raw, &mut wanted);
+        assert_eq!(wanted, [7, 8]);
+        assert!(stacks.stacks.is_empty());
+        symbols.newly_wanted(wanted.drain(..));
+        assert_eq!(stacks.frames(&symbols, &raw, &mut wanted), first);
+        assert!(wanted.is_empty());
+        assert_eq!(stacks.stacks.len(), 1);
+        // New compiled code changes the kinds: worked out again.
+        symbols.apply(AgentEvent::CodeLoad {
+            method_id: 7,
+            start: 0x1000,
+            size: 0x100,
+        });
+        let again = stacks.frames(&symbols, &raw, &mut wanted);
+        assert_eq!(first[0].kind, FrameKind::Interpreted);
+        assert_eq!(again[0].kind, FrameKind::Compiled);
+        assert_eq!(stacks.frames(&symbols, &raw, &mut wanted), again);
+    }
 
     #[test]
     fn sampled_sizes_scale_to_the_bytes_they_stand_for() {

@@ -21,7 +21,7 @@ use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach::{self, JvmTarget},
     coverage::{Coverage, MAX_JVMS_TIMED},
-    java_events::{self, ClassNames, JavaEventSample, JavaEventSettings},
+    java_events::{self, ClassNames, EventStacks, JavaEventSample, JavaEventSettings},
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     thread_ids::ThreadIds,
@@ -127,6 +127,8 @@ struct Jvm {
     java_events_dropped: u64,
     /// The classes its Java events named.
     classes: ClassNames,
+    /// The stacks of its Java events, with their frames' kinds.
+    event_stacks: EventStacks,
 }
 
 /// The result of loading the agent into one JVM.
@@ -484,7 +486,7 @@ impl JavaProfiler {
                 &jvm.memory,
                 &jvm.symbols,
                 &mut jvm.threads,
-                &mut jvm.classes,
+                (&mut jvm.classes, &mut jvm.event_stacks),
                 (pid, image),
                 &self.event_settings,
                 ids,
@@ -560,6 +562,7 @@ impl JavaProfiler {
                         cut_short: HashMap::new(),
                         java_events_dropped,
                         classes: ClassNames::default(),
+                        event_stacks: EventStacks::default(),
                     },
                 );
             }
@@ -739,16 +742,7 @@ fn java_frames(jvm: &Jvm, java: &JavaSample) -> Vec<JavaStackFrame> {
             None => pc = 0,
         }
     }
-    let kinds = jvm.symbols.kinds(pc, &frames);
-    frames
-        .iter()
-        .zip(kinds)
-        .map(|(frame, kind)| JavaStackFrame {
-            method_id: frame.method_id,
-            bci: frame.bci,
-            kind,
-        })
-        .collect()
+    jvm.symbols.with_kinds(pc, &frames)
 }
 
 /// Java stacks an agent sent that stoke dropped, by why.

@@ -6,6 +6,8 @@ use std::{collections::BTreeMap, sync::Arc};
 use foldhash::{HashMap, HashSet};
 use profiler_common::jvm::{inline_edges, Event, InlineEdge, JavaFrame, MethodInfo};
 
+use super::JavaStackFrame;
+
 /// Most blobs of code in one JVM's code map. The log a JVM's agent fills
 /// holds at most about 1.5 million (32 bytes each); a JVM keeps some tens
 /// of thousands alive.
@@ -78,6 +80,9 @@ pub struct JavaSymbols {
     /// Inlined calls in `inlined`, all blobs together.
     edges: usize,
     requested: HashSet<u64>,
+    /// Changes whenever compiled code or its inlining does, which changes
+    /// the kinds of frames.
+    code_version: u64,
     /// Events beyond the bounds above, left out.
     dropped: u64,
 }
@@ -86,6 +91,9 @@ impl JavaSymbols {
     /// Takes in one event from the agent's log. What lies beyond the bounds
     /// of one JVM's symbols is left out and counted ([`Self::dropped`]).
     pub fn apply(&mut self, event: Event) {
+        if !matches!(event, Event::Method(_)) {
+            self.code_version += 1;
+        }
         match event {
             Event::Method(info) => {
                 if self.methods.len() < MAX_METHODS || self.methods.contains_key(&info.method_id) {
@@ -260,7 +268,8 @@ impl JavaSymbols {
                 FrameKind::Interpreted
             };
         }
-        let at_pc = match self.code_at(pc) {
+        // Java events come with no pc (0), which no code is at.
+        let at_pc = match (pc != 0).then(|| self.code_at(pc)).flatten() {
             Some(CodeBlob::Generated { name, .. }) if name.contains("nterpreter") => {
                 Some(FrameKind::Interpreted)
             }
@@ -273,6 +282,25 @@ impl JavaSymbols {
             }
         }
         kinds
+    }
+
+    /// The frames of a Java stack taken at `pc`, with their kinds
+    /// ([`Self::kinds`]).
+    pub fn with_kinds(&self, pc: u64, frames: &[JavaFrame]) -> Vec<JavaStackFrame> {
+        frames
+            .iter()
+            .zip(self.kinds(pc, frames))
+            .map(|(frame, kind)| JavaStackFrame {
+                method_id: frame.method_id,
+                bci: frame.bci,
+                kind,
+            })
+            .collect()
+    }
+
+    /// A number that changes whenever the kinds of frames may have.
+    pub fn code_version(&self) -> u64 {
+        self.code_version
     }
 
     /// Whether compiled code of `method` inlined the call `edge`.

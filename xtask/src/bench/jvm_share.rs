@@ -14,23 +14,23 @@
 //! stoke's BPF program runs, nor the compiled code running slower for
 //! the profiler's sake (caches); stoke's own process is added apart.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, time::Duration};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result};
 
 use super::{
     jvm_phases::{
         end_phase, finish, spawn_fixed_work, start_phase, stoke_options, Family, Profiling,
     },
     process::Process,
-    profiler::{perf_report, Recording},
+    profiler::{perf_report, Options, Recording, Tool},
     rotated,
     stats::Spread,
     Bench,
 };
 
 /// perf's rate: thousands of samples per phase on 2 CPUs.
-const PERF_HZ: &str = "499";
+const PERF_HZ: u64 = 499;
 
 /// One JVM's three phases under perf.
 pub struct JvmShare {
@@ -159,38 +159,31 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
     })
 }
 
-/// Runs a phase with perf sampling the JVM while its clock runs; returns
-/// the share of perf's samples outside compiled Java code and, given
-/// stoke's `recording`, stoke's CPU meanwhile as a share of the JVM's.
+/// Runs a phase with perf sampling the JVM while its clock runs (started
+/// before the lead-in, paused until the clock starts: a new process in the
+/// phase would cost stoke its naming and tables); returns the share of
+/// perf's samples outside compiled Java code and, given stoke's
+/// `recording`, stoke's CPU meanwhile as a share of the JVM's.
 fn sampled_phase(
     bench: &Bench,
     jvm: &mut Process,
     recording: Option<&Recording>,
 ) -> Result<(f64, f64)> {
-    let data = bench.scratch("jvm-share.perf.data");
+    let options = Options {
+        pids: vec![u32::try_from(jvm.pid()).context("pid out of range")?],
+        paused: true,
+        ..Options::new(Tool::Perf, PERF_HZ, "")
+    };
+    let mut perf = Recording::start(bench, &options, "jvm-share")?;
     start_phase(bench, jvm)?;
+    perf.resume()?;
     let stoke_cpu = || recording.map_or(Ok(Duration::ZERO), Recording::cpu_now);
     let (jvm_before, stoke_before) = (jvm.cpu_now()?, stoke_cpu()?);
-    let mut perf = Process::spawn(
-        "perf",
-        Command::new("perf")
-            .args(["record", "-q", "-F", PERF_HZ, "-p"])
-            .arg(jvm.pid().to_string())
-            .arg("-o")
-            .arg(&data),
-    )?;
     end_phase(bench, jvm)?;
     let (jvm_after, stoke_after) = (jvm.cpu_now()?, stoke_cpu()?);
-    perf.signal(libc::SIGINT);
-    let exit = perf.wait(Duration::from_secs(60))?;
-    ensure!(
-        exit.success() || exit.ended_by_interrupt(),
-        "perf record failed: {}: {}",
-        exit.describe(),
-        perf.stderr().all().join(" / ")
-    );
-    let outside = outside_compiled_code(&data)?;
-    let _ = std::fs::remove_file(&data);
+    let stopped = perf.stop()?;
+    let outside = outside_compiled_code(&stopped.output)?;
+    stopped.remove_output();
     let jvm_cpu = (jvm_after - jvm_before).as_secs_f64();
     let stoke = (stoke_after - stoke_before).as_secs_f64();
     Ok((outside, if jvm_cpu > 0.0 { stoke / jvm_cpu } else { 0.0 }))

@@ -53,8 +53,10 @@ pub struct Options {
     pub threads: bool,
     /// Stoke: `--frame-pointers`, no unwind tables.
     pub frame_pointers: bool,
-    /// Stoke: `-p` these processes instead of `-a`.
+    /// `-p` these processes instead of `-a`.
     pub pids: Vec<u32>,
+    /// Perf: starts with its events disabled, until [`Recording::resume`].
+    pub paused: bool,
     /// Stoke: more arguments, e.g. `-e offcpu`.
     pub stoke_args: Vec<String>,
     /// Stoke: more environment, e.g. `STOKE_OFFCPU_AT_SYSCALL_EXIT`.
@@ -80,6 +82,7 @@ impl Options {
             threads: false,
             frame_pointers: false,
             pids: Vec::new(),
+            paused: false,
             stoke_args: Vec::new(),
             stoke_env: Vec::new(),
             perf_event: None,
@@ -98,7 +101,7 @@ pub struct Recording {
     /// The profiler's CPU time when sampling began (its startup's cost).
     cpu_started: Duration,
     /// perf's control and ack FIFOs, kept open until perf ends.
-    _perf_control: Option<(File, File)>,
+    perf_control: Option<(File, File)>,
     may_be_empty: bool,
 }
 
@@ -143,14 +146,9 @@ impl Recording {
     fn start_stoke(bench: &Bench, options: &Options, name: &str) -> Result<Self> {
         let output = bench.scratch(&format!("{name}.{}", options.stoke_format));
         let mut command = Command::new(&bench.stoke);
-        command.arg("record");
-        if options.pids.is_empty() {
-            command.arg("-a");
-        } else {
-            let pids: Vec<String> = options.pids.iter().map(u32::to_string).collect();
-            command.arg("-p").arg(pids.join(","));
-        }
         command
+            .arg("record")
+            .args(target(&options.pids))
             .arg("-F")
             .arg(options.frequency_hz.to_string())
             .arg("-o")
@@ -186,7 +184,7 @@ impl Recording {
             process,
             output,
             started: Instant::now(),
-            _perf_control: None,
+            perf_control: None,
             may_be_empty: options.may_be_empty,
         })
     }
@@ -210,11 +208,13 @@ impl Recording {
                 .open(path)
                 .with_context(|| format!("opening {}", path.display()))
         };
-        let (mut control_fifo, mut ack_fifo) = (open(&control)?, open(&ack)?);
+        let (control_fifo, ack_fifo) = (open(&control)?, open(&ack)?);
         let mut process = Process::spawn(
             "perf record",
             Command::new("perf")
-                .args(["record", "-a", "-g"])
+                .arg("record")
+                .args(target(&options.pids))
+                .arg("-g")
                 .args(match options.perf_event {
                     Some(event) => ["-e".to_owned(), event.to_owned()],
                     None => ["-F".to_owned(), options.frequency_hz.to_string()],
@@ -236,17 +236,29 @@ impl Recording {
                 process.stderr().all().join(" / ")
             );
         }
-        control_fifo.write_all(b"enable\n")?;
-        read_ack(&mut ack_fifo, START_TIMEOUT)?;
-        Ok(Self {
+        let mut recording = Self {
             tool: Tool::Perf,
             cpu_started: process.cpu_now()?,
             process,
             output,
             started: Instant::now(),
-            _perf_control: Some((control_fifo, ack_fifo)),
+            perf_control: Some((control_fifo, ack_fifo)),
             may_be_empty: options.may_be_empty,
-        })
+        };
+        if !options.paused {
+            recording.resume()?;
+        }
+        Ok(recording)
+    }
+
+    /// Enables a paused perf recording's events, and returns once they are.
+    pub fn resume(&mut self) -> Result<()> {
+        let (control, ack) = self
+            .perf_control
+            .as_mut()
+            .context("only perf recordings pause")?;
+        control.write_all(b"enable\n")?;
+        read_ack(ack, START_TIMEOUT)
     }
 
     /// The profiler's process id.
@@ -478,6 +490,15 @@ fn perf_samples(stderr: &[String]) -> Result<u64> {
                 stderr.join(" / ")
             )
         })
+}
+
+/// `-a`, or `-p` and `pids`: what stoke and perf record.
+fn target(pids: &[u32]) -> Vec<String> {
+    if pids.is_empty() {
+        return vec!["-a".into()];
+    }
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    vec!["-p".into(), pids.join(",")]
 }
 
 /// `perf report --stdio` of `data` with `args`.

@@ -158,8 +158,9 @@ fn share_section(bench: &Bench, shares: &[JvmShare]) -> (String, Option<Target>)
     let body = format!(
         "\n#### Where the JVM's CPU goes, by perf\n\nThe CPU cost above moves with this \
          machine's speed from phase to phase. Here a new JVM per profiler and round runs three \
-         phases (unprofiled, profiled, unprofiled) with `perf record -F 499 -p` sampling its \
-         threads: the share of their samples outside the compiled Java code (libjvm, the \
+         phases (unprofiled, profiled, unprofiled) with `perf record -F 499 -g -p` sampling \
+         its threads while the clock runs (started before the lead-in, paused in it: a new \
+         process during the phase would cost stoke its naming and tables): the share of their samples outside the compiled Java code (libjvm, the \
          agents, libc, the kernel) is a ratio within the phase, which the machine's speed \
          does not move. **Cost** = the profiled phase's share outside compiled code minus \
          the unprofiled phases' (the work's own GC and runtime calls), plus stoke's own \
