@@ -138,9 +138,9 @@ fn read_event(slot: &JavaEventSlot, event: &mut RawJavaEvent) -> bool {
     event.class.reserve(class_len);
     event.frames.reserve(frame_count);
     // SAFETY: the counts are bounded by the arrays' lengths, and the
-    // buffers have room for that many; bytes and
-    // frames of any value are valid, so a producer changing them meanwhile
-    // makes wrong values, checked where used, never unsafety in stoke.
+    // buffers have room for that many; bytes and frames of any value are
+    // valid, so a producer changing them meanwhile makes wrong values,
+    // checked where used, never unsafety in stoke.
     unsafe {
         std::ptr::copy_nonoverlapping(
             std::ptr::addr_of!(slot.class).cast::<u8>(),

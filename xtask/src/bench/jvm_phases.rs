@@ -444,7 +444,19 @@ fn timed(
     jvm: &mut Process,
     profiler_cpu: impl Fn() -> Result<f64>,
 ) -> Result<(Took, f64)> {
+    timed_from(bench, jvm, || Ok(()), profiler_cpu)
+}
+
+/// [`timed`], with `clock_started` run as the phase's clock starts, before
+/// the first reading.
+pub(super) fn timed_from(
+    bench: &Bench,
+    jvm: &mut Process,
+    clock_started: impl FnOnce() -> Result<()>,
+    profiler_cpu: impl Fn() -> Result<f64>,
+) -> Result<(Took, f64)> {
     start_phase(bench, jvm)?;
+    clock_started()?;
     let (jvm_before, profiler_before) = (jvm.cpu_now()?, profiler_cpu()?);
     let elapsed = end_phase(bench, jvm)?;
     let (jvm_after, profiler_after) = (jvm.cpu_now()?, profiler_cpu()?);
@@ -457,14 +469,14 @@ fn timed(
 }
 
 /// Starts a phase and returns as its clock starts, after the lead-in.
-pub(super) fn start_phase(bench: &Bench, jvm: &mut Process) -> Result<()> {
+fn start_phase(bench: &Bench, jvm: &mut Process) -> Result<()> {
     jvm.send_line(&lead_in_seconds(bench).to_string())?;
     let timeout = Duration::from_secs_f64(30.0 + lead_in_seconds(bench) * 5.0);
     jvm.wait_for_stdout("timing", timeout)
 }
 
 /// Waits for the phase started to end and returns its elapsed time.
-pub(super) fn end_phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
+fn end_phase(bench: &Bench, jvm: &mut Process) -> Result<f64> {
     let timeout = Duration::from_secs_f64(60.0 + bench.settings.work_seconds * 20.0);
     let line = jvm
         .stdout()

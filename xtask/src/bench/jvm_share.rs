@@ -14,14 +14,12 @@
 //! stoke's BPF program runs, nor the compiled code running slower for
 //! the profiler's sake (caches); stoke's own process is added apart.
 
-use std::{path::Path, time::Duration};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 
 use super::{
-    jvm_phases::{
-        end_phase, finish, spawn_fixed_work, start_phase, stoke_options, Family, Profiling,
-    },
+    jvm_phases::{finish, spawn_fixed_work, stoke_options, timed_from, Family, Profiling},
     process::Process,
     profiler::{perf_report, Options, Recording, Tool},
     rotated,
@@ -90,13 +88,16 @@ pub fn run(bench: &Bench, units: u64, what: Profiling) -> Result<Vec<JvmShare>> 
     Ok(runs)
 }
 
+/// `family`'s JVMs that no other process disturbed.
+pub fn kept(runs: &[JvmShare], family: Family) -> Vec<&JvmShare> {
+    runs.iter()
+        .filter(|run| run.family == family && !run.disturbed)
+        .collect()
+}
+
 /// The costs (`JvmShare::cost`) of `family`'s undisturbed JVMs.
 pub fn costs(runs: &[JvmShare], family: Family) -> Option<Spread> {
-    let costs: Vec<f64> = runs
-        .iter()
-        .filter(|run| run.family == family && !run.disturbed)
-        .map(JvmShare::cost)
-        .collect();
+    let costs: Vec<f64> = kept(runs, family).into_iter().map(JvmShare::cost).collect();
     Spread::of(&costs)
 }
 
@@ -175,17 +176,12 @@ fn sampled_phase(
         ..Options::new(Tool::Perf, PERF_HZ, "")
     };
     let mut perf = Recording::start(bench, &options, "jvm-share")?;
-    start_phase(bench, jvm)?;
-    perf.resume()?;
-    let stoke_cpu = || recording.map_or(Ok(Duration::ZERO), Recording::cpu_now);
-    let (jvm_before, stoke_before) = (jvm.cpu_now()?, stoke_cpu()?);
-    end_phase(bench, jvm)?;
-    let (jvm_after, stoke_after) = (jvm.cpu_now()?, stoke_cpu()?);
+    let stoke_cpu = || recording.map_or(Ok(0.0), |r| Ok(r.cpu_now()?.as_secs_f64()));
+    let (took, stoke) = timed_from(bench, jvm, || perf.resume(), stoke_cpu)?;
     let stopped = perf.stop()?;
     let outside = outside_compiled_code(&stopped.output)?;
     stopped.remove_output();
-    let jvm_cpu = (jvm_after - jvm_before).as_secs_f64();
-    let stoke = (stoke_after - stoke_before).as_secs_f64();
+    let jvm_cpu = took.cpu - stoke;
     Ok((outside, if jvm_cpu > 0.0 { stoke / jvm_cpu } else { 0.0 }))
 }
 

@@ -50,10 +50,7 @@ fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) 
         bench,
         runs,
         &[ALLOC],
-        |family, _| match family {
-            Family::Stoke => "stoke record -a -e alloc (512 KiB)".into(),
-            Family::AsyncProfiler => "async-profiler --alloc 512k (attached)".into(),
-        },
+        |family, _| label(family),
         |family, recorded| match family {
             Family::Stoke => format!("{:.0} MB", recorded / 1e6),
             Family::AsyncProfiler => format!("{recorded:.0} samples"),
@@ -121,23 +118,14 @@ fn share_section(bench: &Bench, shares: &[JvmShare]) -> (String, Option<Target>)
         "cost: added share + stoke's process",
         "JVMs",
     ]);
-    let kept = |family: Family| -> Vec<&JvmShare> {
-        shares
-            .iter()
-            .filter(|run| run.family == family && !run.disturbed)
-            .collect()
-    };
     let points = |values: Vec<f64>| show(&values, 2, "%");
     for family in Family::all(bench) {
-        let runs = kept(family);
+        let runs = jvm_share::kept(shares, family);
         let Some(cost) = jvm_share::costs(shares, family) else {
             continue;
         };
         table.row(vec![
-            match family {
-                Family::Stoke => "stoke record -a -e alloc (512 KiB)".into(),
-                Family::AsyncProfiler => "async-profiler --alloc 512k (attached)".into(),
-            },
+            label(family),
             points(
                 runs.iter()
                     .flat_map(|run| run.unprofiled)
@@ -154,23 +142,24 @@ fn share_section(bench: &Bench, shares: &[JvmShare]) -> (String, Option<Target>)
         ]);
     }
     let noise = jvm_share::noise(shares);
+    let noise_points = noise * 100.0;
     let disturbed = shares.iter().filter(|run| run.disturbed).count();
     let body = format!(
         "\n#### Where the JVM's CPU goes, by perf\n\nThe CPU cost above moves with this \
          machine's speed from phase to phase. Here a new JVM per profiler and round runs three \
          phases (unprofiled, profiled, unprofiled) with `perf record -F 499 -g -p` sampling \
          its threads while the clock runs (started before the lead-in, paused in it: a new \
-         process during the phase would cost stoke its naming and tables): the share of their samples outside the compiled Java code (libjvm, the \
-         agents, libc, the kernel) is a ratio within the phase, which the machine's speed \
+         process during the phase would cost stoke its naming and tables): the share of \
+         their samples outside the compiled Java code (libjvm, the agents, libc, the \
+         kernel) is a ratio within the phase, which the machine's speed \
          does not move. **Cost** = the profiled phase's share outside compiled code minus \
          the unprofiled phases' (the work's own GC and runtime calls), plus stoke's own \
          process as a share of the JVM's CPU. Not in it: the timer interrupt, where perf \
          cannot sample and stoke's BPF program runs (its 99 Hz CPU sampling, about 10 µs a \
          sample: ~0.1% of a CPU), and compiled code slowed by the profiler's use of the \
-         caches. **Noise**: how far apart a JVM's two unprofiled shares were (median), {} \
-         points. Medians over the JVMs (min to max); {disturbed} JVMs left out as disturbed \
-         by other processes.\n\n{}",
-        percent(noise),
+         caches. **Noise**: how far apart a JVM's two unprofiled shares were (median), \
+         {noise_points:.2} points. Medians over the JVMs (min to max); {disturbed} JVMs left \
+         out as disturbed by other processes.\n\n{}",
         table.markdown(),
     );
     let stoke = jvm_share::costs(shares, Family::Stoke);
@@ -187,4 +176,12 @@ fn share_section(bench: &Bench, shares: &[JvmShare]) -> (String, Option<Target>)
         )
     });
     (body, target)
+}
+
+/// A profiler's row in the section's tables.
+fn label(family: Family) -> String {
+    match family {
+        Family::Stoke => "stoke record -a -e alloc (512 KiB)".into(),
+        Family::AsyncProfiler => "async-profiler --alloc 512k (attached)".into(),
+    }
 }
