@@ -1,11 +1,13 @@
 //! The bench's child processes: started with their output captured, reaped
 //! with `wait4` for their CPU time, their peak RSS read while waiting, and
 //! killed when dropped, so that no error path leaves a workload or a
-//! profiler running.
+//! profiler running; and killed by the kernel when the bench itself dies,
+//! so that no signal to it does either.
 
 use std::{
     fs::{self, File},
-    io::{BufRead, BufReader, Read, Write},
+    io::{self, BufRead, BufReader, Read, Write},
+    os::unix::process::CommandExt,
     process::{ChildStdin, Command, Stdio},
     str::FromStr,
     sync::mpsc::{self, Receiver, RecvTimeoutError},
@@ -87,6 +89,8 @@ impl Process {
     }
 
     fn start(name: &str, command: &mut Command) -> Result<Self> {
+        // SAFETY: `die_with_parent` makes only async-signal-safe calls.
+        let command = unsafe { command.pre_exec(die_with_parent(std::process::id())) };
         let mut child = command
             .stderr(Stdio::piped())
             .spawn()
@@ -275,6 +279,27 @@ impl Drop for Process {
             unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
             self.reaped = true;
         }
+    }
+}
+
+/// What a child runs before exec so that the kernel kills it when the bench
+/// dies: a SIGINT or SIGTERM sent to the bench alone (not to its process
+/// group, as a terminal's Ctrl-C is) ends it without dropping its
+/// [`Process`]es, and would leave a recording and its workload running.
+/// The kernel's signal follows the thread that forked, and the bench forks
+/// from its main thread only. `parent` is the bench's pid: if it died
+/// before the child asked, the child fails to start (ESRCH).
+fn die_with_parent(parent: u32) -> impl FnMut() -> io::Result<()> {
+    move || {
+        // SAFETY: prctl and getppid are async-signal-safe system calls.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if u32::try_from(unsafe { libc::getppid() }).ok() != Some(parent) {
+            // Without allocating: this runs between fork and exec.
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
     }
 }
 
