@@ -41,7 +41,39 @@ pub fn run(args: &RecordArgs) -> Result<()> {
             eprintln!("stoke: written to {written}");
         }
     }
+    for profile in &profiles {
+        if let Some(why) = why_no_java_events(profile, args) {
+            eprintln!("stoke: {why}");
+        }
+    }
     Ok(())
+}
+
+/// Why a Java event's profile came out empty, in a line, if it did: the
+/// profile alone cannot tell a quiet JVM from none at all.
+fn why_no_java_events(profile: &Profile, args: &RecordArgs) -> Option<String> {
+    let what = match profile.event {
+        Event::Alloc => format!(
+            "no allocation reached a sample (one every {} bytes on average, --alloc-interval)",
+            args.sampling.alloc_interval
+        ),
+        Event::Lock => format!(
+            "no thread waited on a Java lock for {} ns or more (--lock-threshold)",
+            args.sampling.lock_threshold
+        ),
+        Event::Cpu | Event::Offcpu => return None,
+    };
+    if profile.stacks.iter().any(|stack| stack.samples > 0) {
+        return None;
+    }
+    let event = profile.event.name();
+    Some(match profile.summary.java.jvms {
+        0 => format!(
+            "{event}: no JVM was profiled: stoke attaches to the JVMs it samples on a CPU while \
+             it records (HotSpot; JDK 11 or later for alloc); -p PID takes an idle one"
+        ),
+        jvms => format!("{event}: {jvms} JVM(s) profiled, but {what}"),
+    })
 }
 
 /// What a profile holds, in a line.

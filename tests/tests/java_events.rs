@@ -6,7 +6,8 @@
 //! waiting stacks, with about the wait the program measures itself. The JVMs work at their
 //! pace before, while and after the recording and exit 0; after the
 //! recording (or a stoke killed during one), the agent's allocation
-//! sampling is off: its counter of sampled allocations stands still.
+//! sampling is off: its counter of sampled allocations stands still. An
+//! empty allocation or lock profile says why: an idle JVM, or no JVM.
 
 use std::{
     fs::File,
@@ -241,6 +242,43 @@ fn jvms_started_during_a_whole_host_alloc_recording_get_their_allocations() {
             jvm.pid()
         );
     }
+}
+
+/// An allocation or lock profile with nothing in it says why, in a line:
+/// the JVM profiled had nothing to record, or no JVM was there to profile
+/// (the profile alone cannot tell the two apart).
+#[test]
+fn an_empty_java_event_profile_says_why() {
+    let (dir, workload) = prepare_java("java-events-empty", "JavaIdle", JDK_17);
+    let idle = workload.spawn(&["30"]);
+    let seconds = 2.0;
+    let out = dir.join("idle.folded");
+    let select = args!["-p", idle.pid(), "-e", "alloc,lock"];
+    let output = stoke_tests::record(&record_args(&select, 99, seconds, &out), seconds);
+    for expected in [
+        "stoke: alloc: 1 JVM(s) profiled, but no allocation reached a sample",
+        "stoke: lock: 1 JVM(s) profiled, but no thread waited on a Java lock",
+    ] {
+        assert!(
+            output.stderr.contains(expected),
+            "no `{expected}` for an idle JVM:\n{}",
+            output.stderr
+        );
+    }
+
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep runs");
+    let select = args!["-p", sleeper.id(), "-e", "alloc"];
+    let output = stoke_tests::record(&record_args(&select, 99, seconds, &out), seconds);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(
+        output.stderr.contains("stoke: alloc: no JVM was profiled"),
+        "no word of the missing JVM:\n{}",
+        output.stderr
+    );
 }
 
 #[test]
