@@ -52,7 +52,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Diff(args) => diff::run(args),
-        Command::Agent { output } => jvm::profiler::write_agent(output),
+        Command::Agent { output } => jvm::agent::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
         // Reports its own errors, one line per file.
         Command::Tables(args) => return unwind::inspect::run(args),

@@ -1,5 +1,5 @@
-//! Java in every stack: Stoke's JVMTI agent is loaded into each JVM
-//! ([`attach`]), shares memory with stoke ([`agent_memory`]) and answers
+//! Java in every stack: Stoke's JVMTI agent ([`agent`]) is loaded into
+//! each JVM ([`attach`]), shares memory with stoke ([`agent_memory`]) and answers
 //! the BPF sampler's signals with Java stacks, which are paired with the
 //! samples ([`merge`]) and named ([`symbols`]); [`profiler`] runs it all
 //! during a recording and hands back [`MergedSample`]s, starting with the
@@ -7,6 +7,7 @@
 //! `-e lock`, the agents also record allocations and contended locks
 //! ([`java_event_ring`]), which become weighted stacks ([`java_events`]).
 
+pub mod agent;
 pub mod agent_memory;
 pub mod attach;
 pub mod coverage;

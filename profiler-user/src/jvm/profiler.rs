@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use profiler_common::jvm::{
     agct_failure, AgentState, JavaFrame, AGCT_NO_JAVA_FRAME, AGCT_UNKNOWN_NOT_JAVA,
@@ -18,8 +18,9 @@ use profiler_common::jvm::{
 };
 
 use super::{
+    agent::attach_agent,
     agent_memory::{AgentMemory, JavaSample},
-    attach::{self, JvmTarget},
+    attach,
     coverage::{Coverage, MAX_JVMS_TIMED},
     java_events::{self, ClassNames, EventStacks, JavaEventSample, JavaEventSettings},
     merge::{Merger, Outcome, Rejected},
@@ -36,12 +37,6 @@ use crate::{
         sampler::{Sampler, SignalsRefused},
     },
 };
-
-/// The agent, built from `agent/` by build.rs.
-static AGENT: &[u8] = include_bytes!(env!("STOKE_AGENT_PATH"));
-
-/// How long a JVM may take to load the agent and report ready.
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long, after sampling stops, the agents get to answer the last
 /// signals and name the last methods.
@@ -798,57 +793,4 @@ pub(crate) fn maps_libjvm(pid: u32) -> Option<bool> {
         maps.iter()
             .any(|map| attach::is_libjvm(map.path.as_bytes())),
     )
-}
-
-/// Loads the agent into `pid` (or finds it loaded) and waits until it is
-/// ready for signals.
-fn attach_agent(pid: u32) -> Result<AgentMemory> {
-    let memory = match AgentMemory::find(pid)? {
-        Some(memory) => memory,
-        None => {
-            let target = JvmTarget::inspect(pid)?;
-            let path = attach::install_agent(&target, &agent_file_name(), AGENT)?;
-            attach::load_agent(&target, &path, "", ATTACH_TIMEOUT)?;
-            AgentMemory::find(pid)?.context("the agent loaded but shares no memory")?
-        }
-    };
-    let deadline = Instant::now() + ATTACH_TIMEOUT;
-    loop {
-        match memory.state() {
-            AgentState::Ready => return Ok(memory),
-            AgentState::Starting if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            AgentState::Starting => bail!("the agent did not get ready within {ATTACH_TIMEOUT:?}"),
-            AgentState::HandlerLost => bail!("the application replaced the agent's signal handler"),
-            AgentState::Failed => {
-                bail!("the agent could not start in this JVM (the application may use SIGURG)")
-            }
-        }
-    }
-}
-
-/// Writes the agent to `path` (for `-agentpath:`), executable.
-pub fn write_agent(path: &std::path::Path) -> Result<()> {
-    use std::io::Write;
-    let mut file = crate::write::OutputFile::create(path, 0o755)
-        .with_context(|| format!("cannot write the agent to {}", path.display()))?;
-    file.file()
-        .write_all(AGENT)
-        .and_then(|()| file.commit())
-        .with_context(|| format!("writing the agent to {}", path.display()))?;
-    eprintln!(
-        "stoke: wrote the JVM agent to {0}; start JVMs with -agentpath:{0}",
-        path.display()
-    );
-    Ok(())
-}
-
-/// A name that changes with the agent's contents, so that a JVM never
-/// loads a stale agent of another stoke version.
-fn agent_file_name() -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    AGENT.hash(&mut hasher);
-    format!("libstoke_agent-{:016x}.so", hasher.finish())
 }
