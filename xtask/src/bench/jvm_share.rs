@@ -11,19 +11,26 @@
 //! several percent from one phase to the next (the noise that keeps
 //! `jvm_phases` from telling costs of a few percent apart). What it does
 //! not see: perf's clock cannot sample inside the timer interrupt, where
-//! stoke's BPF program runs, nor the compiled code running slower for
-//! the profiler's sake (caches); stoke's own process is added apart.
+//! stoke's BPF programs run (their run time, the kernel's own count, is
+//! added apart, as is stoke's own process) and async-profiler's perf events
+//! overflow, nor the compiled code running slower for the profiler's sake
+//! (caches).
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
 use super::{
-    jvm_phases::{finish, spawn_fixed_work, stoke_options, timed_from, Family, Profiling},
+    bpf_stats::total_run_time,
+    jvm_phases::{
+        against_async_profiler, finish, spawn_fixed_work, spread_shown, stoke_options, timed_from,
+        Family, Profiling,
+    },
     process::Process,
     profiler::{perf_report, Options, Recording, Tool},
+    report::{Table, Target},
     rotated,
-    stats::Spread,
+    stats::{show, Spread},
     Bench,
 };
 
@@ -39,8 +46,9 @@ pub struct JvmShare {
     pub unprofiled: [f64; 2],
     /// The same in the profiled phase.
     pub profiled: f64,
-    /// Stoke's own CPU in the profiled phase, as a share of the JVM's.
-    pub own_process: f64,
+    /// Stoke's own CPU in the profiled phase (its process's, and its BPF
+    /// programs' run time), as a share of the JVM's.
+    pub own: f64,
     /// Other processes took CPU during it, on every try.
     pub disturbed: bool,
 }
@@ -48,10 +56,10 @@ pub struct JvmShare {
 impl JvmShare {
     /// What the profiler added to the JVM's CPU, as a share of it: the
     /// profiled phase's share outside compiled code over the unprofiled
-    /// phases', plus stoke's own process.
+    /// phases', plus stoke's own CPU.
     pub fn cost(&self) -> f64 {
         let around = (self.unprofiled[0] + self.unprofiled[1]) / 2.0;
-        self.profiled - around + self.own_process
+        self.profiled - around + self.own
     }
 
     /// How far apart the unprofiled phases' shares were, in points.
@@ -76,11 +84,11 @@ pub fn run(bench: &Bench, units: u64, what: Profiling) -> Result<Vec<JvmShare>> 
             };
             bench.log(&format!(
                 "{label}: outside compiled code {:.2}%, {:.2}% profiled, {:.2}%; \
-                 stoke's process {:.2}%",
+                 stoke's own (process and BPF) {:.2}%",
                 run.unprofiled[0] * 100.0,
                 run.profiled * 100.0,
                 run.unprofiled[1] * 100.0,
-                run.own_process * 100.0
+                run.own * 100.0
             ));
             runs.push(run);
         }
@@ -126,13 +134,94 @@ pub fn rounds_cheaper(runs: &[JvmShare]) -> (usize, usize) {
     (cheaper, pairs.len())
 }
 
+/// The phases under perf as a report section headed `heading` (a
+/// markdown heading), each profiler's row labelled by `label`, and `goal`,
+/// stoke's cost at most async-profiler's, judged on them.
+pub fn section(
+    bench: &Bench,
+    shares: &[JvmShare],
+    heading: &str,
+    goal: &str,
+    label: impl Fn(Family) -> String,
+) -> (String, Option<Target>) {
+    let mut table = Table::new(&[
+        "profiler",
+        "outside compiled code, unprofiled",
+        "outside compiled code, profiled",
+        "stoke's own: process and BPF, % of the JVM's CPU",
+        "cost: added share + stoke's own",
+        "JVMs",
+    ]);
+    let points = |values: Vec<f64>| show(&values, 2, "%");
+    for family in Family::all(bench) {
+        let runs = kept(shares, family);
+        let Some(cost) = costs(shares, family) else {
+            continue;
+        };
+        table.row(vec![
+            label(family),
+            points(
+                runs.iter()
+                    .flat_map(|run| run.unprofiled)
+                    .map(|s| s * 100.0)
+                    .collect(),
+            ),
+            points(runs.iter().map(|run| run.profiled * 100.0).collect()),
+            match family {
+                Family::Stoke => points(runs.iter().map(|run| run.own * 100.0).collect()),
+                Family::AsyncProfiler => "in the JVM's threads".into(),
+            },
+            spread_shown(&cost),
+            runs.len().to_string(),
+        ]);
+    }
+    let noise = noise(shares);
+    let disturbed = shares.iter().filter(|run| run.disturbed).count();
+    let body = format!(
+        "\n{heading}\n\nThe CPU cost above moves with this machine's speed from phase to \
+         phase. Here a new JVM per profiler and round runs three phases (unprofiled, \
+         profiled, unprofiled) with `perf record -F {PERF_HZ} -g -p` sampling its threads \
+         while the clock runs (started before the lead-in, paused in it: a new process \
+         during the phase would cost stoke its naming and tables): the share of their \
+         samples outside the compiled Java code (libjvm, the agents, libc, the kernel) is a \
+         ratio within the phase, which the machine's speed does not move. **Cost** = the \
+         profiled phase's share outside compiled code minus the unprofiled phases' (the \
+         work's own GC and runtime calls), plus stoke's own CPU as a share of the JVM's: \
+         its process's, and its BPF programs' run time (the kernel's count, \
+         `--bpf-stats`), which runs in the timer interrupt, where perf cannot sample. Not \
+         in it: async-profiler's part there (for CPU sampling, its per-thread perf events' \
+         timers, and queuing its signal), and compiled code slowed by either profiler's use \
+         of the caches. **Noise**: how far apart a JVM's two unprofiled shares were \
+         (median), {:.2} points. Medians over the JVMs (min to max); {disturbed} JVMs left \
+         out as disturbed by other processes.\n\n{}",
+        noise * 100.0,
+        table.markdown(),
+    );
+    let stoke = costs(shares, Family::Stoke);
+    let other = costs(shares, Family::AsyncProfiler);
+    let target = stoke.zip(other).map(|(stoke, other)| {
+        against_async_profiler(
+            goal.into(),
+            (stoke.median, other.median),
+            rounds_cheaper(shares),
+            noise,
+            bench.settings.smoke,
+        )
+    });
+    (body, target)
+}
+
 fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result<JvmShare> {
     let mut jvm = spawn_fixed_work(bench, units)?;
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
     let before = sampled_phase(bench, &mut jvm, None)?.0;
-    let (profiled, own_process) = match family {
+    let (profiled, own) = match family {
         Family::Stoke => {
-            let recording = Recording::start(bench, &stoke_options(what), "jvm-share")?;
+            let options = Options {
+                bpf_stats: true,
+                ..stoke_options(what)
+            };
+            let recording = Recording::start(bench, &options, "jvm-share")?;
             let measured = sampled_phase(bench, &mut jvm, Some(&recording))?;
             recording.stop()?.remove_output();
             measured
@@ -155,7 +244,7 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
         family,
         unprofiled: [before, after],
         profiled,
-        own_process,
+        own,
         disturbed: false,
     })
 }
@@ -164,7 +253,9 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
 /// before the lead-in, paused until the clock starts: a new process in the
 /// phase would cost stoke its naming and tables); returns the share of
 /// perf's samples outside compiled Java code and, given stoke's
-/// `recording`, stoke's CPU meanwhile as a share of the JVM's.
+/// `recording` (with `--bpf-stats`), stoke's CPU meanwhile as a share of
+/// the JVM's: its process's and its BPF programs' run time, which the
+/// kernel counts in the CPU time of the threads they interrupted.
 fn sampled_phase(
     bench: &Bench,
     jvm: &mut Process,
@@ -176,7 +267,11 @@ fn sampled_phase(
         ..Options::new(Tool::Perf, PERF_HZ, "")
     };
     let mut perf = Recording::start(bench, &options, "jvm-share")?;
-    let stoke_cpu = || recording.map_or(Ok(0.0), |r| Ok(r.cpu_now()?.as_secs_f64()));
+    let stoke_cpu = || {
+        recording.map_or(Ok(0.0), |r| {
+            Ok(r.cpu_now()?.as_secs_f64() + total_run_time(r.pid())?)
+        })
+    };
     let (took, stoke) = timed_from(bench, jvm, || perf.resume(), stoke_cpu)?;
     let stopped = perf.stop()?;
     let outside = outside_compiled_code(&stopped.output)?;
@@ -230,7 +325,7 @@ mod tests {
             family,
             unprofiled: [0.02, 0.022],
             profiled,
-            own_process: 0.001,
+            own: 0.001,
             disturbed: false,
         }
     }

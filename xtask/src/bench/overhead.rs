@@ -18,6 +18,7 @@ use super::{
     async_profiler::AsyncProfiler,
     build::java_command,
     jvm_phases,
+    jvm_share::JvmShare,
     process::Process,
     profiler::{Options, Recording, Tool},
     report::{Section, Table, Target, Verdict},
@@ -145,11 +146,14 @@ pub fn run(bench: &Bench) -> Result<Section> {
                 .push(run);
         }
     }
-    let in_jvm = match workloads.iter().find(|(w, _)| *w == Workload::Java) {
-        Some(&(_, units)) => jvm_phases::run(bench, "overhead", units, &in_one_jvm::PROFILED)?,
-        None => Vec::new(),
+    let (in_jvm, shares) = match workloads.iter().find(|(w, _)| *w == Workload::Java) {
+        Some(&(_, units)) => (
+            jvm_phases::run(bench, "overhead", units, &in_one_jvm::PROFILED)?,
+            in_one_jvm::shares(bench, units)?,
+        ),
+        None => (Vec::new(), Vec::new()),
     };
-    Ok(section(bench, &workloads, &series, &in_jvm))
+    Ok(section(bench, &workloads, &series, &in_jvm, &shares))
 }
 
 /// Picks the number of work units that take about `work_seconds` without a
@@ -317,6 +321,7 @@ fn section(
     units: &[(Workload, u64)],
     series: &[Series],
     in_jvm: &[jvm_phases::JvmRun],
+    shares: &[(u64, Vec<JvmShare>)],
 ) -> Section {
     let mut body = format!(
         "Each workload runs a fixed amount of work on {cpus} threads, one per CPU, so that \
@@ -428,7 +433,7 @@ fn section(
                 );
             }
             // Judged in one JVM, where the JIT's choices do not drown them.
-            let (text, java_targets) = in_one_jvm::report(bench, in_jvm);
+            let (text, java_targets) = in_one_jvm::report(bench, in_jvm, shares);
             body += &text;
             targets.extend(java_targets);
             continue;

@@ -12,10 +12,10 @@ use anyhow::Result;
 
 use super::super::{
     jvm_phases::{self, against_async_profiler, Family, JvmRun, Measure, Phases, Profiling},
-    jvm_share::{self, JvmShare},
+    jvm_share,
     overhead::{calibrate, Workload},
-    report::{Table, Target, Verdict},
-    stats::{percent, percent_signed, show},
+    report::{Target, Verdict},
+    stats::{percent, percent_signed},
     Bench,
 };
 
@@ -37,7 +37,14 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
     let runs = jvm_phases::run(bench, "allocations", units, &[ALLOC])?;
     let shares = jvm_share::run(bench, units, ALLOC)?;
     let (mut body, mut targets) = section(bench, units, &runs);
-    let (text, target) = share_section(bench, &shares);
+    let (text, target) = jvm_share::section(
+        bench,
+        &shares,
+        "#### Where the JVM's CPU goes, by perf",
+        "Java allocation profiling, by where the JVM's CPU goes (perf): stoke's cost at most \
+         async-profiler's",
+        label,
+    );
     body += &text;
     targets.extend(target);
     Ok((body, targets))
@@ -105,77 +112,6 @@ fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) 
         ));
     }
     (body, targets)
-}
-
-/// The phases under perf: their table, and stoke against async-profiler
-/// by them.
-fn share_section(bench: &Bench, shares: &[JvmShare]) -> (String, Option<Target>) {
-    let mut table = Table::new(&[
-        "profiler",
-        "outside compiled code, unprofiled",
-        "outside compiled code, profiled",
-        "stoke's process, % of the JVM's CPU",
-        "cost: added share + stoke's process",
-        "JVMs",
-    ]);
-    let points = |values: Vec<f64>| show(&values, 2, "%");
-    for family in Family::all(bench) {
-        let runs = jvm_share::kept(shares, family);
-        let Some(cost) = jvm_share::costs(shares, family) else {
-            continue;
-        };
-        table.row(vec![
-            label(family),
-            points(
-                runs.iter()
-                    .flat_map(|run| run.unprofiled)
-                    .map(|s| s * 100.0)
-                    .collect(),
-            ),
-            points(runs.iter().map(|run| run.profiled * 100.0).collect()),
-            match family {
-                Family::Stoke => points(runs.iter().map(|run| run.own_process * 100.0).collect()),
-                Family::AsyncProfiler => "in the JVM's threads".into(),
-            },
-            jvm_phases::spread_shown(&cost),
-            runs.len().to_string(),
-        ]);
-    }
-    let noise = jvm_share::noise(shares);
-    let noise_points = noise * 100.0;
-    let disturbed = shares.iter().filter(|run| run.disturbed).count();
-    let body = format!(
-        "\n#### Where the JVM's CPU goes, by perf\n\nThe CPU cost above moves with this \
-         machine's speed from phase to phase. Here a new JVM per profiler and round runs three \
-         phases (unprofiled, profiled, unprofiled) with `perf record -F 499 -g -p` sampling \
-         its threads while the clock runs (started before the lead-in, paused in it: a new \
-         process during the phase would cost stoke its naming and tables): the share of \
-         their samples outside the compiled Java code (libjvm, the agents, libc, the \
-         kernel) is a ratio within the phase, which the machine's speed \
-         does not move. **Cost** = the profiled phase's share outside compiled code minus \
-         the unprofiled phases' (the work's own GC and runtime calls), plus stoke's own \
-         process as a share of the JVM's CPU. Not in it: the timer interrupt, where perf \
-         cannot sample and stoke's BPF program runs (its 99 Hz CPU sampling, about 10 µs a \
-         sample: ~0.1% of a CPU), and compiled code slowed by the profiler's use of the \
-         caches. **Noise**: how far apart a JVM's two unprofiled shares were (median), \
-         {noise_points:.2} points. Medians over the JVMs (min to max); {disturbed} JVMs left \
-         out as disturbed by other processes.\n\n{}",
-        table.markdown(),
-    );
-    let stoke = jvm_share::costs(shares, Family::Stoke);
-    let other = jvm_share::costs(shares, Family::AsyncProfiler);
-    let target = stoke.zip(other).map(|(stoke, other)| {
-        against_async_profiler(
-            "Java allocation profiling, by where the JVM's CPU goes (perf): stoke's cost at \
-             most async-profiler's"
-                .into(),
-            (stoke.median, other.median),
-            jvm_share::rounds_cheaper(shares),
-            noise,
-            bench.settings.smoke,
-        )
-    });
-    (body, target)
 }
 
 /// A profiler's row in the section's tables.

@@ -1,9 +1,14 @@
 //! Part 1's Java targets, judged in phases of one JVM (`jvm_phases`):
-//! unprofiled, CPU at one rate, unprofiled, the other rate, unprofiled.
+//! unprofiled, CPU at one rate, unprofiled, the other rate, unprofiled;
+//! and, as costs of a few percent hide in this machine's noise, at each
+//! rate by where the JVM's CPU goes (`jvm_share`).
+
+use anyhow::Result;
 
 use super::{judge, RATES, TARGETS};
 use crate::bench::{
     jvm_phases::{self, against_async_profiler, Family, JvmRun, Measure, Phases, Profiling},
+    jvm_share::{self, JvmShare},
     report::Target,
     stats::{percent, percent_signed, Spread},
     Bench,
@@ -12,9 +17,21 @@ use crate::bench::{
 /// The profiled phases of part 1.
 pub(super) const PROFILED: [Profiling; 2] = [Profiling::Cpu(RATES[0]), Profiling::Cpu(RATES[1])];
 
+/// At each rate, JVMs through phases under perf (`jvm_share`).
+pub(super) fn shares(bench: &Bench, units: u64) -> Result<Vec<(u64, Vec<JvmShare>)>> {
+    RATES
+        .iter()
+        .map(|&hz| Ok((hz, jvm_share::run(bench, units, Profiling::Cpu(hz))?)))
+        .collect()
+}
+
 /// The section's text on these runs, and part 1's Java targets judged on
-/// them (by CPU cost).
-pub(super) fn report(bench: &Bench, runs: &[JvmRun]) -> (String, Vec<Target>) {
+/// them (by CPU cost, and by where the JVM's CPU goes).
+pub(super) fn report(
+    bench: &Bench,
+    runs: &[JvmRun],
+    shares: &[(u64, Vec<JvmShare>)],
+) -> (String, Vec<Target>) {
     let by_cpu = Phases::of(runs, Measure::Cpu);
     let noise = by_cpu.noise;
     let table = jvm_phases::table(
@@ -26,10 +43,7 @@ pub(super) fn report(bench: &Bench, runs: &[JvmRun]) -> (String, Vec<Target>) {
                 Profiling::Cpu(hz) => hz,
                 Profiling::Alloc(_) => 0,
             };
-            match family {
-                Family::Stoke => format!("stoke record -a, {hz} Hz"),
-                Family::AsyncProfiler => format!("async-profiler (attached), {hz} Hz"),
-            }
+            label(family, hz)
         },
         |_, samples| format!("{samples:.0} samples"),
     );
@@ -39,7 +53,7 @@ pub(super) fn report(bench: &Bench, runs: &[JvmRun]) -> (String, Vec<Target>) {
         .fold((0, 0), |(java, all), p| {
             (java + p.java_samples, all + p.samples)
         });
-    let body = format!(
+    let mut body = format!(
         "\n### Java workload, in one JVM\n\n{}\n{}\nStoke's phases had Java frames in {java} \
          of {samples} samples.\n",
         jvm_phases::method(
@@ -51,6 +65,20 @@ pub(super) fn report(bench: &Bench, runs: &[JvmRun]) -> (String, Vec<Target>) {
         table.markdown(),
     );
     let mut targets = Vec::new();
+    for (hz, shares) in shares {
+        let (text, target) = jvm_share::section(
+            bench,
+            shares,
+            &format!("#### Where the JVM's CPU goes at {hz} Hz, by perf"),
+            &format!(
+                "Java workload at {hz} Hz, by where the JVM's CPU goes (perf): stoke's cost \
+                 at most async-profiler's"
+            ),
+            |family| label(family, *hz),
+        );
+        body += &text;
+        targets.extend(target);
+    }
     for what in PROFILED {
         let Profiling::Cpu(hz) = what else { continue };
         let (Some(stoke), Some(other)) = (
@@ -89,4 +117,12 @@ pub(super) fn report(bench: &Bench, runs: &[JvmRun]) -> (String, Vec<Target>) {
         ));
     }
     (body, targets)
+}
+
+/// A profiler's row in the section's tables.
+fn label(family: Family, hz: u64) -> String {
+    match family {
+        Family::Stoke => format!("stoke record -a, {hz} Hz"),
+        Family::AsyncProfiler => format!("async-profiler (attached), {hz} Hz"),
+    }
 }
