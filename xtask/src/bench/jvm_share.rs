@@ -136,11 +136,12 @@ pub fn rounds_cheaper(runs: &[JvmShare]) -> (usize, usize) {
 
 /// The phases under perf as a report section headed `heading` (a
 /// markdown heading), each profiler's row labelled by `label`, and `goal`,
-/// stoke's cost at most async-profiler's, judged on them.
+/// stoke's cost at most async-profiler's, judged on them. The method is
+/// told when `explained`, else referred to above.
 pub fn section(
     bench: &Bench,
     shares: &[JvmShare],
-    heading: &str,
+    (heading, explained): (&str, bool),
     goal: &str,
     label: impl Fn(Family) -> String,
 ) -> (String, Option<Target>) {
@@ -177,21 +178,28 @@ pub fn section(
     }
     let noise = noise(shares);
     let disturbed = shares.iter().filter(|run| run.disturbed).count();
+    let method = if explained {
+        format!(
+            "The CPU cost above moves with this machine's speed from phase to phase. Here a \
+             new JVM per profiler and round runs three phases (unprofiled, profiled, \
+             unprofiled) with `perf record -F {PERF_HZ} -g -p` sampling its threads while the \
+             clock runs (started before the lead-in, paused in it: a new process during the \
+             phase would cost stoke its naming and tables): the share of their samples \
+             outside the compiled Java code (libjvm, the agents, libc, the kernel) is a ratio \
+             within the phase, which the machine's speed does not move. **Cost** = the \
+             profiled phase's share outside compiled code minus the unprofiled phases' (the \
+             work's own GC and runtime calls), plus stoke's own CPU as a share of the JVM's: \
+             its process's, and its BPF programs' run time (the kernel's count, \
+             `--bpf-stats`), which runs in the timer interrupt, where perf cannot sample. Not \
+             in it: async-profiler's part there (for CPU sampling, its per-thread perf \
+             events' timers, and queuing its signal), and compiled code slowed by either \
+             profiler's use of the caches. "
+        )
+    } else {
+        "As above, by perf. ".to_owned()
+    };
     let body = format!(
-        "\n{heading}\n\nThe CPU cost above moves with this machine's speed from phase to \
-         phase. Here a new JVM per profiler and round runs three phases (unprofiled, \
-         profiled, unprofiled) with `perf record -F {PERF_HZ} -g -p` sampling its threads \
-         while the clock runs (started before the lead-in, paused in it: a new process \
-         during the phase would cost stoke its naming and tables): the share of their \
-         samples outside the compiled Java code (libjvm, the agents, libc, the kernel) is a \
-         ratio within the phase, which the machine's speed does not move. **Cost** = the \
-         profiled phase's share outside compiled code minus the unprofiled phases' (the \
-         work's own GC and runtime calls), plus stoke's own CPU as a share of the JVM's: \
-         its process's, and its BPF programs' run time (the kernel's count, \
-         `--bpf-stats`), which runs in the timer interrupt, where perf cannot sample. Not \
-         in it: async-profiler's part there (for CPU sampling, its per-thread perf events' \
-         timers, and queuing its signal), and compiled code slowed by either profiler's use \
-         of the caches. **Noise**: how far apart a JVM's two unprofiled shares were \
+        "\n{heading}\n\n{method}**Noise**: how far apart a JVM's two unprofiled shares were \
          (median), {:.2} points. Medians over the JVMs (min to max); {disturbed} JVMs left \
          out as disturbed by other processes.\n\n{}",
         noise * 100.0,

@@ -40,7 +40,7 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
     let (text, target) = jvm_share::section(
         bench,
         &shares,
-        "#### Where the JVM's CPU goes, by perf",
+        ("#### Where the JVM's CPU goes, by perf", true),
         "Java allocation profiling, by where the JVM's CPU goes (perf): stoke's cost at most \
          async-profiler's",
         label,

@@ -65,11 +65,14 @@ pub(super) fn report(
         table.markdown(),
     );
     let mut targets = Vec::new();
-    for (hz, shares) in shares {
+    for (index, (hz, shares)) in shares.iter().enumerate() {
         let (text, target) = jvm_share::section(
             bench,
             shares,
-            &format!("#### Where the JVM's CPU goes at {hz} Hz, by perf"),
+            (
+                &format!("#### Where the JVM's CPU goes at {hz} Hz, by perf"),
+                index == 0,
+            ),
             &format!(
                 "Java workload at {hz} Hz, by where the JVM's CPU goes (perf): stoke's cost \
                  at most async-profiler's"
