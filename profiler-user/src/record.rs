@@ -41,39 +41,53 @@ pub fn run(args: &RecordArgs) -> Result<()> {
             eprintln!("stoke: written to {written}");
         }
     }
-    for profile in &profiles {
-        if let Some(why) = why_no_java_events(profile, args) {
-            eprintln!("stoke: {why}");
-        }
+    for why in why_no_java_events(&profiles, args) {
+        eprintln!("stoke: {why}");
     }
     Ok(())
 }
 
-/// Why a Java event's profile came out empty, in a line, if it did: the
-/// profile alone cannot tell a quiet JVM from none at all.
-fn why_no_java_events(profile: &Profile, args: &RecordArgs) -> Option<String> {
-    let what = match profile.event {
-        Event::Alloc => format!(
-            "no allocation reached a sample (one every {} bytes on average, --alloc-interval)",
-            args.sampling.alloc_interval
-        ),
-        Event::Lock => format!(
-            "no thread waited on a Java lock for {} ns or more (--lock-threshold)",
-            args.sampling.lock_threshold
-        ),
-        Event::Cpu | Event::Offcpu => return None,
+/// Why Java event profiles came out empty, if any did: the profile alone
+/// cannot tell a quiet JVM from none at all. One line for all of them when
+/// there was no JVM, else one line each.
+fn why_no_java_events(profiles: &[Profile], args: &RecordArgs) -> Vec<String> {
+    let empty: Vec<&Profile> = profiles
+        .iter()
+        .filter(|profile| matches!(profile.event, Event::Alloc | Event::Lock))
+        .filter(|profile| profile.stacks.iter().all(|stack| stack.samples == 0))
+        .collect();
+    let Some(first) = empty.first() else {
+        return Vec::new();
     };
-    if profile.stacks.iter().any(|stack| stack.samples > 0) {
-        return None;
+    let jvms = first.summary.java.jvms;
+    if jvms == 0 {
+        let events: Vec<&str> = empty.iter().map(|profile| profile.event.name()).collect();
+        return vec![format!(
+            "{}: no JVM was profiled: stoke attaches to the JVMs it samples on a CPU while it \
+             records (HotSpot; JDK 11 or later for alloc); -p PID takes an idle one",
+            events.join(", ")
+        )];
     }
-    let event = profile.event.name();
-    Some(match profile.summary.java.jvms {
-        0 => format!(
-            "{event}: no JVM was profiled: stoke attaches to the JVMs it samples on a CPU while \
-             it records (HotSpot; JDK 11 or later for alloc); -p PID takes an idle one"
-        ),
-        jvms => format!("{event}: {jvms} JVM(s) profiled, but {what}"),
-    })
+    empty
+        .iter()
+        .map(|profile| {
+            let what = match profile.event {
+                Event::Lock => format!(
+                    "no thread waited on a Java lock for {} ns or more (--lock-threshold)",
+                    args.sampling.lock_threshold
+                ),
+                _ => format!(
+                    "no allocation reached a sample (one every {} bytes on average, \
+                     --alloc-interval)",
+                    args.sampling.alloc_interval
+                ),
+            };
+            format!(
+                "{}: {jvms} JVM(s) profiled, but {what}",
+                profile.event.name()
+            )
+        })
+        .collect()
 }
 
 /// What a profile holds, in a line.
