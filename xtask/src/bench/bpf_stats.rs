@@ -26,7 +26,7 @@ impl ProgramStats {
 /// The counters of every BPF program a process holds, by program name.
 pub fn program_stats(pid: libc::pid_t) -> Result<BTreeMap<String, ProgramStats>> {
     let mut programs = BTreeMap::new();
-    for (id, stats) in programs_held(pid)? {
+    for (id, _, stats) in programs_held(pid)? {
         let entry = programs
             .entry(program_name(id)?)
             .or_insert_with(ProgramStats::default);
@@ -42,14 +42,29 @@ pub fn program_stats(pid: libc::pid_t) -> Result<BTreeMap<String, ProgramStats>>
 pub fn total_run_time(pid: libc::pid_t) -> Result<f64> {
     let ns: u64 = programs_held(pid)?
         .iter()
-        .map(|(_, stats)| stats.run_time_ns)
+        .map(|(_, _, stats)| stats.run_time_ns)
         .sum();
     Ok(ns as f64 / 1e9)
 }
 
-/// The id and counters of each BPF program descriptor a process holds,
-/// from its `/proc/<pid>/fdinfo`.
-fn programs_held(pid: libc::pid_t) -> Result<Vec<(u64, ProgramStats)>> {
+/// The counters of a process's perf_event programs together: stoke's CPU
+/// sampler (no bpftool).
+pub fn sampler_stats(pid: libc::pid_t) -> Result<ProgramStats> {
+    Ok(programs_held(pid)?
+        .into_iter()
+        .filter(|&(_, kind, _)| kind == BPF_PROG_TYPE_PERF_EVENT)
+        .fold(ProgramStats::default(), |sum, (_, _, stats)| ProgramStats {
+            run_time_ns: sum.run_time_ns + stats.run_time_ns,
+            run_count: sum.run_count + stats.run_count,
+        }))
+}
+
+/// `prog_type` of perf_event programs in fdinfo (the kernel's enum).
+const BPF_PROG_TYPE_PERF_EVENT: u64 = 7;
+
+/// The id, type and counters of each BPF program descriptor a process
+/// holds, from its `/proc/<pid>/fdinfo`.
+fn programs_held(pid: libc::pid_t) -> Result<Vec<(u64, u64, ProgramStats)>> {
     let mut programs = Vec::new();
     let fd_dir = format!("/proc/{pid}/fd");
     for entry in fs::read_dir(&fd_dir).with_context(|| format!("reading {fd_dir}"))? {
@@ -73,7 +88,7 @@ fn programs_held(pid: libc::pid_t) -> Result<Vec<(u64, ProgramStats)>> {
             run_time_ns: field("run_time_ns").unwrap_or(0),
             run_count: field("run_cnt").unwrap_or(0),
         };
-        programs.push((id, stats));
+        programs.push((id, field("prog_type").unwrap_or(0), stats));
     }
     ensure!(
         !programs.is_empty(),

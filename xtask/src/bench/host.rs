@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 
 use super::workspace_root;
 
@@ -239,4 +239,24 @@ pub fn drop_page_cache() -> Result<()> {
     // SAFETY: sync has no preconditions.
     unsafe { libc::sync() };
     fs::write("/proc/sys/vm/drop_caches", "3").context("writing /proc/sys/vm/drop_caches")
+}
+
+/// perf opens tracepoints (`events`, for the error) through tracefs,
+/// which a fresh host does not mount (stoke needs none).
+pub fn mount_tracefs(events: &str) -> Result<()> {
+    let tracing = Path::new("/sys/kernel/tracing");
+    if tracing.join("events").is_dir() {
+        return Ok(());
+    }
+    let status = Command::new("mount")
+        .args(["-t", "tracefs", "nodev"])
+        .arg(tracing)
+        .status()
+        .context("running mount")?;
+    ensure!(
+        status.success(),
+        "could not mount tracefs on {} for perf's {events}",
+        tracing.display()
+    );
+    Ok(())
 }

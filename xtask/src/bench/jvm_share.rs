@@ -13,8 +13,8 @@
 //! not see: perf's clock cannot sample inside the timer interrupt, where
 //! stoke's BPF programs run (their run time, the kernel's own count, is
 //! added apart, as is stoke's own process) and async-profiler's perf events
-//! overflow, nor the compiled code running slower for the profiler's sake
-//! (caches).
+//! overflow (traced apart, `timer_interrupt`), nor the compiled code
+//! running slower for the profiler's sake (caches).
 
 use std::path::Path;
 
@@ -31,6 +31,7 @@ use super::{
     report::{Table, Target},
     rotated,
     stats::{show, Spread},
+    timer_interrupt::{traced_phase, TimerCost},
     Bench,
 };
 
@@ -46,9 +47,13 @@ pub struct JvmShare {
     pub unprofiled: [f64; 2],
     /// The same in the profiled phase.
     pub profiled: f64,
-    /// Stoke's own CPU in the profiled phase (its process's, and its BPF
-    /// programs' run time), as a share of the JVM's.
+    /// The profiler's own CPU, as a share of the JVM's: stoke's process
+    /// and BPF programs in the profiled phase; async-profiler's part of the
+    /// sampling timer interrupt, when traced (`timer_interrupt`).
     pub own: f64,
+    /// CPU sampling's timer callbacks on the JVM's threads, traced in a
+    /// phase of their own (none for allocations).
+    pub timer: Option<TimerCost>,
     /// Other processes took CPU during it, on every try.
     pub disturbed: bool,
 }
@@ -71,29 +76,58 @@ impl JvmShare {
 /// Every round, a JVM per family through its three phases profiling `what`.
 pub fn run(bench: &Bench, units: u64, what: Profiling) -> Result<Vec<JvmShare>> {
     let families = Family::all(bench);
-    let mut runs = Vec::new();
+    let mut runs: Vec<JvmShare> = Vec::new();
     for round in 0..bench.settings.rounds {
+        let first = runs.len();
         for family in rotated(&families, round) {
             let label = format!("{what:?} by perf, round {}: {family:?}", round + 1);
             let measured = bench.measure(&label, || one_jvm(bench, family, units, what))?;
-            let disturbed = measured.disturbed();
-            let run = JvmShare {
+            runs.push(JvmShare {
                 round,
-                disturbed,
+                disturbed: measured.disturbed(),
                 ..measured.value
-            };
+            });
+        }
+        count_interrupts(&mut runs[first..]);
+        for run in &runs[first..] {
             bench.log(&format!(
-                "{label}: outside compiled code {:.2}%, {:.2}% profiled, {:.2}%; \
-                 stoke's own (process and BPF) {:.2}%",
+                "{what:?} by perf, round {}: {:?}: outside compiled code {:.2}%, {:.2}% \
+                 profiled, {:.2}%; own {:.2}%{}",
+                round + 1,
+                run.family,
                 run.unprofiled[0] * 100.0,
                 run.profiled * 100.0,
                 run.unprofiled[1] * 100.0,
-                run.own * 100.0
+                run.own * 100.0,
+                run.timer.map_or(String::new(), |timer| format!(
+                    "; timer callbacks {:.0} per CPU second, {:.2} µs traced, sampler {}",
+                    timer.per_cpu_second,
+                    timer.traced_ns / 1e3,
+                    timer
+                        .bpf_ns
+                        .map_or("–".into(), |ns| format!("{:.2} µs", ns / 1e3))
+                ))
             ));
-            runs.push(run);
         }
     }
     Ok(runs)
+}
+
+/// Gives async-profiler's run of a round its time in the sampling
+/// interrupt, less the tracing's own, as stoke's run of the same round
+/// measured it.
+fn count_interrupts(round: &mut [JvmShare]) {
+    let tracing = round
+        .iter()
+        .find(|run| run.family == Family::Stoke)
+        .and_then(|run| run.timer?.tracing_ns());
+    for run in round {
+        if let (Family::AsyncProfiler, Some(timer), Some(tracing)) =
+            (run.family, run.timer, tracing)
+        {
+            run.own = timer.share(tracing);
+        }
+    }
 }
 
 /// `family`'s JVMs that no other process disturbed.
@@ -149,8 +183,8 @@ pub fn section(
         "profiler",
         "outside compiled code, unprofiled",
         "outside compiled code, profiled",
-        "stoke's own: process and BPF, % of the JVM's CPU",
-        "cost: added share + stoke's own",
+        "own: stoke's process and BPF, async-profiler's timer interrupt, % of the JVM's CPU",
+        "cost: added share + own",
         "JVMs",
     ]);
     let points = |values: Vec<f64>| show(&values, 2, "%");
@@ -169,8 +203,10 @@ pub fn section(
             ),
             points(runs.iter().map(|run| run.profiled * 100.0).collect()),
             match family {
-                Family::Stoke => points(runs.iter().map(|run| run.own * 100.0).collect()),
-                Family::AsyncProfiler => "in the JVM's threads".into(),
+                Family::AsyncProfiler if runs.iter().all(|run| run.timer.is_none()) => {
+                    "in the JVM's threads".into()
+                }
+                _ => points(runs.iter().map(|run| run.own * 100.0).collect()),
             },
             spread_shown(&cost),
             runs.len().to_string(),
@@ -190,10 +226,17 @@ pub fn section(
              profiled phase's share outside compiled code minus the unprofiled phases' (the \
              work's own GC and runtime calls), plus stoke's own CPU as a share of the JVM's: \
              its process's, and its BPF programs' run time (the kernel's count, \
-             `--bpf-stats`), which runs in the timer interrupt, where perf cannot sample. Not \
-             in it: async-profiler's part there (for CPU sampling, its per-thread perf \
-             events' timers, and queuing its signal), and compiled code slowed by either \
-             profiler's use of the caches. "
+             `--bpf-stats`), which runs in the timer interrupt, where perf cannot sample. \
+             For CPU sampling async-profiler's part there (its perf events' timer \
+             callbacks, which write its sample and queue its signal) is traced in a fourth \
+             phase, the profiler still sampling: perf records the kernel's \
+             `timer:hrtimer_expire_entry` and `_exit` tracepoints on every CPU, timing each \
+             `perf_swevent_hrtimer` callback on the JVM's threads, for both profilers; what \
+             stoke's callbacks last beyond its sampler's run time in the same round is the \
+             tracing's own, taken off async-profiler's (perf's own handling of an overflow, \
+             common to both, is then counted for neither). Not in it: the starting and \
+             stopping of async-profiler's per-thread timers at each context switch, and \
+             compiled code slowed by either profiler's use of the caches. "
         )
     } else {
         "As above, by perf. ".to_owned()
@@ -201,9 +244,10 @@ pub fn section(
     let body = format!(
         "\n{heading}\n\n{method}**Noise**: how far apart a JVM's two unprofiled shares were \
          (median), {:.2} points. Medians over the JVMs (min to max); {disturbed} JVMs left \
-         out as disturbed by other processes.\n\n{}",
+         out as disturbed by other processes.\n\n{}{}",
         noise * 100.0,
         table.markdown(),
+        timer_line(shares),
     );
     let stoke = costs(shares, Family::Stoke);
     let other = costs(shares, Family::AsyncProfiler);
@@ -219,11 +263,35 @@ pub fn section(
     (body, target)
 }
 
+/// The traced timer callbacks, per callback, as a line under the table
+/// (empty without them).
+fn timer_line(shares: &[JvmShare]) -> String {
+    let traced = |family: Family, value: fn(&TimerCost) -> Option<f64>| {
+        let values: Vec<f64> = kept(shares, family)
+            .iter()
+            .filter_map(|run| value(run.timer.as_ref()?))
+            .map(|ns| ns / 1e3)
+            .collect();
+        (!values.is_empty()).then(|| show(&values, 2, " µs"))
+    };
+    let Some(stoke) = traced(Family::Stoke, |t| Some(t.traced_ns)) else {
+        return String::new();
+    };
+    let sampler = traced(Family::Stoke, |t| t.bpf_ns).unwrap_or_default();
+    let other = traced(Family::AsyncProfiler, |t| Some(t.traced_ns))
+        .map(|other| format!(", async-profiler's {other}"))
+        .unwrap_or_default();
+    format!(
+        "\nTimer callbacks on the JVM's threads, as traced (the tracing's own included): \
+         stoke's {stoke} (its sampler's run time {sampler}){other}.\n"
+    )
+}
+
 fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result<JvmShare> {
     let mut jvm = spawn_fixed_work(bench, units)?;
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
     let before = sampled_phase(bench, &mut jvm, None)?.0;
-    let (profiled, own) = match family {
+    let ((profiled, own), timer) = match family {
         Family::Stoke => {
             let options = Options {
                 bpf_stats: true,
@@ -231,8 +299,9 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
             };
             let recording = Recording::start(bench, &options, "jvm-share")?;
             let measured = sampled_phase(bench, &mut jvm, Some(&recording))?;
+            let timer = traced(bench, &mut jvm, Some(&recording), what)?;
             recording.stop()?.remove_output();
-            measured
+            (measured, timer)
         }
         Family::AsyncProfiler => {
             let profiler = bench
@@ -241,8 +310,9 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
                 .context("async-profiler phases without --async-profiler")?;
             profiler.start(pid, what)?;
             let measured = sampled_phase(bench, &mut jvm, None)?;
+            let timer = traced(bench, &mut jvm, None, what)?;
             profiler.stop_samples(pid, &bench.scratch("jvm-share.collapsed"))?;
-            measured
+            (measured, timer)
         }
     };
     let after = sampled_phase(bench, &mut jvm, None)?.0;
@@ -253,8 +323,23 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
         unprofiled: [before, after],
         profiled,
         own,
+        timer,
         disturbed: false,
     })
+}
+
+/// For CPU sampling, a phase with the profiler still sampling and its
+/// timer callbacks traced.
+fn traced(
+    bench: &Bench,
+    jvm: &mut Process,
+    recording: Option<&Recording>,
+    what: Profiling,
+) -> Result<Option<TimerCost>> {
+    match what {
+        Profiling::Cpu(_) => Ok(Some(traced_phase(bench, jvm, recording)?)),
+        Profiling::Alloc(_) => Ok(None),
+    }
 }
 
 /// Runs a phase with perf sampling the JVM while its clock runs (started
@@ -334,8 +419,31 @@ mod tests {
             unprofiled: [0.02, 0.022],
             profiled,
             own: 0.001,
+            timer: None,
             disturbed: false,
         }
+    }
+
+    #[test]
+    fn async_profilers_interrupt_is_counted_less_the_tracing_stoke_measured() {
+        let timer = |traced_ns, bpf_ns| TimerCost {
+            per_cpu_second: 1000.0,
+            traced_ns,
+            bpf_ns,
+        };
+        let mut round = [
+            JvmShare {
+                timer: Some(timer(9000.0, Some(6000.0))),
+                ..share(0, Family::Stoke, 0.05)
+            },
+            JvmShare {
+                timer: Some(timer(7500.0, None)),
+                ..share(0, Family::AsyncProfiler, 0.05)
+            },
+        ];
+        count_interrupts(&mut round);
+        assert!((round[0].own - 0.001).abs() < 1e-12, "stoke's own is kept");
+        assert!((round[1].own - 0.0045).abs() < 1e-12, "{}", round[1].own);
     }
 
     #[test]

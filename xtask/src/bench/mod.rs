@@ -31,6 +31,7 @@ mod report;
 mod scale;
 mod stacks;
 mod stats;
+mod timer_interrupt;
 mod unwind;
 
 use std::{

@@ -64,6 +64,8 @@ pub struct Options {
     /// Perf: record every occurrence of this event (a tracepoint such as
     /// `sched:sched_switch`) instead of sampling at the frequency.
     pub perf_event: Option<&'static str>,
+    /// Perf: `-g`, each sample's call stack (the default).
+    pub call_graph: bool,
     /// An empty recording is no failure: what it records may not happen
     /// (a JVM's allocations, when it ends before stoke's agent is in).
     pub may_be_empty: bool,
@@ -86,6 +88,7 @@ impl Options {
             stoke_args: Vec::new(),
             stoke_env: Vec::new(),
             perf_event: None,
+            call_graph: true,
             may_be_empty: false,
             stoke_format,
         }
@@ -214,7 +217,7 @@ impl Recording {
             Command::new("perf")
                 .arg("record")
                 .args(target(&options.pids))
-                .arg("-g")
+                .args(options.call_graph.then_some("-g"))
                 .args(match options.perf_event {
                     Some(event) => ["-e".to_owned(), event.to_owned()],
                     None => ["-F".to_owned(), options.frequency_hz.to_string()],

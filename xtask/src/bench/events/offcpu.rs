@@ -13,15 +13,15 @@
 //! `finish_task_switch` with a kprobe, and this kernel has neither.
 
 use std::{
-    path::Path,
     process::Command,
     thread,
     time::{Duration, Instant},
 };
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 
 use super::super::{
+    host::mount_tracefs,
     process::Process,
     profiler::{Options, Recording, Tool},
     report::{Table, Target, Verdict},
@@ -93,7 +93,7 @@ struct Run {
 
 /// The off-CPU section's text and targets.
 pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
-    mount_tracefs()?;
+    mount_tracefs("sched:sched_switch")?;
     let round_trips = calibrate(bench)?;
     let mut runs: Vec<Vec<Run>> = PROFILERS.iter().map(|_| Vec::new()).collect();
     for round in 0..bench.settings.rounds {
@@ -111,26 +111,6 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
         }
     }
     Ok(section(round_trips, &runs, bench.settings.smoke))
-}
-
-/// perf opens tracepoints through tracefs, which a fresh host does not
-/// mount (stoke needs none).
-fn mount_tracefs() -> Result<()> {
-    let tracing = Path::new("/sys/kernel/tracing");
-    if tracing.join("events").is_dir() {
-        return Ok(());
-    }
-    let status = Command::new("mount")
-        .args(["-t", "tracefs", "nodev"])
-        .arg(tracing)
-        .status()
-        .context("running mount")?;
-    ensure!(
-        status.success(),
-        "could not mount tracefs on {} for perf's sched:sched_switch",
-        tracing.display()
-    );
-    Ok(())
 }
 
 /// The round trips that take about `work_seconds` without a profiler (the
