@@ -107,7 +107,9 @@ impl Aggregator {
         }
         let tid = if self.options.threads { sample.tid } else { 0 };
         if self.options.threads {
-            self.thread_names.entry((image, tid)).or_insert(sample.comm);
+            self.thread_names
+                .entry((image, tid))
+                .or_insert_with(|| sample.comm.to_string());
         }
         let stack = RawStack {
             image,
@@ -139,7 +141,7 @@ impl Aggregator {
         if self.options.threads {
             self.thread_names
                 .entry((merged.image, tid))
-                .or_insert_with(|| merged.sample.comm.clone());
+                .or_insert_with(|| merged.sample.comm.to_string());
         }
         let stack = RawStack {
             image: merged.image,
@@ -421,7 +423,7 @@ mod tests {
             tid,
             cpu: 0,
             time_ns: 0,
-            comm: format!("t{tid}"),
+            comm: format!("t{tid}").as_str().into(),
             kernel: vec![],
             user,
             signalled: false,

@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use profiler_common::{
-    unwind::StopReason, RecordHeader, RecordKind, COMM_LEN, MAX_FRAMES, RECORD_HEADER_SIZE,
-    SAMPLE_EXITING, SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED,
+    unwind::StopReason, RecordHeader, RecordKind, MAX_FRAMES, RECORD_HEADER_SIZE, SAMPLE_EXITING,
+    SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED,
 };
+
+use super::comm::Comm;
 
 /// One record from the sampler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,7 +40,7 @@ pub struct Sample {
     /// `CLOCK_MONOTONIC` nanoseconds.
     pub time_ns: u64,
     /// The thread's name.
-    pub comm: String,
+    pub comm: Comm,
     /// Kernel return addresses, innermost first.
     pub kernel: Vec<u64>,
     /// User return addresses, innermost first.
@@ -132,7 +134,7 @@ impl Record {
                     tid: header.tid,
                     cpu: header.cpu,
                     time_ns: header.time_ns,
-                    comm: comm_to_string(&header.comm),
+                    comm: Comm::new(&header.comm),
                     kernel,
                     user,
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
@@ -157,14 +159,10 @@ fn device_of(dev: u64) -> (u32, u32) {
     ((dev >> 20) as u32, (dev & 0xf_ffff) as u32)
 }
 
-/// A NUL-padded kernel `comm` as text.
-pub fn comm_to_string(comm: &[u8; COMM_LEN]) -> String {
-    let end = comm.iter().position(|&byte| byte == 0).unwrap_or(COMM_LEN);
-    String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
+    use profiler_common::COMM_LEN;
+
     use super::*;
 
     fn raw(kind: RecordKind, kernel: &[u64], user: &[u64]) -> Vec<u8> {
