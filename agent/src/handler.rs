@@ -98,6 +98,84 @@ pub fn install(vm: *mut JavaVM, shared: &'static SharedMemory) -> io::Result<()>
     Ok(())
 }
 
+/// `si_code` of a SIGTRAP sent by a perf event's `sigtrap`.
+const TRAP_PERF: c_int = 6;
+/// Where Linux keeps `si_perf_data` in a siginfo (after signo, errno, code
+/// and padding, then `si_addr`).
+const SI_PERF_DATA_OFFSET: usize = 24;
+
+/// Installs the handler of SIGTRAP too, if the JVM has none (HotSpot on
+/// x86-64 uses none): stoke may then sample the JVM's threads with perf
+/// events of their own, whose SIGTRAP reaches the thread with no
+/// inter-processor interrupt. Says so in the shared header.
+pub fn install_trap(shared: &SharedMemory) {
+    let Ok(previous) = current_action_of(libc::SIGTRAP) else {
+        return;
+    };
+    if previous.sa_sigaction != libc::SIG_DFL {
+        return;
+    }
+    // SAFETY: a zeroed sigaction is valid; fields set below.
+    let mut action: libc::sigaction = unsafe { mem::zeroed() };
+    action.sa_sigaction = on_trap as *const () as libc::sighandler_t;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: installing a handler with a valid action.
+    let installed = unsafe {
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGTRAP, &action, ptr::null_mut()) == 0
+    };
+    if installed {
+        shared.header().trap_ready.store(1, Ordering::Release);
+    }
+}
+
+/// Whether the SIGTRAP handler is still ours; if not, stoke is told to
+/// stop its per-thread events.
+pub fn check_trap(shared: &SharedMemory) {
+    let ours = current_action_of(libc::SIGTRAP)
+        .is_ok_and(|action| action.sa_sigaction == on_trap as *const () as libc::sighandler_t);
+    if !ours {
+        shared.header().trap_ready.store(0, Ordering::Release);
+    }
+}
+
+extern "C" fn on_trap(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: errno is thread-local; the interrupted code must find it as
+    // it left it.
+    let errno = unsafe { *libc::__errno_location() };
+    let shared = SHARED.load(Ordering::Acquire);
+    // SAFETY: the kernel's siginfo for this signal.
+    let (code, data) = unsafe {
+        (
+            (*info).si_code,
+            ptr::read_unaligned(info.cast::<u8>().add(SI_PERF_DATA_OFFSET).cast::<u64>()),
+        )
+    };
+    let cookie = if shared.is_null() {
+        0
+    } else {
+        // SAFETY: set once, before the handler was installed, never freed.
+        unsafe { &*shared }
+            .header()
+            .trap_cookie
+            .load(Ordering::Acquire)
+    };
+    if code == TRAP_PERF && cookie != 0 && data == cookie {
+        // SAFETY: as above.
+        take_stack(unsafe { &*shared }, context);
+    } else {
+        // Not stoke's: what would have happened without the agent (the
+        // default action, a core dump) happens.
+        // SAFETY: restoring the default action and raising the signal.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+    }
+    // SAFETY: see above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
 /// Whether the handler is still the one installed for the signal.
 pub fn is_installed() -> bool {
     current_action().is_ok_and(|action| action.sa_sigaction == handler_address())
@@ -108,10 +186,14 @@ fn handler_address() -> libc::sighandler_t {
 }
 
 fn current_action() -> io::Result<libc::sigaction> {
+    current_action_of(SIGNAL)
+}
+
+fn current_action_of(signal: c_int) -> io::Result<libc::sigaction> {
     // SAFETY: querying, with a valid out-pointer.
     unsafe {
         let mut action: libc::sigaction = mem::zeroed();
-        if libc::sigaction(SIGNAL, ptr::null(), &mut action) != 0 {
+        if libc::sigaction(signal, ptr::null(), &mut action) != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(action)

@@ -161,6 +161,7 @@ fn go_live(vm: *mut JavaVM, shared: &'static SharedMemory) {
         shared.set_state(AgentState::Failed);
         return;
     }
+    handler::install_trap(shared);
     match std::thread::Builder::new()
         .name("stoke-agent".into())
         .spawn(move || worker(shared))
@@ -221,6 +222,7 @@ fn worker(shared: &'static SharedMemory) {
         if !handler::is_installed() {
             shared.set_state(AgentState::HandlerLost);
         }
+        handler::check_trap(shared);
         if idle.idled(shared) {
             // The stoke that woke the agent asks for every name again, and
             // needs the code map anew.

@@ -26,7 +26,7 @@ use crate::java_events::{JavaEventSlot, JAVA_EVENT_SLOTS};
 /// The first eight bytes of the header: "STOKEJVM".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
 /// Bumped on any change to this layout.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// The name the agent gives its memfd; `/proc/PID/fd` shows it as
 /// `/memfd:stoke-agent (deleted)`.
 pub const MEMFD_NAME: &str = "stoke-agent";
@@ -199,6 +199,13 @@ pub struct Header {
     /// Sampled allocations the JVM reported to the agent, ever: it stands
     /// still while allocation sampling is off.
     pub alloc_samples: AtomicU64,
+    /// The `sig_data` of stoke's per-thread perf events: a SIGTRAP that
+    /// carries it (`TRAP_PERF`) asks for a Java stack, as [`SIGNAL`] does;
+    /// 0 while no stoke set one.
+    pub trap_cookie: AtomicU64,
+    /// 1 once the agent's SIGTRAP handler is installed (the JVM had none):
+    /// only then may stoke time the JVM's threads with such events.
+    pub trap_ready: AtomicU32,
 }
 
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent

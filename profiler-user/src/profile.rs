@@ -133,6 +133,9 @@ pub struct RecordingSummary {
     /// statistics were on (`--bpf-stats` or `kernel.bpf_stats_enabled`).
     #[serde(serialize_with = "optional_seconds")]
     pub bpf_time_per_sample: Option<Duration>,
+    /// Most JVM threads sampled at once by perf events of their own, whose
+    /// SIGTRAP asks for the Java stack with no inter-processor interrupt.
+    pub timed_threads: usize,
     /// Distinct addresses named after the recording.
     pub symbolized_addresses: usize,
     /// How long naming them took.

@@ -25,8 +25,26 @@ fn seventy_thirty_on(jdk: Jdk) {
     let tid = running.printed_tid();
     let root = running.root_frame();
     let out = dir.join("split.folded");
+    let summary = dir.join("split.txt");
 
-    record_to(&args!["-p", running.pid(), "-t"], 499, 4.0, &out);
+    record_to(
+        &args!["-p", running.pid(), "-t", "-o", summary.display()],
+        499,
+        4.0,
+        &out,
+    );
+    // The JVM's busy thread was sampled by a perf event of its own (its
+    // SIGTRAP asks for the Java stack with no inter-processor interrupt).
+    let summary = std::fs::read_to_string(&summary).expect("the summary written");
+    let timed: usize = summary
+        .lines()
+        .find_map(|line| line.strip_prefix("JVM threads on timers of their own:"))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count of timed threads in the summary:\n{summary}"));
+    assert!(
+        timed >= 1,
+        "no JVM thread was sampled by a timer of its own ({label}):\n{summary}"
+    );
     let stacks = read_folded(&out);
     println!("{}", describe(&stacks, 15));
     assert_all_of_process(&stacks, &root);

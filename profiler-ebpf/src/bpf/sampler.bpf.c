@@ -67,6 +67,16 @@ struct {
 	__type(value, __u32);
 } signal_tgids SEC(".maps");
 
+/* Threads of JVMs sampled by perf events of their own (sample_thread),
+ * whose `sigtrap` asks the agent for the Java stack as task work, with no
+ * inter-processor interrupt: the CPUs' events leave them alone. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} timed_threads SEC(".maps");
+
 /* When each process last exec'd or exited (bpf_ktime_get_ns): userspace
  * allows signals to a JVM it attached to only if the process has not
  * exec'd or exited since the attach began, so no signal reaches a program
@@ -679,11 +689,13 @@ static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 	return state->count * sizeof(__u64);
 }
 
-SEC("perf_event")
-int sample_cpu(struct stoke_perf_event_data *ctx)
+/* A CPU sample of the current thread. From a CPU's event (`own_timer`
+ * false) a JVM's thread is signalled for its Java stack; from the thread's
+ * own event, the return value asks perf for its SIGTRAP instead (1). */
+static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool own_timer)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32;
+	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
 	__u32 cpu_slot = SLOT_CPU;
 	struct sample_record *record;
 	struct stoke_process_mappings *process;
@@ -697,6 +709,8 @@ int sample_cpu(struct stoke_perf_event_data *ctx)
 		count(STOKE_COUNTER_IDLE_SKIPPED);
 		return 0;
 	}
+	if (!own_timer && bpf_map_lookup_elem(&timed_threads, &tid))
+		return 0;
 	if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))
 		return 0;
 
@@ -761,7 +775,9 @@ int sample_cpu(struct stoke_perf_event_data *ctx)
 	 * returns to user mode; the record's tid and time let userspace pair
 	 * the two. */
 	signal = cpu_java_stacks ? bpf_map_lookup_elem(&signal_tgids, &tgid) : NULL;
-	if (signal && !(task->flags & PF_KTHREAD)) {
+	if (signal && own_timer) {
+		record->header.flags |= STOKE_SAMPLE_SIGNALLED;
+	} else if (signal && !(task->flags & PF_KTHREAD)) {
 		if (bpf_send_signal_thread(*signal) == 0)
 			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
 		else
@@ -777,7 +793,19 @@ int sample_cpu(struct stoke_perf_event_data *ctx)
 		count(STOKE_COUNTER_SENT);
 	else
 		count(STOKE_COUNTER_LOST_RING_FULL);
-	return 0;
+	return own_timer && (record->header.flags & STOKE_SAMPLE_SIGNALLED);
+}
+
+SEC("perf_event")
+int sample_cpu(struct stoke_perf_event_data *ctx)
+{
+	return take_sample(ctx, false);
+}
+
+SEC("perf_event")
+int sample_thread(struct stoke_perf_event_data *ctx)
+{
+	return take_sample(ctx, true);
 }
 
 /* A process's address space is gone: it gets no more signals (whatever
@@ -812,6 +840,12 @@ static __always_inline void end_address_space(__u32 kind)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(process_exec, struct task_struct *task, pid_t old_pid, struct linux_binprm *bprm)
 {
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), old_tid = old_pid;
+
+	/* exec removed the thread's own event (remove_on_exec): the CPUs'
+	 * events sample it again, under its old id or the leader's. */
+	bpf_map_delete_elem(&timed_threads, &tid);
+	bpf_map_delete_elem(&timed_threads, &old_tid);
 	end_address_space(STOKE_RECORD_EXEC);
 	return 0;
 }
@@ -822,7 +856,11 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(process_exit, struct task_struct *task)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
 
+	/* A thread id reused later is the CPUs' to sample until timed again
+	 * (userspace closes the ended thread's event). */
+	bpf_map_delete_elem(&timed_threads, &tid);
 	/* Only the thread group leader's exit ends the process. */
 	if ((__u32)pid_tgid == pid_tgid >> 32)
 		end_address_space(STOKE_RECORD_EXIT);

@@ -224,6 +224,25 @@ impl AgentMemory {
         unsafe { &*self.base.as_ptr().cast::<Header>() }
     }
 
+    /// The `sig_data` stoke's per-thread events give this JVM's threads,
+    /// if its agent takes their SIGTRAP (chosen at first use).
+    pub fn trap_cookie(&self) -> Option<u64> {
+        let header = self.header();
+        if header.trap_ready.load(Ordering::Acquire) != 1 {
+            return None;
+        }
+        let cookie = header.trap_cookie.load(Ordering::Acquire);
+        if cookie != 0 {
+            return Some(cookie);
+        }
+        let mut fresh = [0u8; 8];
+        // SAFETY: getrandom into our own buffer.
+        unsafe { libc::getrandom(fresh.as_mut_ptr().cast(), fresh.len(), 0) };
+        let fresh = u64::from_ne_bytes(fresh) | 1;
+        header.trap_cookie.store(fresh, Ordering::Release);
+        Some(fresh)
+    }
+
     /// What the agent says it is doing; `Failed` for a value it cannot mean.
     pub fn state(&self) -> AgentState {
         AgentState::from_raw(self.header().state.load(Ordering::Acquire))

@@ -344,6 +344,12 @@ impl JavaProfiler {
         self.merger.add_native(sample);
     }
 
+    /// The cookie of per-thread events for JVM `pid`'s threads, if its
+    /// agent takes their SIGTRAP.
+    pub fn trap_cookie(&self, pid: u32) -> Option<u64> {
+        self.jvms.get(&pid)?.memory.trap_cookie()
+    }
+
     /// A sample that signalled no thread: if it is a JVM's, the summary
     /// counts it as missing its Java stack, and why.
     pub fn not_signalled(&mut self, sample: &Sample) {

@@ -102,6 +102,8 @@ pub struct Recording {
     /// Ring records that did not parse (a bug of ours, never the ring
     /// being full).
     malformed: u64,
+    /// Most JVM threads timed by events of their own at once.
+    timed_threads: usize,
     started: Instant,
     /// The sampler's counters when the current interval began.
     counters_before: CounterTotals,
@@ -161,6 +163,7 @@ impl Recording {
             events,
             frequency_hz: args.frequency,
             malformed: 0,
+            timed_threads: 0,
             started: Instant::now(),
             counters_before: CounterTotals::default(),
         })
@@ -238,6 +241,7 @@ impl Recording {
             malformed,
             ..
         } = self;
+        let mut to_time = Vec::new();
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
@@ -249,6 +253,7 @@ impl Recording {
                     java.look_for_jvm(pid, processes.image(image));
                 }
                 if sample.signalled {
+                    to_time.push((sample.tgid, sample.tid));
                     java.await_java_stack(sample);
                 } else {
                     java.not_signalled(&sample);
@@ -259,6 +264,25 @@ impl Recording {
             Ok(Record::Exit { tgid }) => end_process(processes, java, ended, tgid, true),
             Err(_) => *malformed += 1,
         });
+        sampler.prune_timed_threads()?;
+        // An agent whose SIGTRAP handler was replaced, a debugger come
+        // since: the process's threads go back to the CPUs' events.
+        for pid in sampler.timed_processes() {
+            if java.trap_cookie(pid).is_none() || traced(pid) {
+                sampler.untime_process(pid)?;
+            }
+        }
+        for (pid, tid) in to_time {
+            if sampler.thread_timed(tid) {
+                continue;
+            }
+            // A debugger would stop at every SIGTRAP: its JVM keeps the
+            // signal it ignores.
+            if let Some(cookie) = java.trap_cookie(pid).filter(|_| !traced(pid)) {
+                sampler.time_thread((pid, tid), cookie)?;
+            }
+        }
+        self.timed_threads = self.timed_threads.max(sampler.timed_threads());
         for merged in java.collect(sampler, processes)? {
             counted.add(merged);
         }
@@ -353,6 +377,7 @@ impl Recording {
             malformed,
             started,
             events,
+            timed_threads,
             ..
         } = self;
         let duration = started.elapsed();
@@ -386,6 +411,7 @@ impl Recording {
             lost_lifecycle_records: counters[Counter::LostLifecycle as usize],
             idle_skipped: counters[Counter::IdleSkipped as usize],
             bpf_time_per_sample,
+            timed_threads,
             processes: processes.processes_seen(),
             java: java_summary,
             unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
@@ -479,4 +505,15 @@ fn all_exited(pids: &[u32]) -> bool {
         && pids
             .iter()
             .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+}
+
+/// Whether process `pid` is being traced (a debugger, which would stop at
+/// every SIGTRAP), as its status says; unknown counts as traced.
+fn traced(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("TracerPid:"))
+            .is_none_or(|tracer| tracer.trim() != "0")
+    })
 }

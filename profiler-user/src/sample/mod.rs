@@ -7,6 +7,7 @@ pub mod comm;
 pub mod kfuncs;
 pub mod ring_record;
 pub mod sampler;
+pub mod thread_timers;
 pub mod waiting;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds: the clock of the BPF side's

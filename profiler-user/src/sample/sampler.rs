@@ -21,6 +21,7 @@ use tracing::debug;
 
 use super::{
     kfuncs, monotonic_ns,
+    thread_timers::{self, ThreadTimers},
     waiting::{self, WaitsInProgress},
 };
 use crate::{
@@ -75,6 +76,13 @@ pub struct Sampler {
     offcpu_user_stacks: Option<OffCpuUserStacks>,
     /// Keeps the kernel's BPF statistics on while held.
     _stats: Option<OwnedFd>,
+    /// JVM threads sampled by events of their own, every `period_ns`.
+    timers: ThreadTimers,
+    period_ns: u64,
+    /// CPU samples started.
+    sampling_cpu: bool,
+    /// The kernel supports timed threads ([`thread_timers::kernel_supported`]).
+    sigtrap_kernel: bool,
 }
 
 /// Processes whose unwind tables can be loaded at once.
@@ -208,6 +216,10 @@ impl Sampler {
             cpu_clock_hz: config.cpu.then_some(config.frequency_hz),
             offcpu_user_stacks,
             _stats: stats,
+            timers: ThreadTimers::default(),
+            period_ns: 1_000_000_000 / config.frequency_hz.max(1),
+            sampling_cpu: false,
+            sigtrap_kernel: thread_timers::kernel_supported(),
         })
     }
 
@@ -216,6 +228,7 @@ impl Sampler {
         let Some(frequency_hz) = self.cpu_clock_hz.take() else {
             return Ok(());
         };
+        self.sampling_cpu = true;
         let sampler = cpu_program(&mut self.ebpf)?;
         for &cpu in &self.cpus {
             sampler
@@ -228,6 +241,41 @@ impl Sampler {
                 .map_err(explain_program_error)?;
         }
         Ok(())
+    }
+
+    /// Samples JVM thread `tid` with an event of its own whose SIGTRAP
+    /// carries `cookie` (`thread_timers`), unless it is or was tried.
+    pub fn time_thread(&mut self, (pid, tid): (u32, u32), cookie: u64) -> Result<()> {
+        if !self.sampling_cpu || !self.sigtrap_kernel {
+            return Ok(());
+        }
+        self.timers
+            .time(&mut self.ebpf, (pid, tid), self.period_ns, cookie)
+    }
+
+    /// The processes with threads timed by events of their own.
+    pub fn timed_processes(&self) -> Vec<u32> {
+        self.timers.processes()
+    }
+
+    /// Closes the events of process `pid`'s timed threads.
+    pub fn untime_process(&mut self, pid: u32) -> Result<()> {
+        self.timers.release(&mut self.ebpf, pid)
+    }
+
+    /// Closes the events of timed threads that ended or exec'd.
+    pub fn prune_timed_threads(&mut self) -> Result<()> {
+        self.timers.prune(&self.ebpf)
+    }
+
+    /// Whether thread `tid` is timed by its own event, or was tried.
+    pub fn thread_timed(&self, tid: u32) -> bool {
+        self.timers.known(tid)
+    }
+
+    /// How many threads are timed by events of their own.
+    pub fn timed_threads(&self) -> usize {
+        self.timers.count()
     }
 
     /// The CPUs being sampled.
@@ -338,14 +386,24 @@ impl Sampler {
         Ok(BpfHashMap::try_from(map)?)
     }
 
-    /// Mean run time of the sampling program, if the kernel measured it.
+    /// Mean run time of the sampling programs per sample, if the kernel
+    /// measured it: the CPUs' program runs at every tick of every CPU,
+    /// and a timed thread's own program at the same rate in its stead
+    /// (its CPU's run then returns at once), so both programs' time over
+    /// the CPUs' runs.
     pub fn time_per_sample(&self) -> Option<Duration> {
-        let program: &PerfEvent = self.ebpf.program("sample_cpu")?.try_into().ok()?;
-        let info = program.info().ok()?;
-        let runs = u32::try_from(info.run_count())
+        let info = |name| {
+            self.ebpf
+                .program(name)
+                .and_then(|program| <&PerfEvent>::try_from(program).ok())
+                .and_then(|program| program.info().ok())
+        };
+        let cpu = info("sample_cpu")?;
+        let threads = info("sample_thread").map_or(Duration::ZERO, |info| info.run_time());
+        let runs = u32::try_from(cpu.run_count())
             .ok()
             .filter(|&runs| runs > 0)?;
-        Some(info.run_time() / runs)
+        Some((cpu.run_time() + threads) / runs)
     }
 
     /// Sums the sampler's counters over all CPUs.

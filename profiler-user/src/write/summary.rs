@@ -58,6 +58,10 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
             ),
         ),
         (
+            "JVM threads on timers of their own",
+            summary.timed_threads.to_string(),
+        ),
+        (
             "Symbolization",
             format!(
                 "{} addresses in {:.0} ms",

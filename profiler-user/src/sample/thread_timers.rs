@@ -1,0 +1,210 @@
+//! JVM threads sampled by perf events of their own. A CPU's event asks a
+//! JVM's thread for its Java stack with `bpf_send_signal_thread`, which
+//! from the timer interrupt goes through irq_work, a self-interrupt (3-4 µs
+//! a sample on a VM that traps it). A thread's own cpu-clock event with
+//! `sigtrap` has perf queue a SIGTRAP as task work, delivered as the thread
+//! returns to user mode, with no interrupt: its program (`sample_thread`)
+//! takes the same record and returns 1 to have the signal sent. The CPUs'
+//! events leave the timed threads alone (`timed_threads`).
+
+use std::{
+    collections::HashMap,
+    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
+};
+
+use anyhow::{bail, Context, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData},
+    programs::PerfEvent,
+    Ebpf,
+};
+use aya_obj::generated::{
+    perf_event_attr, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK, perf_type_id::PERF_TYPE_SOFTWARE,
+    PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF, PERF_FLAG_FD_CLOEXEC,
+};
+
+/// Whether this kernel runs a perf event's BPF program before its
+/// `sigtrap` (so that the program's 0 sends no signal) and cancels a
+/// SIGTRAP still pending when exec removes the event (so that no program
+/// exec'd over a JVM gets one): Linux 6.10 and later.
+pub fn kernel_supported() -> bool {
+    // SAFETY: uname into a zeroed struct.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return false;
+    }
+    // SAFETY: the kernel NUL-terminates the release.
+    let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
+    release_at_least(&release.to_string_lossy(), (6, 10))
+}
+
+/// Whether a kernel release string (`6.18.44-fc`) is `at_least` (major,
+/// minor).
+fn release_at_least(release: &str, at_least: (u32, u32)) -> bool {
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u32>().ok());
+    match (numbers.next().flatten(), numbers.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= at_least,
+        _ => false,
+    }
+}
+
+/// Most threads timed at once, host-wide (a descriptor each); past it the
+/// CPUs' events and signals sample them.
+const MAX_TIMED: usize = 8192;
+
+/// The per-thread events stoke holds.
+#[derive(Default)]
+pub struct ThreadTimers {
+    /// By thread: its process, and its event.
+    events: HashMap<u32, (u32, OwnedFd)>,
+    /// Threads that could not be timed (gone, refused): not tried again.
+    refused: HashMap<u32, ()>,
+}
+
+impl ThreadTimers {
+    /// Whether thread `tid` is timed, or was tried.
+    pub fn known(&self, tid: u32) -> bool {
+        self.events.contains_key(&tid) || self.refused.contains_key(&tid)
+    }
+
+    /// How many threads are timed.
+    pub fn count(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Closes the events of threads that ended or exec'd (the sampler's
+    /// lifecycle programs took them out of `timed_threads`), so that
+    /// their ids, reused, can be timed again.
+    pub fn prune(&mut self, ebpf: &Ebpf) -> Result<()> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let timed: BpfHashMap<&MapData, u32, u8> =
+            BpfHashMap::try_from(ebpf.map("timed_threads").context("no timed_threads map")?)?;
+        self.events.retain(|tid, _| timed.get(tid, 0).is_ok());
+        Ok(())
+    }
+
+    /// The processes with timed threads.
+    pub fn processes(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.events.values().map(|(pid, _)| *pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Closes the events of process `pid`'s threads: the CPUs' events
+    /// sample them again, with signals.
+    pub fn release(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<()> {
+        let mut timed: BpfHashMap<&mut MapData, u32, u8> = BpfHashMap::try_from(
+            ebpf.map_mut("timed_threads")
+                .context("no timed_threads map")?,
+        )?;
+        let tids: Vec<u32> = self
+            .events
+            .iter()
+            .filter(|(_, (owner, _))| *owner == pid)
+            .map(|(tid, _)| *tid)
+            .collect();
+        for tid in tids {
+            // Out of the map first: no sample of the thread is lost.
+            let _ = timed.remove(&tid);
+            self.events.remove(&tid);
+        }
+        Ok(())
+    }
+
+    /// Times thread `tid` with a cpu-clock event every `period_ns` whose
+    /// SIGTRAP carries `cookie`, sampled by `sample_thread`.
+    pub fn time(
+        &mut self,
+        ebpf: &mut Ebpf,
+        (pid, tid): (u32, u32),
+        period_ns: u64,
+        cookie: u64,
+    ) -> Result<()> {
+        if self.events.len() >= MAX_TIMED || self.known(tid) {
+            return Ok(());
+        }
+        match open(ebpf, tid, period_ns, cookie) {
+            Ok(fd) => {
+                let mut timed: BpfHashMap<&mut MapData, u32, u8> = BpfHashMap::try_from(
+                    ebpf.map_mut("timed_threads")
+                        .context("no timed_threads map")?,
+                )?;
+                timed.insert(tid, 1, 0)?;
+                self.events.insert(tid, (pid, fd));
+            }
+            Err(_) if self.refused.len() < MAX_TIMED => {
+                self.refused.insert(tid, ());
+            }
+            Err(_) => {}
+        }
+        Ok(())
+    }
+}
+
+fn open(ebpf: &mut Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<OwnedFd> {
+    let program: &mut PerfEvent = ebpf
+        .program_mut("sample_thread")
+        .context("no sample_thread program")?
+        .try_into()?;
+    if program.fd().is_err() {
+        program.load()?;
+    }
+    let program_fd = program.fd()?.as_fd().as_raw_fd();
+    // SAFETY: a zeroed perf_event_attr is valid; fields set below.
+    let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = PERF_TYPE_SOFTWARE as u32;
+    attr.config = PERF_COUNT_SW_CPU_CLOCK as u64;
+    attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+    attr.__bindgen_anon_1.sample_period = period_ns;
+    attr.set_sigtrap(1);
+    attr.set_remove_on_exec(1);
+    attr.sig_data = cookie;
+    // SAFETY: perf_event_open with a valid attr, one thread, any CPU.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr,
+            tid as libc::pid_t,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        bail!("perf_event_open: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: ioctls on the event with the program's descriptor.
+    let attached = unsafe {
+        libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_BPF as _, program_fd) == 0
+            && libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) == 0
+    };
+    if !attached {
+        bail!(
+            "attaching sample_thread: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(release_at_least("6.18.44-fc-v782", (6, 10)));
+        assert!(release_at_least("6.10.0", (6, 10)));
+        assert!(!release_at_least("6.9.12-amd64", (6, 10)));
+        assert!(!release_at_least("5.15.0-91-generic", (6, 10)));
+        assert!(release_at_least("7.0", (6, 10)));
+        assert!(!release_at_least("garbage", (6, 10)));
+    }
+}
