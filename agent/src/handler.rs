@@ -125,7 +125,10 @@ pub fn install_trap(shared: &SharedMemory) {
         libc::sigaction(libc::SIGTRAP, &action, ptr::null_mut()) == 0
     };
     if installed {
-        shared.header().trap_ready.store(1, Ordering::Release);
+        shared
+            .header()
+            .trap_handler
+            .store(on_trap as *const () as u64, Ordering::Release);
     }
 }
 
@@ -135,7 +138,7 @@ pub fn check_trap(shared: &SharedMemory) {
     let ours = current_action_of(libc::SIGTRAP)
         .is_ok_and(|action| action.sa_sigaction == on_trap as *const () as libc::sighandler_t);
     if !ours {
-        shared.header().trap_ready.store(0, Ordering::Release);
+        shared.header().trap_handler.store(0, Ordering::Release);
     }
 }
 

@@ -203,9 +203,11 @@ pub struct Header {
     /// carries it (`TRAP_PERF`) asks for a Java stack, as [`SIGNAL`] does;
     /// 0 while no stoke set one.
     pub trap_cookie: AtomicU64,
-    /// 1 once the agent's SIGTRAP handler is installed (the JVM had none):
-    /// only then may stoke time the JVM's threads with such events.
-    pub trap_ready: AtomicU32,
+    /// The address of the agent's SIGTRAP handler once installed (the JVM
+    /// had none), 0 before and once replaced: only while the process's
+    /// handler is this one may stoke time the JVM's threads with such
+    /// events (its BPF program checks at every sample).
+    pub trap_handler: AtomicU64,
 }
 
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{require_root, workloads_dir, Running, TempDir};
+use crate::{require_root, workloads_dir, Running, TempDir, Workload, FRAME_POINTER_FLAGS};
 
 /// A JDK the Java tests (and the bench) run their workloads on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +181,25 @@ pub fn prepare_java(label: &str, class: &str, jdk: Jdk) -> (TempDir, JavaWorkloa
     let dir = TempDir::new(&format!("{label}-{}", jdk.label));
     let workload = JavaWorkload::build(class, jdk, dir.path());
     (dir, workload)
+}
+
+/// A C workload that creates a JVM itself (`tests/workloads/java_host.h`),
+/// built in a fresh [`TempDir`] named `label` with `jdk`'s JNI headers, and
+/// the `JavaBusy` classes it runs.
+pub fn prepare_java_host(
+    label: &str,
+    workload: &str,
+    jdk: Jdk,
+) -> (TempDir, Workload, JavaWorkload) {
+    require_root();
+    let dir = TempDir::new(label);
+    let include = format!("-I{}/include", jdk.home);
+    let include_linux = format!("{include}/linux");
+    let mut flags = FRAME_POINTER_FLAGS.to_vec();
+    flags.extend([include.as_str(), include_linux.as_str()]);
+    let host = Workload::build_with(workload, dir.path(), &flags);
+    let java = JavaWorkload::build("JavaBusy", jdk, dir.path());
+    (dir, host, java)
 }
 
 /// The distinct paths of Stoke's agent (`.../libstoke_agent*.so`) that

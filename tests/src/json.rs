@@ -38,6 +38,8 @@ pub struct Summary {
     pub symbolized_addresses: u64,
     /// How long naming them took, in seconds.
     pub symbolize_time: f64,
+    /// Most JVM threads sampled at once by perf events of their own.
+    pub timed_threads: u64,
     /// How Java profiling went.
     pub java: JavaSummary,
     /// What loading unwind tables cost.

@@ -40,8 +40,8 @@ mod workload;
 pub use go_pprof::{go_pprof, pprof_tags};
 pub use host::{cpu_time, pid_max, require_root, run_tool};
 pub use java::{
-    agent_paths, is_java_frame, java_method, java_workloads_dir, prepare_java, JavaWorkload, Jdk,
-    JDKS, JDK_17, TEMURIN_25,
+    agent_paths, is_java_frame, java_method, java_workloads_dir, prepare_java, prepare_java_host,
+    JavaWorkload, Jdk, JDKS, JDK_17, TEMURIN_25,
 };
 pub use json::{read_json, JavaReport, JsonProfile};
 pub use paths::{crate_dir, stoke_bin, workloads_dir, workspace_root};

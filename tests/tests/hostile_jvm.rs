@@ -153,6 +153,13 @@ fn flood(label: &str, in_namespace: bool) {
         "no count of Java stacks from the future:\n{}",
         profile.describe()
     );
+    // Its header says its agent catches SIGTRAP; the kernel says no
+    // handler does: none of its threads got a SIGTRAP event (the fake,
+    // alive at the end, says the same).
+    assert_eq!(
+        profile.summary.timed_threads, 0,
+        "stoke timed threads of a process that does not catch SIGTRAP"
+    );
     // A recording of one process at 999 Hz needs some 30 MB; the flood may
     // add the bounded 8 MB of held stacks, the bounded code map and
     // requests, and the profile of thousands of distinct forged stacks.

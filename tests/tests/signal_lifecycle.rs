@@ -1,24 +1,20 @@
 //! Stoke signals a JVM only while it is that JVM: a program exec'd over a
-//! JVM whose agent Stoke was signalling gets no signal, from the exec on.
+//! JVM whose agent Stoke was signalling gets no signal, from the exec on:
+//! neither SIGURG nor the SIGTRAP of the JVM threads' own perf events.
 
 use std::process::Command;
 use std::time::Duration;
 
 use stoke_tests::{
-    args, describe, is_java_frame, prepare, read_folded, record_args, samples_where, JavaWorkload,
-    Running, Stack, Stoke, Workload, FRAME_POINTER_FLAGS, JDK_17,
+    args, describe, is_java_frame, prepare_java_host, read_folded, read_json, record_args,
+    samples_where, Running, Stack, Stoke, JDK_17,
 };
 
 #[test]
 fn a_program_exec_d_over_a_signalled_jvm_gets_no_signal() {
-    let (dir, _) = prepare("jvm-exec", "short_burn");
-    let include = format!("-I{}/include", JDK_17.home);
-    let include_linux = format!("{include}/linux");
-    let mut flags = FRAME_POINTER_FLAGS.to_vec();
-    flags.extend([include.as_str(), include_linux.as_str()]);
-    let host = Workload::build_with("jvm_then_exec", dir.path(), &flags);
-    let java = JavaWorkload::build("JavaBusy", JDK_17, dir.path());
+    let (dir, host, java) = prepare_java_host("jvm-exec", "jvm_then_exec", JDK_17);
     let out = dir.join("jvm-exec.folded");
+    let json = dir.join("jvm-exec.json");
 
     // The JVM is up (it printed "ready") before stoke starts, as in the other
     // Java tests: a JVM still being created refuses attach, and stoke's
@@ -32,7 +28,12 @@ fn a_program_exec_d_over_a_signalled_jvm_gets_no_signal() {
         .arg(java.classes())
         .arg("3");
     let mut running = Running::start(command, "jvm_then_exec", &host.comm());
-    let mut stoke = Stoke::spawn(&record_args(&args!["-a"], 499, 8.0, &out));
+    let mut stoke = Stoke::spawn(&record_args(
+        &args!["-a", "-o", json.display()],
+        499,
+        8.0,
+        &out,
+    ));
     stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
     running.wait_for_line("attached", Duration::from_secs(20));
     running.wait_for_line("counting", Duration::from_secs(20));
@@ -64,4 +65,10 @@ fn a_program_exec_d_over_a_signalled_jvm_gets_no_signal() {
         count, "sigurg 0",
         "the program exec'd over the JVM was signalled"
     );
+    // The JVM's threads had perf events of their own, whose SIGTRAP would
+    // have killed the program after the exec (it has no handler): the
+    // events went with the exec, and no SIGTRAP was left pending.
+    let timed = read_json(&json).summary.timed_threads;
+    assert!(timed >= 1, "no thread of the JVM was timed before the exec");
+    running.wait_success(Duration::from_secs(20));
 }

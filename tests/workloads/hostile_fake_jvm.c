@@ -1,7 +1,9 @@
 /* A fake JVM, hostile to stoke: it maps a file named libjvm.so (argv[2],
  * any small library copied under that name) and, in mode "flood", creates
  * a memfd named like Stoke's agent's with a header that looks right (the
- * layout of profiler-common/src/jvm.rs, version 4) and state Ready, then
+ * layout of profiler-common/src/jvm.rs, version 5) and state Ready, and
+ * says its agent catches SIGTRAP (a lie: it has no handler, and the signal's
+ * default action would end it), then
  * for argv[1] seconds keeps its sample ring full of stacks with future,
  * ancient and current timestamps, random thread ids and random method ids,
  * and its event log full of code loads of one method, random bytes and an
@@ -24,7 +26,7 @@
 #include "common.h"
 #include "count_signal.h"
 
-#define VERSION 4
+#define VERSION 5
 #define MAX_FRAMES 256
 #define SAMPLE_SLOTS 1024
 #define REQUEST_SLOTS 4096
@@ -45,6 +47,8 @@ struct header {
 	uint64_t alloc_interval, lock_threshold_ns;
 	uint64_t java_events_written, java_events_read, java_events_dropped;
 	uint64_t alloc_samples;
+	uint64_t trap_cookie;
+	uint64_t trap_handler;
 };
 
 struct frame {
@@ -98,6 +102,8 @@ static unsigned char *create_agent_memory(uint32_t version)
 	header->signal = SIGURG;
 	header->pid = (uint32_t)getpid();
 	header->state = 1; /* Ready */
+	/* Any address: this process has no SIGTRAP handler. */
+	header->trap_handler = (uint64_t)(uintptr_t)&create_agent_memory;
 	memcpy(&header->magic, "STOKEJVM", 8);
 	return base;
 }

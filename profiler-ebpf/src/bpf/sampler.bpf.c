@@ -69,12 +69,13 @@ struct {
 
 /* Threads of JVMs sampled by perf events of their own (sample_thread),
  * whose `sigtrap` asks the agent for the Java stack as task work, with no
- * inter-processor interrupt: the CPUs' events leave them alone. */
+ * inter-processor interrupt: the CPUs' events leave them alone. The value
+ * is the address of the agent's SIGTRAP handler. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, __u64);
 } timed_threads SEC(".maps");
 
 /* When each process last exec'd or exited (bpf_ktime_get_ns): userspace
@@ -689,9 +690,30 @@ static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 	return state->count * sizeof(__u64);
 }
 
+#define STOKE_SIGTRAP 5
+
+/* Whether the SIGTRAP of the current thread's own event would reach the
+ * agent's handler now: the process's handler is still the one the agent
+ * installed (no library replaced it, nor reset it to the default action,
+ * which ends the process), and no debugger traces the thread (it would
+ * stop at every SIGTRAP). Checked at every sample, so that a change is
+ * seen before the next signal, not at userspace's next look. */
+static __always_inline bool trap_reaches_agent(struct task_struct *task, __u32 tid)
+{
+	__u64 *agent_handler = bpf_map_lookup_elem(&timed_threads, &tid);
+	__u64 handler;
+
+	if (!agent_handler || *agent_handler <= 1 || task->ptrace)
+		return false;
+	handler = (__u64)BPF_CORE_READ(task, sighand, action[STOKE_SIGTRAP - 1].sa.sa_handler);
+	return handler == *agent_handler;
+}
+
 /* A CPU sample of the current thread. From a CPU's event (`own_timer`
  * false) a JVM's thread is signalled for its Java stack; from the thread's
- * own event, the return value asks perf for its SIGTRAP instead (1). */
+ * own event, the return value asks perf for its SIGTRAP instead (1), if
+ * it would reach the agent (else the thread is signalled as from a CPU's
+ * event). */
 static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool own_timer)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -702,7 +724,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	struct task_struct *task;
 	struct stoke_regs *user;
 	__u32 *signal, stop = STOKE_STOP_FRAME_POINTERS;
-	bool in_kernel, announcing;
+	bool in_kernel, announcing, trap;
 	long kernel_bytes = 0, user_bytes = 0;
 
 	if (tgid == 0 && !include_idle) {
@@ -775,7 +797,8 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	 * returns to user mode; the record's tid and time let userspace pair
 	 * the two. */
 	signal = cpu_java_stacks ? bpf_map_lookup_elem(&signal_tgids, &tgid) : NULL;
-	if (signal && own_timer) {
+	trap = own_timer && signal && trap_reaches_agent(task, tid);
+	if (trap) {
 		record->header.flags |= STOKE_SAMPLE_SIGNALLED;
 	} else if (signal && !(task->flags & PF_KTHREAD)) {
 		if (bpf_send_signal_thread(*signal) == 0)
@@ -793,7 +816,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		count(STOKE_COUNTER_SENT);
 	else
 		count(STOKE_COUNTER_LOST_RING_FULL);
-	return own_timer && (record->header.flags & STOKE_SAMPLE_SIGNALLED);
+	return trap;
 }
 
 SEC("perf_event")

@@ -23,6 +23,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::sample::thread_timers::Trap;
 use anyhow::{bail, Context, Result};
 use profiler_common::jvm::{
     self, Activity, AgentState, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE,
@@ -224,23 +225,28 @@ impl AgentMemory {
         unsafe { &*self.base.as_ptr().cast::<Header>() }
     }
 
-    /// The `sig_data` stoke's per-thread events give this JVM's threads,
-    /// if its agent takes their SIGTRAP (chosen at first use).
-    pub fn trap_cookie(&self) -> Option<u64> {
+    /// How stoke's per-thread events reach this JVM's agent, if it takes
+    /// their SIGTRAP: the `sig_data` they carry (chosen at first use) and
+    /// the agent's handler, as the agent says (the kernel is asked too).
+    pub fn trap(&self) -> Option<Trap> {
         let header = self.header();
-        if header.trap_ready.load(Ordering::Acquire) != 1 {
+        let handler = header.trap_handler.load(Ordering::Acquire);
+        if handler == 0 {
             return None;
         }
         let cookie = header.trap_cookie.load(Ordering::Acquire);
         if cookie != 0 {
-            return Some(cookie);
+            return Some(Trap { cookie, handler });
         }
         let mut fresh = [0u8; 8];
         // SAFETY: getrandom into our own buffer.
         unsafe { libc::getrandom(fresh.as_mut_ptr().cast(), fresh.len(), 0) };
         let fresh = u64::from_ne_bytes(fresh) | 1;
         header.trap_cookie.store(fresh, Ordering::Release);
-        Some(fresh)
+        Some(Trap {
+            cookie: fresh,
+            handler,
+        })
     }
 
     /// What the agent says it is doing; `Failed` for a value it cannot mean.

@@ -35,6 +35,7 @@ use crate::{
         monotonic_ns,
         ring_record::Sample,
         sampler::{Sampler, SignalsRefused},
+        thread_timers::Trap,
     },
 };
 
@@ -344,10 +345,10 @@ impl JavaProfiler {
         self.merger.add_native(sample);
     }
 
-    /// The cookie of per-thread events for JVM `pid`'s threads, if its
-    /// agent takes their SIGTRAP.
-    pub fn trap_cookie(&self, pid: u32) -> Option<u64> {
-        self.jvms.get(&pid)?.memory.trap_cookie()
+    /// How per-thread events reach JVM `pid`'s agent, if it takes their
+    /// SIGTRAP.
+    pub fn trap(&self, pid: u32) -> Option<Trap> {
+        self.jvms.get(&pid)?.memory.trap()
     }
 
     /// A sample that signalled no thread: if it is a JVM's, the summary

@@ -33,6 +33,7 @@ use crate::{
     sample::{
         ring_record::Record,
         sampler::{CounterTotals, OffCpuConfig, Sampler, SamplerConfig},
+        thread_timers::trap_caught,
     },
     symbolize::{names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
@@ -268,18 +269,18 @@ impl Recording {
         // An agent whose SIGTRAP handler was replaced, a debugger come
         // since: the process's threads go back to the CPUs' events.
         for pid in sampler.timed_processes() {
-            if java.trap_cookie(pid).is_none() || traced(pid) {
+            if java.trap(pid).is_none() || !trap_caught(&format!("/proc/{pid}/status")) {
                 sampler.untime_process(pid)?;
             }
         }
+        to_time.sort_unstable();
+        to_time.dedup();
         for (pid, tid) in to_time {
             if sampler.thread_timed(tid) {
                 continue;
             }
-            // A debugger would stop at every SIGTRAP: its JVM keeps the
-            // signal it ignores.
-            if let Some(cookie) = java.trap_cookie(pid).filter(|_| !traced(pid)) {
-                sampler.time_thread((pid, tid), cookie)?;
+            if let Some(trap) = java.trap(pid) {
+                sampler.time_thread((pid, tid), trap)?;
             }
         }
         self.timed_threads = self.timed_threads.max(sampler.timed_threads());
@@ -505,15 +506,4 @@ fn all_exited(pids: &[u32]) -> bool {
         && pids
             .iter()
             .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-}
-
-/// Whether process `pid` is being traced (a debugger, which would stop at
-/// every SIGTRAP), as its status says; unknown counts as traced.
-fn traced(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |status| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("TracerPid:"))
-            .is_none_or(|tracer| tracer.trim() != "0")
-    })
 }

@@ -21,7 +21,7 @@ use tracing::debug;
 
 use super::{
     kfuncs, monotonic_ns,
-    thread_timers::{self, ThreadTimers},
+    thread_timers::{self, ThreadTimers, Trap},
     waiting::{self, WaitsInProgress},
 };
 use crate::{
@@ -244,13 +244,13 @@ impl Sampler {
     }
 
     /// Samples JVM thread `tid` with an event of its own whose SIGTRAP
-    /// carries `cookie` (`thread_timers`), unless it is or was tried.
-    pub fn time_thread(&mut self, (pid, tid): (u32, u32), cookie: u64) -> Result<()> {
+    /// reaches `trap` (`thread_timers`), unless it is or was tried.
+    pub fn time_thread(&mut self, (pid, tid): (u32, u32), trap: Trap) -> Result<()> {
         if !self.sampling_cpu || !self.sigtrap_kernel {
             return Ok(());
         }
         self.timers
-            .time(&mut self.ebpf, (pid, tid), self.period_ns, cookie)
+            .time(&mut self.ebpf, (pid, tid), self.period_ns, trap)
     }
 
     /// The processes with threads timed by events of their own.

@@ -8,10 +8,11 @@
 //! events leave the timed threads alone (`timed_threads`).
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
 };
 
+use crate::process::procfs;
 use anyhow::{bail, Context, Result};
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
@@ -50,6 +51,37 @@ fn release_at_least(release: &str, at_least: (u32, u32)) -> bool {
     }
 }
 
+/// Where a JVM's agent takes the SIGTRAP of stoke's per-thread events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trap {
+    /// The events' `sig_data`, by which the handler knows them.
+    pub cookie: u64,
+    /// The handler's address, which the BPF program compares with the
+    /// process's at every sample.
+    pub handler: u64,
+}
+
+/// Whether a SIGTRAP sent to the task whose status file is at
+/// `status_path` (`/proc/PID/status`, `/proc/PID/task/TID/status`) reaches
+/// a handler: the kernel says the signal is caught, and no debugger traces
+/// the task (it would stop at each). The agent's word in shared memory is
+/// not enough: a process may write anything there, and SIGTRAP's default
+/// action ends it. Unknown counts as not.
+pub fn trap_caught(status_path: &str) -> bool {
+    procfs::read_status(status_path).is_ok_and(|status| status_catches_trap(&status))
+}
+
+fn status_catches_trap(status: &str) -> bool {
+    const SIGTRAP_MASK: u64 = 1 << (libc::SIGTRAP - 1);
+    let caught = procfs::status_field(status, "SigCgt:")
+        .and_then(|mut mask| u64::from_str_radix(mask.next()?, 16).ok())
+        .is_some_and(|mask| mask & SIGTRAP_MASK != 0);
+    let untraced = procfs::status_field(status, "TracerPid:")
+        .and_then(|mut tracer| tracer.next())
+        .is_some_and(|tracer| tracer == "0");
+    caught && untraced
+}
+
 /// Most threads timed at once, host-wide (a descriptor each); past it the
 /// CPUs' events and signals sample them.
 const MAX_TIMED: usize = 8192;
@@ -59,14 +91,15 @@ const MAX_TIMED: usize = 8192;
 pub struct ThreadTimers {
     /// By thread: its process, and its event.
     events: HashMap<u32, (u32, OwnedFd)>,
-    /// Threads that could not be timed (gone, refused): not tried again.
-    refused: HashMap<u32, ()>,
+    /// Threads that could not be timed (gone, refused by the kernel, their
+    /// SIGTRAP not caught or traced): not tried again.
+    refused: HashSet<u32>,
 }
 
 impl ThreadTimers {
     /// Whether thread `tid` is timed, or was tried.
     pub fn known(&self, tid: u32) -> bool {
-        self.events.contains_key(&tid) || self.refused.contains_key(&tid)
+        self.events.contains_key(&tid) || self.refused.contains(&tid)
     }
 
     /// How many threads are timed.
@@ -81,7 +114,7 @@ impl ThreadTimers {
         if self.events.is_empty() {
             return Ok(());
         }
-        let timed: BpfHashMap<&MapData, u32, u8> =
+        let timed: BpfHashMap<&MapData, u32, u64> =
             BpfHashMap::try_from(ebpf.map("timed_threads").context("no timed_threads map")?)?;
         self.events.retain(|tid, _| timed.get(tid, 0).is_ok());
         Ok(())
@@ -98,7 +131,7 @@ impl ThreadTimers {
     /// Closes the events of process `pid`'s threads: the CPUs' events
     /// sample them again, with signals.
     pub fn release(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<()> {
-        let mut timed: BpfHashMap<&mut MapData, u32, u8> = BpfHashMap::try_from(
+        let mut timed: BpfHashMap<&mut MapData, u32, u64> = BpfHashMap::try_from(
             ebpf.map_mut("timed_threads")
                 .context("no timed_threads map")?,
         )?;
@@ -117,28 +150,43 @@ impl ThreadTimers {
     }
 
     /// Times thread `tid` with a cpu-clock event every `period_ns` whose
-    /// SIGTRAP carries `cookie`, sampled by `sample_thread`.
+    /// SIGTRAP reaches `trap`, sampled by `sample_thread`.
     pub fn time(
         &mut self,
         ebpf: &mut Ebpf,
         (pid, tid): (u32, u32),
         period_ns: u64,
-        cookie: u64,
+        trap: Trap,
     ) -> Result<()> {
         if self.events.len() >= MAX_TIMED || self.known(tid) {
             return Ok(());
         }
-        match open(ebpf, tid, period_ns, cookie) {
+        let opened = if trap_caught(&format!("/proc/{pid}/task/{tid}/status")) {
+            open(ebpf, tid, period_ns, trap.cookie)
+        } else {
+            Err(anyhow::anyhow!("SIGTRAP not caught"))
+        };
+        let enabled = opened.and_then(|fd| {
+            // Into the map before the event runs: its program reads the
+            // handler there, and the CPUs' events leave the thread to it.
+            let mut timed: BpfHashMap<&mut MapData, u32, u64> = BpfHashMap::try_from(
+                ebpf.map_mut("timed_threads")
+                    .context("no timed_threads map")?,
+            )?;
+            timed.insert(tid, trap.handler, 0)?;
+            // SAFETY: an ioctl on the event we own.
+            if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) } != 0 {
+                let _ = timed.remove(&tid);
+                bail!("enabling: {}", std::io::Error::last_os_error());
+            }
+            Ok(fd)
+        });
+        match enabled {
             Ok(fd) => {
-                let mut timed: BpfHashMap<&mut MapData, u32, u8> = BpfHashMap::try_from(
-                    ebpf.map_mut("timed_threads")
-                        .context("no timed_threads map")?,
-                )?;
-                timed.insert(tid, 1, 0)?;
                 self.events.insert(tid, (pid, fd));
             }
             Err(_) if self.refused.len() < MAX_TIMED => {
-                self.refused.insert(tid, ());
+                self.refused.insert(tid);
             }
             Err(_) => {}
         }
@@ -146,6 +194,7 @@ impl ThreadTimers {
     }
 }
 
+/// A disabled cpu-clock event on thread `tid` with `sample_thread` attached.
 fn open(ebpf: &mut Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<OwnedFd> {
     let program: &mut PerfEvent = ebpf
         .program_mut("sample_thread")
@@ -161,6 +210,7 @@ fn open(ebpf: &mut Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<OwnedF
     attr.config = PERF_COUNT_SW_CPU_CLOCK as u64;
     attr.size = std::mem::size_of::<perf_event_attr>() as u32;
     attr.__bindgen_anon_1.sample_period = period_ns;
+    attr.set_disabled(1);
     attr.set_sigtrap(1);
     attr.set_remove_on_exec(1);
     attr.sig_data = cookie;
@@ -180,11 +230,9 @@ fn open(ebpf: &mut Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<OwnedF
     }
     // SAFETY: a descriptor the kernel just returned, owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: ioctls on the event with the program's descriptor.
-    let attached = unsafe {
-        libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_BPF as _, program_fd) == 0
-            && libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) == 0
-    };
+    // SAFETY: an ioctl on the event with the program's descriptor.
+    let attached =
+        unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_BPF as _, program_fd) == 0 };
     if !attached {
         bail!(
             "attaching sample_thread: {}",
@@ -206,5 +254,18 @@ mod tests {
         assert!(!release_at_least("5.15.0-91-generic", (6, 10)));
         assert!(release_at_least("7.0", (6, 10)));
         assert!(!release_at_least("garbage", (6, 10)));
+    }
+
+    #[test]
+    fn a_trap_is_caught_only_with_a_handler_and_no_tracer() {
+        let status = |caught: &str, tracer: &str| {
+            format!("Name:\tjava\nTracerPid:\t{tracer}\nSigBlk:\t0\nSigCgt:\t{caught}\n")
+        };
+        // HotSpot's mask with SIGTRAP's bit (0x10) set, and without.
+        assert!(status_catches_trap(&status("0000000181005cdf", "0")));
+        assert!(!status_catches_trap(&status("0000000181005ccf", "0")));
+        assert!(!status_catches_trap(&status("0000000181005cdf", "4242")));
+        assert!(!status_catches_trap(&status("not hex", "0")));
+        assert!(!status_catches_trap("Name:\tjava\nSigCgt:\t10\n"));
     }
 }
