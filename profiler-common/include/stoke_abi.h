@@ -18,6 +18,13 @@
 #define STOKE_COMM_LEN 16
 
 /**
+ * The `bpf_cookie` of the link between the sampler and a JVM thread's own
+ * cpu-clock event (whose `sigtrap` asks for the Java stack); the CPUs'
+ * events have none (0).
+ */
+#define STOKE_OWN_TIMER_COOKIE 1
+
+/**
  * [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
  */
 #define STOKE_SAMPLE_IN_KERNEL (1 << 0)
@@ -43,7 +50,7 @@
 /**
  * Number of [`Counter`]s, the size of the `counters` array.
  */
-#define STOKE_COUNTER_COUNT 10
+#define STOKE_COUNTER_COUNT 11
 
 /**
  * Where [`PackedRow::rule`] keeps the RBP rule: the CFA's kind is in the
@@ -206,6 +213,11 @@ enum stoke_counter
    * Off-CPU records dropped because the ring buffer was full.
    */
   STOKE_COUNTER_OFF_CPU_LOST_RING_FULL = 9,
+  /**
+   * Runs of the sampler for a JVM thread's own event: the thread's CPU
+   * ran it too at that tick (and returned at once).
+   */
+  STOKE_COUNTER_OWN_TIMER_RUNS = 10,
 };
 #if __STDC_VERSION__ >= 202311L
 typedef enum stoke_counter stoke_counter;

@@ -27,6 +27,11 @@ pub enum RecordKind {
     OffCpu = 4,
 }
 
+/// The `bpf_cookie` of the link between the sampler and a JVM thread's own
+/// cpu-clock event (whose `sigtrap` asks for the Java stack); the CPUs'
+/// events have none (0).
+pub const OWN_TIMER_COOKIE: u64 = 1;
+
 /// [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
 pub const SAMPLE_IN_KERNEL: u32 = 1 << 0;
 /// [`RecordHeader::flags`] bit: the sampled thread was sent the JVM agent's
@@ -115,7 +120,10 @@ pub enum Counter {
     OffCpuOverBudget = 8,
     /// Off-CPU records dropped because the ring buffer was full.
     OffCpuLostRingFull = 9,
+    /// Runs of the sampler for a JVM thread's own event: the thread's CPU
+    /// ran it too at that tick (and returned at once).
+    OwnTimerRuns = 10,
 }
 
 /// Number of [`Counter`]s, the size of the `counters` array.
-pub const COUNTER_COUNT: u32 = 10;
+pub const COUNTER_COUNT: u32 = 11;

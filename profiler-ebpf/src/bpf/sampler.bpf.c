@@ -67,7 +67,7 @@ struct {
 	__type(value, __u32);
 } signal_tgids SEC(".maps");
 
-/* Threads of JVMs sampled by perf events of their own (sample_thread),
+/* Threads of JVMs sampled by perf events of their own (OWN_TIMER_COOKIE),
  * whose `sigtrap` asks the agent for the Java stack as task work, with no
  * inter-processor interrupt: the CPUs' events leave them alone. The value
  * is the address of the agent's SIGTRAP handler. */
@@ -727,6 +727,8 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	bool in_kernel, announcing, trap;
 	long kernel_bytes = 0, user_bytes = 0;
 
+	if (own_timer)
+		count(STOKE_COUNTER_OWN_TIMER_RUNS);
 	if (tgid == 0 && !include_idle) {
 		count(STOKE_COUNTER_IDLE_SKIPPED);
 		return 0;
@@ -819,16 +821,12 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	return trap;
 }
 
+/* One program for both kinds of event: a thread's own is linked with a
+ * cookie, and the program is verified once. */
 SEC("perf_event")
 int sample_cpu(struct stoke_perf_event_data *ctx)
 {
-	return take_sample(ctx, false);
-}
-
-SEC("perf_event")
-int sample_thread(struct stoke_perf_event_data *ctx)
-{
-	return take_sample(ctx, true);
+	return take_sample(ctx, bpf_get_attach_cookie(ctx) == STOKE_OWN_TIMER_COOKIE);
 }
 
 /* A process's address space is gone: it gets no more signals (whatever

@@ -16,7 +16,7 @@ use aya::{
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
-use profiler_common::COUNTER_COUNT;
+use profiler_common::{Counter, COUNTER_COUNT};
 use tracing::debug;
 
 use super::{
@@ -386,24 +386,20 @@ impl Sampler {
         Ok(BpfHashMap::try_from(map)?)
     }
 
-    /// Mean run time of the sampling programs per sample, if the kernel
-    /// measured it: the CPUs' program runs at every tick of every CPU,
-    /// and a timed thread's own program at the same rate in its stead
-    /// (its CPU's run then returns at once), so both programs' time over
-    /// the CPUs' runs.
+    /// Mean run time of the sampling program per sample, if the kernel
+    /// measured it: it runs at every tick of every CPU, and for a timed
+    /// thread at its own event's tick too (its CPU's run then returns at
+    /// once), so its time over the CPUs' runs.
     pub fn time_per_sample(&self) -> Option<Duration> {
-        let info = |name| {
-            self.ebpf
-                .program(name)
-                .and_then(|program| <&PerfEvent>::try_from(program).ok())
-                .and_then(|program| program.info().ok())
-        };
-        let cpu = info("sample_cpu")?;
-        let threads = info("sample_thread").map_or(Duration::ZERO, |info| info.run_time());
-        let runs = u32::try_from(cpu.run_count())
+        let program: &PerfEvent = self.ebpf.program("sample_cpu")?.try_into().ok()?;
+        let info = program.info().ok()?;
+        let own_timer_runs = self
+            .counters()
+            .map_or(0, |counters| counters[Counter::OwnTimerRuns as usize]);
+        let runs = u32::try_from(info.run_count().saturating_sub(own_timer_runs))
             .ok()
             .filter(|&runs| runs > 0)?;
-        Some((cpu.run_time() + threads) / runs)
+        Some(info.run_time() / runs)
     }
 
     /// Sums the sampler's counters over all CPUs.

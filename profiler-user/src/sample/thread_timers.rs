@@ -3,9 +3,10 @@
 //! from the timer interrupt goes through irq_work, a self-interrupt (3-4 µs
 //! a sample on a VM that traps it). A thread's own cpu-clock event with
 //! `sigtrap` has perf queue a SIGTRAP as task work, delivered as the thread
-//! returns to user mode, with no interrupt: its program (`sample_thread`)
-//! takes the same record and returns 1 to have the signal sent. The CPUs'
-//! events leave the timed threads alone (`timed_threads`).
+//! returns to user mode, with no interrupt. The CPUs' sampler, linked to it
+//! with a cookie (so verified once), takes the same record and returns 1
+//! to have the signal sent. The CPUs' events leave the timed threads alone
+//! (`timed_threads`).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -20,9 +21,10 @@ use aya::{
     Ebpf,
 };
 use aya_obj::generated::{
-    perf_event_attr, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK, perf_type_id::PERF_TYPE_SOFTWARE,
-    PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF, PERF_FLAG_FD_CLOEXEC,
+    bpf_attach_type, bpf_attr, bpf_cmd, perf_event_attr, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK,
+    perf_type_id::PERF_TYPE_SOFTWARE, PERF_EVENT_IOC_ENABLE, PERF_FLAG_FD_CLOEXEC,
 };
+use profiler_common::OWN_TIMER_COOKIE;
 
 /// Whether this kernel runs a perf event's BPF program before its
 /// `sigtrap` (so that the program's 0 sends no signal) and cancels a
@@ -89,8 +91,8 @@ const MAX_TIMED: usize = 8192;
 /// The per-thread events stoke holds.
 #[derive(Default)]
 pub struct ThreadTimers {
-    /// By thread: its process, and its event.
-    events: HashMap<u32, (u32, OwnedFd)>,
+    /// By thread: its process, its event and the sampler's link to it.
+    events: HashMap<u32, (u32, (OwnedFd, OwnedFd))>,
     /// Threads that could not be timed (gone, refused by the kernel, their
     /// SIGTRAP not caught or traced): not tried again.
     refused: HashSet<u32>,
@@ -150,7 +152,7 @@ impl ThreadTimers {
     }
 
     /// Times thread `tid` with a cpu-clock event every `period_ns` whose
-    /// SIGTRAP reaches `trap`, sampled by `sample_thread`.
+    /// SIGTRAP reaches `trap`, sampled by the CPUs' sampler.
     pub fn time(
         &mut self,
         ebpf: &mut Ebpf,
@@ -166,7 +168,7 @@ impl ThreadTimers {
         } else {
             Err(anyhow::anyhow!("SIGTRAP not caught"))
         };
-        let enabled = opened.and_then(|fd| {
+        let enabled = opened.and_then(|(event, link)| {
             // Into the map before the event runs: its program reads the
             // handler there, and the CPUs' events leave the thread to it.
             let mut timed: BpfHashMap<&mut MapData, u32, u64> = BpfHashMap::try_from(
@@ -175,15 +177,15 @@ impl ThreadTimers {
             )?;
             timed.insert(tid, trap.handler, 0)?;
             // SAFETY: an ioctl on the event we own.
-            if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) } != 0 {
+            if unsafe { libc::ioctl(event.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) } != 0 {
                 let _ = timed.remove(&tid);
                 bail!("enabling: {}", std::io::Error::last_os_error());
             }
-            Ok(fd)
+            Ok((event, link))
         });
         match enabled {
-            Ok(fd) => {
-                self.events.insert(tid, (pid, fd));
+            Ok(fds) => {
+                self.events.insert(tid, (pid, fds));
             }
             Err(_) if self.refused.len() < MAX_TIMED => {
                 self.refused.insert(tid);
@@ -194,15 +196,14 @@ impl ThreadTimers {
     }
 }
 
-/// A disabled cpu-clock event on thread `tid` with `sample_thread` attached.
-fn open(ebpf: &mut Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<OwnedFd> {
-    let program: &mut PerfEvent = ebpf
-        .program_mut("sample_thread")
-        .context("no sample_thread program")?
+/// A disabled cpu-clock event on thread `tid`, and the link (with
+/// [`OWN_TIMER_COOKIE`]) of the CPUs' sampler to it: the program verified
+/// once serves both kinds of event.
+fn open(ebpf: &Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<(OwnedFd, OwnedFd)> {
+    let program: &PerfEvent = ebpf
+        .program("sample_cpu")
+        .context("no sample_cpu program")?
         .try_into()?;
-    if program.fd().is_err() {
-        program.load()?;
-    }
     let program_fd = program.fd()?.as_fd().as_raw_fd();
     // SAFETY: a zeroed perf_event_attr is valid; fields set below.
     let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
@@ -215,7 +216,7 @@ fn open(ebpf: &mut Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<OwnedF
     attr.set_remove_on_exec(1);
     attr.sig_data = cookie;
     // SAFETY: perf_event_open with a valid attr, one thread, any CPU.
-    let fd = unsafe {
+    let event = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
             &attr,
@@ -225,21 +226,31 @@ fn open(ebpf: &mut Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<OwnedF
             PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
         )
     };
-    if fd < 0 {
+    if event < 0 {
         bail!("perf_event_open: {}", std::io::Error::last_os_error());
     }
     // SAFETY: a descriptor the kernel just returned, owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: an ioctl on the event with the program's descriptor.
-    let attached =
-        unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_BPF as _, program_fd) == 0 };
-    if !attached {
-        bail!(
-            "attaching sample_thread: {}",
-            std::io::Error::last_os_error()
-        );
+    let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
+    // SAFETY: a zeroed bpf_attr is valid; the link_create fields set below.
+    let mut link: bpf_attr = unsafe { std::mem::zeroed() };
+    link.link_create.__bindgen_anon_1.prog_fd = program_fd as u32;
+    link.link_create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
+    link.link_create.attach_type = bpf_attach_type::BPF_PERF_EVENT as u32;
+    link.link_create.__bindgen_anon_3.perf_event.bpf_cookie = OWN_TIMER_COOKIE;
+    // SAFETY: BPF_LINK_CREATE with a valid attr of the size given.
+    let link = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            bpf_cmd::BPF_LINK_CREATE as libc::c_int,
+            &link,
+            std::mem::size_of::<bpf_attr>() as u32,
+        )
+    };
+    if link < 0 {
+        bail!("linking the sampler: {}", std::io::Error::last_os_error());
     }
-    Ok(fd)
+    // SAFETY: as above.
+    Ok((event, unsafe { OwnedFd::from_raw_fd(link as i32) }))
 }
 
 #[cfg(test)]

@@ -141,15 +141,7 @@ fn run_once(bench: &Bench, workload: Workload) -> Result<Run> {
             process
         }
     };
-    let mut programs = program_stats(recording.pid())?;
-    // JVM threads timed by events of their own are sampled by
-    // sample_thread, in the stead of sample_cpu's run at the same tick
-    // (which then returns at once): its time is the samples' too.
-    if let Some(threads) = programs.remove("sample_thread") {
-        if let Some(cpu) = programs.get_mut("sample_cpu") {
-            cpu.run_time_ns += threads.run_time_ns;
-        }
-    }
+    let programs = program_stats(recording.pid())?;
     let stopped = recording.stop()?;
     let stacks = stopped.stacks()?;
     stopped.remove_output();
@@ -249,7 +241,7 @@ fn section(bench: &Bench, runs: &[(Workload, Vec<Run>)]) -> Section {
     let mut table = Table::new(&[
         "workload",
         "frames per sample",
-        "sampler µs per sample (sample_cpu; sample_thread for timed JVM threads)",
+        "sample_cpu µs per sample",
         "process_exec µs per run (runs)",
         "process_exit µs per run (runs)",
     ]);

@@ -21,6 +21,18 @@ impl ProgramStats {
             run_count: self.run_count.saturating_sub(earlier.run_count),
         }
     }
+
+    /// Nanoseconds per run, if the program ran.
+    pub fn per_run_ns(self) -> Option<f64> {
+        (self.run_count > 0).then(|| self.run_time_ns as f64 / self.run_count as f64)
+    }
+}
+
+impl std::ops::AddAssign for ProgramStats {
+    fn add_assign(&mut self, other: ProgramStats) {
+        self.run_time_ns += other.run_time_ns;
+        self.run_count += other.run_count;
+    }
 }
 
 /// The counters of every BPF program a process holds, by program name.
@@ -30,8 +42,7 @@ pub fn program_stats(pid: libc::pid_t) -> Result<BTreeMap<String, ProgramStats>>
         let entry = programs
             .entry(program_name(id)?)
             .or_insert_with(ProgramStats::default);
-        entry.run_time_ns += stats.run_time_ns;
-        entry.run_count += stats.run_count;
+        *entry += stats;
     }
     Ok(programs)
 }
@@ -50,13 +61,13 @@ pub fn total_run_time(pid: libc::pid_t) -> Result<f64> {
 /// The counters of a process's perf_event programs together: stoke's CPU
 /// sampler (no bpftool).
 pub fn sampler_stats(pid: libc::pid_t) -> Result<ProgramStats> {
-    Ok(programs_held(pid)?
-        .into_iter()
-        .filter(|&(_, kind, _)| kind == BPF_PROG_TYPE_PERF_EVENT)
-        .fold(ProgramStats::default(), |sum, (_, _, stats)| ProgramStats {
-            run_time_ns: sum.run_time_ns + stats.run_time_ns,
-            run_count: sum.run_count + stats.run_count,
-        }))
+    let mut sum = ProgramStats::default();
+    for (_, kind, stats) in programs_held(pid)? {
+        if kind == BPF_PROG_TYPE_PERF_EVENT {
+            sum += stats;
+        }
+    }
+    Ok(sum)
 }
 
 /// `prog_type` of perf_event programs in fdinfo (the kernel's enum).
@@ -122,7 +133,7 @@ fn json_string(json: &str, key: &str) -> Option<String> {
 
 /// Microseconds per run, if the program ran.
 pub fn per_run_us(stats: ProgramStats) -> Option<f64> {
-    (stats.run_count > 0).then(|| stats.run_time_ns as f64 / stats.run_count as f64 / 1e3)
+    stats.per_run_ns().map(|ns| ns / 1e3)
 }
 
 #[cfg(test)]

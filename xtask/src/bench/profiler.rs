@@ -547,8 +547,14 @@ impl PerfScript {
     }
 }
 
-/// Runs `perf script` on `data`, timing it.
+/// Runs `perf script` on `data` for the stacks, timing it.
 pub fn perf_script(data: &Path) -> Result<PerfScript> {
+    perf_script_with(data, &["-F", "comm,pid,ip,sym,dso"])
+}
+
+/// Runs `perf script` on `data` with `options` (fields, formats), timing
+/// it.
+pub fn perf_script_with(data: &Path, options: &[&str]) -> Result<PerfScript> {
     let text_path = data.with_extension("script");
     let file =
         File::create(&text_path).with_context(|| format!("creating {}", text_path.display()))?;
@@ -556,7 +562,9 @@ pub fn perf_script(data: &Path) -> Result<PerfScript> {
     let mut process = Process::spawn_to_file(
         "perf script",
         Command::new("perf")
-            .args(["script", "-F", "comm,pid,ip,sym,dso", "-i"])
+            .arg("script")
+            .args(options)
+            .arg("-i")
             .arg(data),
         file,
     )?;

@@ -14,7 +14,7 @@
 //! overflow, common to both, is counted for neither, and stoke's part is
 //! its BPF program's run time exactly.
 
-use std::{cell::Cell, process::Command};
+use std::cell::Cell;
 
 use anyhow::{ensure, Context, Result};
 
@@ -23,7 +23,7 @@ use super::{
     host::mount_tracefs,
     jvm_phases::timed_from,
     process::Process,
-    profiler::{Options, Recording, Tool},
+    profiler::{perf_script_with, Options, Recording, Tool},
     Bench,
 };
 
@@ -87,23 +87,18 @@ pub fn traced_phase(
     )?;
     let bpf = sampler()?.since(before.get());
     let stopped = perf.stop()?;
-    let script = Command::new("perf")
-        .args(["script", "-F", "pid,cpu,time,event,trace", "--ns", "-i"])
-        .arg(&stopped.output)
-        .output()
-        .context("running perf script")?;
+    let script = perf_script_with(&stopped.output, &["-F", "pid,cpu,time,event,trace", "--ns"]);
     stopped.remove_output();
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
-    let (count, total_ns) = callbacks(&String::from_utf8_lossy(&script.stdout), pid);
+    let (count, total_ns) = callbacks(&script?.text, pid);
     ensure!(
         count > 0 && took.cpu > 0.0,
-        "perf traced no sampling timer on the JVM's threads: {}",
-        String::from_utf8_lossy(&script.stderr).trim()
+        "perf traced no sampling timer on the JVM's threads"
     );
     Ok(TimerCost {
         per_cpu_second: count as f64 / took.cpu,
         traced_ns: total_ns / count as f64,
-        bpf_ns: (bpf.run_count > 0).then(|| bpf.run_time_ns as f64 / bpf.run_count as f64),
+        bpf_ns: bpf.per_run_ns(),
     })
 }
 
@@ -114,6 +109,7 @@ pub fn traced_phase(
 fn callbacks(script: &str, pid: u32) -> (u64, f64) {
     let mut open: Vec<(u32, f64)> = Vec::new(); // (cpu, entry time in s)
     let (mut count, mut total_ns) = (0, 0.0);
+    let perf_timer = format!("function={PERF_TIMER}");
     for line in script.lines() {
         let Some((pid_field, rest)) = line.trim_start().split_once(' ') else {
             continue;
@@ -131,10 +127,8 @@ fn callbacks(script: &str, pid: u32) -> (u64, f64) {
         let rest = rest.trim_start();
         if rest.starts_with("timer:hrtimer_expire_entry:") {
             open.retain(|&(open_cpu, _)| open_cpu != cpu);
-            let ours = pid_field.parse() == Ok(pid)
-                && rest
-                    .split_whitespace()
-                    .any(|f| f == format!("function={PERF_TIMER}"));
+            let ours =
+                pid_field.parse() == Ok(pid) && rest.split_whitespace().any(|f| f == perf_timer);
             if ours {
                 open.push((cpu, time));
             }
