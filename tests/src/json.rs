@@ -198,7 +198,7 @@ mod tests {
     use super::*;
 
     const PROFILE: &str = r#"{"format":"stoke-profile","version":2,
-        "summary":{"duration":2.0,"samples":4,"symbolized_addresses":7,"symbolize_time":0.01,
+        "summary":{"duration":2.0,"samples":4,"symbolized_addresses":7,"symbolize_time":0.01,"timed_threads":2,
         "java":{"jvms":1,"attach_ms":[[42,130]],"java_after_start_ms":[[42,310]],"java_samples":3,"non_java_samples":1,
         "native_only":{"no agent":2},"dropped_stacks":{"timed in the future":1},"dropped_code_events":0},
         "unwind":{"files":2,"shared_files":0,"rows":10,"bytes":160,"compile_time":0.002,"processes":1},
@@ -212,6 +212,7 @@ mod tests {
         assert_eq!(profile.summary.java.attach_ms, [(42, 130)]);
         assert_eq!(profile.summary.java.java_after_start_ms, [(42, 310)]);
         assert_eq!(profile.summary.unwind.rows, 10);
+        assert_eq!(profile.summary.timed_threads, 2);
         assert_eq!(profile.stacks[0].count, 3);
         assert!(profile.names("Busy.crunch"));
         let java = JavaReport::of(&profile);
