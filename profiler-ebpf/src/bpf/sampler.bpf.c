@@ -32,6 +32,10 @@
 
 /* Settings, fixed by userspace at load time. */
 const volatile __u8 filter_tgids = 0;     /* sample only tgids in target_tgids */
+/* Sampled by events on the targets' threads only (-p): every run is a
+ * thread's own event, inherited ones too (whose link cookie is the
+ * parent's business). */
+const volatile __u8 thread_events = 0;
 const volatile __u8 include_idle = 0;     /* keep samples of the idle task */
 /* CPU samples of JVMs take their Java stacks (off when CPU samples only
  * find the JVMs, for Java events: no signal is then worth its cost). */
@@ -826,7 +830,8 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 SEC("perf_event")
 int sample_cpu(struct stoke_perf_event_data *ctx)
 {
-	return take_sample(ctx, bpf_get_attach_cookie(ctx) == STOKE_OWN_TIMER_COOKIE);
+	return take_sample(ctx, thread_events ||
+				       bpf_get_attach_cookie(ctx) == STOKE_OWN_TIMER_COOKIE);
 }
 
 /* A process's address space is gone: it gets no more signals (whatever

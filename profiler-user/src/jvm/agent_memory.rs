@@ -226,27 +226,25 @@ impl AgentMemory {
     }
 
     /// How stoke's per-thread events reach this JVM's agent, if it takes
-    /// their SIGTRAP: the `sig_data` they carry (chosen at first use) and
-    /// the agent's handler, as the agent says (the kernel is asked too).
-    pub fn trap(&self) -> Option<Trap> {
+    /// their SIGTRAP: the `sig_data` they carry (the first stoke to ask
+    /// sets it, to `preferred`) and the agent's handler, as the agent says
+    /// (the kernel is asked too).
+    pub fn trap(&self, preferred: u64) -> Option<Trap> {
         let header = self.header();
         let handler = header.trap_handler.load(Ordering::Acquire);
         if handler == 0 {
             return None;
         }
-        let cookie = header.trap_cookie.load(Ordering::Acquire);
-        if cookie != 0 {
-            return Some(Trap { cookie, handler });
-        }
-        let mut fresh = [0u8; 8];
-        // SAFETY: getrandom into our own buffer.
-        unsafe { libc::getrandom(fresh.as_mut_ptr().cast(), fresh.len(), 0) };
-        let fresh = u64::from_ne_bytes(fresh) | 1;
-        header.trap_cookie.store(fresh, Ordering::Release);
-        Some(Trap {
-            cookie: fresh,
-            handler,
-        })
+        let cookie = match header.trap_cookie.compare_exchange(
+            0,
+            preferred,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => preferred,
+            Err(set) => set,
+        };
+        (cookie != 0).then_some(Trap { cookie, handler })
     }
 
     /// What the agent says it is doing; `Failed` for a value it cannot mean.

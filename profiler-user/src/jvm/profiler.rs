@@ -346,9 +346,9 @@ impl JavaProfiler {
     }
 
     /// How per-thread events reach JVM `pid`'s agent, if it takes their
-    /// SIGTRAP.
-    pub fn trap(&self, pid: u32) -> Option<Trap> {
-        self.jvms.get(&pid)?.memory.trap()
+    /// SIGTRAP (with `preferred` as their cookie if none was chosen yet).
+    pub fn trap(&self, pid: u32, preferred: u64) -> Option<Trap> {
+        self.jvms.get(&pid)?.memory.trap(preferred)
     }
 
     /// A sample that signalled no thread: if it is a JVM's, the summary

@@ -33,7 +33,7 @@ use crate::{
     sample::{
         ring_record::Record,
         sampler::{CounterTotals, OffCpuConfig, Sampler, SamplerConfig},
-        thread_timers::trap_caught,
+        thread_timers::{fresh_cookie, trap_caught},
     },
     symbolize::{names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
@@ -149,7 +149,11 @@ impl Recording {
             };
             java.adopt_before_sampling(&running, &mut sampler)?;
         }
-        sampler.start_sampling()?;
+        // A JVM adopted already keeps the cookie its agent knows.
+        sampler.start_sampling(|pid| {
+            let fresh = fresh_cookie();
+            java.trap(pid, fresh).map_or(fresh, |trap| trap.cookie)
+        })?;
         Ok(Self {
             sampler,
             processes: ProcessRegistry::default(),
@@ -243,6 +247,8 @@ impl Recording {
             ..
         } = self;
         let mut to_time = Vec::new();
+        // Exec and exit of the `-p` targets, for their events.
+        let mut lifecycle = Vec::new();
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
@@ -261,15 +267,29 @@ impl Recording {
                     counted.add(MergedSample::native(image, sample));
                 }
             }
-            Ok(Record::Exec { tgid }) => end_process(processes, java, ended, tgid, false),
-            Ok(Record::Exit { tgid }) => end_process(processes, java, ended, tgid, true),
+            Ok(Record::Exec { tgid }) => {
+                lifecycle.push((tgid, false));
+                end_process(processes, java, ended, tgid, false);
+            }
+            Ok(Record::Exit { tgid }) => {
+                lifecycle.push((tgid, true));
+                end_process(processes, java, ended, tgid, true);
+            }
             Err(_) => *malformed += 1,
         });
+        for (pid, exited) in lifecycle {
+            if exited {
+                sampler.process_exit(pid);
+            } else {
+                sampler.process_exec(pid);
+            }
+        }
         sampler.prune_timed_threads()?;
         // An agent whose SIGTRAP handler was replaced, a debugger come
         // since: the process's threads go back to the CPUs' events.
         for pid in sampler.timed_processes() {
-            if java.trap(pid).is_none() || !trap_caught(&format!("/proc/{pid}/status")) {
+            let trap = java.trap(pid, sampler.trap_cookie(pid));
+            if trap.is_none() || !trap_caught(&format!("/proc/{pid}/status")) {
                 sampler.untime_process(pid)?;
             }
         }
@@ -279,7 +299,7 @@ impl Recording {
             if sampler.thread_timed(tid) {
                 continue;
             }
-            if let Some(trap) = java.trap(pid) {
+            if let Some(trap) = java.trap(pid, sampler.trap_cookie(pid)) {
                 sampler.time_thread((pid, tid), trap)?;
             }
         }

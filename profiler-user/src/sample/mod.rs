@@ -7,6 +7,8 @@ pub mod comm;
 pub mod kfuncs;
 pub mod ring_record;
 pub mod sampler;
+pub mod target_events;
+pub mod thread_event;
 pub mod thread_timers;
 pub mod waiting;
 

@@ -21,6 +21,7 @@ use tracing::debug;
 
 use super::{
     kfuncs, monotonic_ns,
+    target_events::TargetEvents,
     thread_timers::{self, ThreadTimers, Trap},
     waiting::{self, WaitsInProgress},
 };
@@ -79,6 +80,9 @@ pub struct Sampler {
     /// JVM threads sampled by events of their own, every `period_ns`.
     timers: ThreadTimers,
     period_ns: u64,
+    /// With `-p`: the targets, sampled by events on their threads, not the
+    /// CPUs'.
+    targets: Option<(Vec<u32>, TargetEvents)>,
     /// CPU samples started.
     sampling_cpu: bool,
     /// The kernel supports timed threads ([`thread_timers::kernel_supported`]).
@@ -111,6 +115,8 @@ impl Sampler {
         // free for the samples taken while it drains.
         let wakeup_bytes = u64::from(ring_bytes / 4 * 3);
         let filter_tgids = u8::from(config.pids.is_some());
+        // With `-p`, events on the targets' threads are the only ones.
+        let thread_events = filter_tgids;
         let include_idle = u8::from(config.include_idle);
         let cpu_java_stacks = u8::from(config.cpu_java_stacks);
         let target_count = config.pids.as_ref().map_or(1, |pids| pids.len().max(1));
@@ -138,6 +144,7 @@ impl Sampler {
             .btf(Some(&btf))
             .allow_unsupported_maps()
             .override_global("filter_tgids", &filter_tgids, true)
+            .override_global("thread_events", &thread_events, true)
             .override_global("include_idle", &include_idle, true)
             .override_global("cpu_java_stacks", &cpu_java_stacks, true)
             .override_global("wakeup_bytes", &wakeup_bytes, true)
@@ -209,6 +216,8 @@ impl Sampler {
             .map_err(explain_program_error)?;
 
         let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
+        let period_ns = 1_000_000_000 / config.frequency_hz.max(1);
+        let sigtrap_kernel = thread_timers::kernel_supported();
         Ok(Self {
             ebpf,
             ring,
@@ -217,18 +226,30 @@ impl Sampler {
             offcpu_user_stacks,
             _stats: stats,
             timers: ThreadTimers::default(),
-            period_ns: 1_000_000_000 / config.frequency_hz.max(1),
+            period_ns,
+            targets: config
+                .pids
+                .clone()
+                .map(|pids| (pids, TargetEvents::new(period_ns, sigtrap_kernel))),
             sampling_cpu: false,
-            sigtrap_kernel: thread_timers::kernel_supported(),
+            sigtrap_kernel,
         })
     }
 
-    /// Starts sampling every online CPU, if CPU samples were asked for.
-    pub fn start_sampling(&mut self) -> Result<()> {
+    /// Starts sampling every online CPU, or with `-p` every thread of the
+    /// targets, if CPU samples were asked for; `trap_cookie` gives the
+    /// `sig_data` of a target's events.
+    pub fn start_sampling(&mut self, mut trap_cookie: impl FnMut(u32) -> u64) -> Result<()> {
         let Some(frequency_hz) = self.cpu_clock_hz.take() else {
             return Ok(());
         };
         self.sampling_cpu = true;
+        if let Some((pids, targets)) = &mut self.targets {
+            for &pid in pids.iter() {
+                targets.watch(&self.ebpf, pid, trap_cookie(pid))?;
+            }
+            return Ok(());
+        }
         let sampler = cpu_program(&mut self.ebpf)?;
         for &cpu in &self.cpus {
             sampler
@@ -244,13 +265,42 @@ impl Sampler {
     }
 
     /// Samples JVM thread `tid` with an event of its own whose SIGTRAP
-    /// reaches `trap` (`thread_timers`), unless it is or was tried.
+    /// reaches `trap` (`thread_timers`), unless it is or was tried; a
+    /// target's thread, by its target's event if it carries `trap`'s
+    /// cookie.
     pub fn time_thread(&mut self, (pid, tid): (u32, u32), trap: Trap) -> Result<()> {
         if !self.sampling_cpu || !self.sigtrap_kernel {
             return Ok(());
         }
-        self.timers
-            .time(&mut self.ebpf, (pid, tid), self.period_ns, trap)
+        let period_ns = match &self.targets {
+            Some((_, targets)) if targets.cookie(pid) != Some(trap.cookie) => return Ok(()),
+            Some(_) => None,
+            None => Some(self.period_ns),
+        };
+        self.timers.time(&mut self.ebpf, (pid, tid), period_ns, trap)
+    }
+
+    /// The `sig_data` stoke's events on process `pid`'s threads carry or
+    /// will: its target events', or a fresh one.
+    pub fn trap_cookie(&self, pid: u32) -> u64 {
+        self.targets
+            .as_ref()
+            .and_then(|(_, targets)| targets.cookie(pid))
+            .unwrap_or_else(thread_timers::fresh_cookie)
+    }
+
+    /// Process `pid` exec'd: a target's events are put back.
+    pub fn process_exec(&mut self, pid: u32) {
+        if let Some((_, targets)) = &mut self.targets {
+            targets.exec(&self.ebpf, pid);
+        }
+    }
+
+    /// Process `pid` exited: a target's events go.
+    pub fn process_exit(&mut self, pid: u32) {
+        if let Some((_, targets)) = &mut self.targets {
+            targets.exit(pid);
+        }
     }
 
     /// The processes with threads timed by events of their own.
@@ -389,13 +439,17 @@ impl Sampler {
     /// Mean run time of the sampling program per sample, if the kernel
     /// measured it: it runs at every tick of every CPU, and for a timed
     /// thread at its own event's tick too (its CPU's run then returns at
-    /// once), so its time over the CPUs' runs.
+    /// once), so its time over the CPUs' runs; with `-p`, over its runs
+    /// on the targets' threads.
     pub fn time_per_sample(&self) -> Option<Duration> {
         let program: &PerfEvent = self.ebpf.program("sample_cpu")?.try_into().ok()?;
         let info = program.info().ok()?;
-        let own_timer_runs = self
-            .counters()
-            .map_or(0, |counters| counters[Counter::OwnTimerRuns as usize]);
+        let own_timer_runs = if self.targets.is_some() {
+            0
+        } else {
+            self.counters()
+                .map_or(0, |counters| counters[Counter::OwnTimerRuns as usize])
+        };
         let runs = u32::try_from(info.run_count().saturating_sub(own_timer_runs))
             .ok()
             .filter(|&runs| runs > 0)?;

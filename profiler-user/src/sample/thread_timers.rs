@@ -10,21 +10,17 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
+    os::fd::OwnedFd,
 };
 
-use crate::process::procfs;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
-    programs::PerfEvent,
     Ebpf,
 };
-use aya_obj::generated::{
-    bpf_attach_type, bpf_attr, bpf_cmd, perf_event_attr, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK,
-    perf_type_id::PERF_TYPE_SOFTWARE, PERF_EVENT_IOC_ENABLE, PERF_FLAG_FD_CLOEXEC,
-};
-use profiler_common::OWN_TIMER_COOKIE;
+
+use super::thread_event::{self, ThreadEvent};
+use crate::process::procfs;
 
 /// Whether this kernel runs a perf event's BPF program before its
 /// `sigtrap` (so that the program's 0 sends no signal) and cancels a
@@ -63,6 +59,15 @@ pub struct Trap {
     pub handler: u64,
 }
 
+/// A random `sig_data` for stoke's events, never 0 (which the agent takes
+/// for none).
+pub fn fresh_cookie() -> u64 {
+    let mut fresh = [0u8; 8];
+    // SAFETY: getrandom into our own buffer.
+    unsafe { libc::getrandom(fresh.as_mut_ptr().cast(), fresh.len(), 0) };
+    u64::from_ne_bytes(fresh) | 1
+}
+
 /// Whether a SIGTRAP sent to the task whose status file is at
 /// `status_path` (`/proc/PID/status`, `/proc/PID/task/TID/status`) reaches
 /// a handler: the kernel says the signal is caught, and no debugger traces
@@ -91,8 +96,9 @@ const MAX_TIMED: usize = 8192;
 /// The per-thread events stoke holds.
 #[derive(Default)]
 pub struct ThreadTimers {
-    /// By thread: its process, its event and the sampler's link to it.
-    events: HashMap<u32, (u32, (OwnedFd, OwnedFd))>,
+    /// By thread: its process, and its event and the sampler's link to it
+    /// (`None` for a `-p` target's thread, whose event is the target's).
+    events: HashMap<u32, (u32, Option<(OwnedFd, OwnedFd)>)>,
     /// Threads that could not be timed (gone, refused by the kernel, their
     /// SIGTRAP not caught or traced): not tried again.
     refused: HashSet<u32>,
@@ -131,12 +137,9 @@ impl ThreadTimers {
     }
 
     /// Closes the events of process `pid`'s threads: the CPUs' events
-    /// sample them again, with signals.
+    /// sample them again, with signals (a target's event, with signals).
     pub fn release(&mut self, ebpf: &mut Ebpf, pid: u32) -> Result<()> {
-        let mut timed: BpfHashMap<&mut MapData, u32, u64> = BpfHashMap::try_from(
-            ebpf.map_mut("timed_threads")
-                .context("no timed_threads map")?,
-        )?;
+        let mut timed = timed_threads(ebpf)?;
         let tids: Vec<u32> = self
             .events
             .iter()
@@ -151,106 +154,56 @@ impl ThreadTimers {
         Ok(())
     }
 
-    /// Times thread `tid` with a cpu-clock event every `period_ns` whose
-    /// SIGTRAP reaches `trap`, sampled by the CPUs' sampler.
+    /// Times thread `tid` so that its SIGTRAP reaches `trap`: with a
+    /// cpu-clock event of its own every `period_ns`, or with `None` by the
+    /// event it has as a `-p` target's thread (whose cookie the caller
+    /// checked), sampled by the CPUs' sampler.
     pub fn time(
         &mut self,
         ebpf: &mut Ebpf,
         (pid, tid): (u32, u32),
-        period_ns: u64,
+        period_ns: Option<u64>,
         trap: Trap,
     ) -> Result<()> {
         if self.events.len() >= MAX_TIMED || self.known(tid) {
             return Ok(());
         }
-        let opened = if trap_caught(&format!("/proc/{pid}/task/{tid}/status")) {
-            open(ebpf, tid, period_ns, trap.cookie)
-        } else {
-            Err(anyhow::anyhow!("SIGTRAP not caught"))
+        if !trap_caught(&format!("/proc/{pid}/task/{tid}/status")) {
+            self.refuse(tid);
+            return Ok(());
+        }
+        // Into the map before the event samples: its program reads the
+        // handler there, and the CPUs' events leave the thread to it.
+        timed_threads(ebpf)?.insert(tid, trap.handler, 0)?;
+        let event = ThreadEvent {
+            period_ns: period_ns.unwrap_or_default(),
+            trap_cookie: Some(trap.cookie),
+            inherit: false,
         };
-        let enabled = opened.and_then(|(event, link)| {
-            // Into the map before the event runs: its program reads the
-            // handler there, and the CPUs' events leave the thread to it.
-            let mut timed: BpfHashMap<&mut MapData, u32, u64> = BpfHashMap::try_from(
-                ebpf.map_mut("timed_threads")
-                    .context("no timed_threads map")?,
-            )?;
-            timed.insert(tid, trap.handler, 0)?;
-            // SAFETY: an ioctl on the event we own.
-            if unsafe { libc::ioctl(event.as_raw_fd(), PERF_EVENT_IOC_ENABLE as _, 0) } != 0 {
-                let _ = timed.remove(&tid);
-                bail!("enabling: {}", std::io::Error::last_os_error());
-            }
-            Ok((event, link))
-        });
-        match enabled {
+        match period_ns.map(|_| thread_event::open(ebpf, tid, event)).transpose() {
             Ok(fds) => {
                 self.events.insert(tid, (pid, fds));
             }
-            Err(_) if self.refused.len() < MAX_TIMED => {
-                self.refused.insert(tid);
+            Err(_) => {
+                let _ = timed_threads(ebpf)?.remove(&tid);
+                self.refuse(tid);
             }
-            Err(_) => {}
         }
         Ok(())
     }
+
+    fn refuse(&mut self, tid: u32) {
+        if self.refused.len() < MAX_TIMED {
+            self.refused.insert(tid);
+        }
+    }
 }
 
-/// A disabled cpu-clock event on thread `tid`, and the link (with
-/// [`OWN_TIMER_COOKIE`]) of the CPUs' sampler to it: the program verified
-/// once serves both kinds of event.
-fn open(ebpf: &Ebpf, tid: u32, period_ns: u64, cookie: u64) -> Result<(OwnedFd, OwnedFd)> {
-    let program: &PerfEvent = ebpf
-        .program("sample_cpu")
-        .context("no sample_cpu program")?
-        .try_into()?;
-    let program_fd = program.fd()?.as_fd().as_raw_fd();
-    // SAFETY: a zeroed perf_event_attr is valid; fields set below.
-    let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
-    attr.type_ = PERF_TYPE_SOFTWARE as u32;
-    attr.config = PERF_COUNT_SW_CPU_CLOCK as u64;
-    attr.size = std::mem::size_of::<perf_event_attr>() as u32;
-    attr.__bindgen_anon_1.sample_period = period_ns;
-    attr.set_disabled(1);
-    attr.set_sigtrap(1);
-    attr.set_remove_on_exec(1);
-    attr.sig_data = cookie;
-    // SAFETY: perf_event_open with a valid attr, one thread, any CPU.
-    let event = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr,
-            tid as libc::pid_t,
-            -1,
-            -1,
-            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if event < 0 {
-        bail!("perf_event_open: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
-    let event = unsafe { OwnedFd::from_raw_fd(event as i32) };
-    // SAFETY: a zeroed bpf_attr is valid; the link_create fields set below.
-    let mut link: bpf_attr = unsafe { std::mem::zeroed() };
-    link.link_create.__bindgen_anon_1.prog_fd = program_fd as u32;
-    link.link_create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
-    link.link_create.attach_type = bpf_attach_type::BPF_PERF_EVENT as u32;
-    link.link_create.__bindgen_anon_3.perf_event.bpf_cookie = OWN_TIMER_COOKIE;
-    // SAFETY: BPF_LINK_CREATE with a valid attr of the size given.
-    let link = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            bpf_cmd::BPF_LINK_CREATE as libc::c_int,
-            &link,
-            std::mem::size_of::<bpf_attr>() as u32,
-        )
-    };
-    if link < 0 {
-        bail!("linking the sampler: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    Ok((event, unsafe { OwnedFd::from_raw_fd(link as i32) }))
+fn timed_threads(ebpf: &mut Ebpf) -> Result<BpfHashMap<&mut MapData, u32, u64>> {
+    Ok(BpfHashMap::try_from(
+        ebpf.map_mut("timed_threads")
+            .context("no timed_threads map")?,
+    )?)
 }
 
 #[cfg(test)]

@@ -1,0 +1,124 @@
+//! A cpu-clock perf event on one thread, linked to the CPUs' sampler with
+//! [`OWN_TIMER_COOKIE`] (so the program verified once serves every kind
+//! of event): what JVM threads' own timers ([`super::thread_timers`]) and
+//! the `-p` targets' events ([`super::target_events`]) are made of.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use anyhow::{Context, Result};
+use aya::{programs::PerfEvent, Ebpf};
+use aya_obj::generated::{
+    bpf_attach_type, bpf_attr, bpf_cmd, perf_event_attr, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK,
+    perf_type_id::PERF_TYPE_SOFTWARE, PERF_EVENT_IOC_PERIOD, PERF_FLAG_FD_CLOEXEC,
+};
+use profiler_common::OWN_TIMER_COOKIE;
+
+/// A period no thread reaches (146 years of CPU time): events start with
+/// it until the sampler is linked to them (see [`open`]).
+const NEVER_NS: u64 = 1 << 62;
+
+/// How a thread's event is made.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadEvent {
+    /// Thread CPU time between two samples.
+    pub period_ns: u64,
+    /// With `sigtrap`, the `sig_data` by which the agent's handler knows
+    /// stoke's SIGTRAP; the program's return decides whether it is sent.
+    pub trap_cookie: Option<u64>,
+    /// The threads the thread starts get events of their own (its
+    /// children processes do not).
+    pub inherit: bool,
+}
+
+/// Why an event could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The kernel refused: the thread is gone, or a privilege is missing.
+    #[error("perf_event_open: {0}")]
+    Refused(std::io::Error),
+    /// The sampler could not be linked to the event.
+    #[error(transparent)]
+    Link(#[from] anyhow::Error),
+}
+
+/// The event on thread `tid` and the sampler's link to it, sampling.
+///
+/// An event starts with a period it never reaches and gets its own once
+/// linked: a thread the event's thread starts meanwhile inherits an event
+/// without the program (the kernel copies the parent's at the thread's
+/// start), which with `sigtrap` would send SIGTRAP on its own, with
+/// nothing to refuse it. The period is the parent's alone, so such a
+/// thread goes unsampled instead; one started later gets both.
+pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<(OwnedFd, OwnedFd), OpenError> {
+    // SAFETY: a zeroed perf_event_attr is valid; fields set below.
+    let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = PERF_TYPE_SOFTWARE as u32;
+    attr.config = PERF_COUNT_SW_CPU_CLOCK as u64;
+    attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+    attr.__bindgen_anon_1.sample_period = NEVER_NS;
+    if let Some(cookie) = event.trap_cookie {
+        attr.set_sigtrap(1);
+        // The kernel asks it of `sigtrap`: no signal outlives the program.
+        attr.set_remove_on_exec(1);
+        attr.sig_data = cookie;
+    }
+    if event.inherit {
+        attr.set_inherit(1);
+        attr.set_inherit_thread(1);
+    }
+    // SAFETY: perf_event_open with a valid attr, one thread, any CPU.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr,
+            tid as libc::pid_t,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        return Err(OpenError::Refused(std::io::Error::last_os_error()));
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let link = link(ebpf, &fd)?;
+    let mut period = event.period_ns;
+    // SAFETY: an ioctl on the event we own, the period read from our stack.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_PERIOD as _, &mut period) } != 0 {
+        return Err(OpenError::Link(anyhow::anyhow!(
+            "setting the event's period: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok((fd, link))
+}
+
+/// Links the CPUs' sampler to `event` with [`OWN_TIMER_COOKIE`].
+fn link(ebpf: &Ebpf, event: &OwnedFd) -> Result<OwnedFd> {
+    let program: &PerfEvent = ebpf
+        .program("sample_cpu")
+        .context("no sample_cpu program")?
+        .try_into()?;
+    let program_fd = program.fd()?.as_fd().as_raw_fd();
+    // SAFETY: a zeroed bpf_attr is valid; the link_create fields set below.
+    let mut link: bpf_attr = unsafe { std::mem::zeroed() };
+    link.link_create.__bindgen_anon_1.prog_fd = program_fd as u32;
+    link.link_create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
+    link.link_create.attach_type = bpf_attach_type::BPF_PERF_EVENT as u32;
+    link.link_create.__bindgen_anon_3.perf_event.bpf_cookie = OWN_TIMER_COOKIE;
+    // SAFETY: BPF_LINK_CREATE with a valid attr of the size given.
+    let link = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            bpf_cmd::BPF_LINK_CREATE as libc::c_int,
+            &link,
+            std::mem::size_of::<bpf_attr>() as u32,
+        )
+    };
+    if link < 0 {
+        anyhow::bail!("linking the sampler: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(link as i32) })
+}

@@ -1,0 +1,74 @@
+//! `-p` targets are sampled by events on their threads, which the threads
+//! they start inherit, not by an event on every CPU: threads started after
+//! the recording began are sampled, no SIGTRAP of those events ever
+//! reaches a program that does not take it, and a target that execs
+//! (which removes events that may signal) is sampled after the exec too.
+
+use std::time::Duration;
+
+use stoke_tests::{
+    args, describe, prepare, process_stacks, read_folded, record_to, samples_where, Workload,
+};
+
+#[test]
+fn threads_started_during_a_recording_are_sampled_and_never_trapped() {
+    let (dir, workload) = prepare("churn", "thread_churn");
+    let out = dir.join("churn.folded");
+    // A thread every ~2 ms, before, during and after stoke opens the
+    // target's events: some start while an event is being set up.
+    let mut running = workload.spawn(&["6"]);
+    record_to(&args!["-p", running.pid()], 499, 3.0, &out);
+    let status = running.wait_exit(Duration::from_secs(20));
+    assert!(
+        status.success(),
+        "thread_churn ended with {status} (a SIGTRAP would end it)"
+    );
+    let threads: u64 = running
+        .stdout_text()
+        .lines()
+        .find_map(|line| line.strip_prefix("threads="))
+        .and_then(|count| count.parse().ok())
+        .expect("thread_churn prints threads=N");
+
+    let stacks = read_folded(&out);
+    let (mine, total) = process_stacks(&stacks, &running.root_frame(), 100);
+    let churning = samples_where(mine.iter().copied(), |s| {
+        s.contains_run(&["churn_work", "churn_spin"])
+    });
+    println!("{threads} threads started; {churning} of {total} samples in churn_work");
+    assert!(threads > 1000, "only {threads} threads started in 6 s");
+    // One busy thread at a time: 3 s at 499 Hz is ~1500 samples, nearly
+    // all of them of threads that did not exist when stoke started.
+    assert!(
+        churning > 1000,
+        "only {churning} samples in churn_work in 3 s at 499 Hz of a busy thread (~1500 expected): threads started later are not sampled\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+}
+
+#[test]
+fn a_target_that_execs_is_sampled_after_the_exec() {
+    let (dir, workload) = prepare("target_exec", "exec_after_burn");
+    let then = Workload::build("short_burn", dir.path());
+    let out = dir.join("target_exec.folded");
+    // 1.5 s as itself, then 2.5 s as short_burn under the same pid, all
+    // within the recording.
+    let running = workload.spawn(&args![1.5, then.exe().display(), 2.5]);
+    let pid = running.pid();
+    record_to(&args!["-p", pid], 499, 4.5, &out);
+
+    let stacks = read_folded(&out);
+    let (before, _) = process_stacks(&stacks, &running.root_frame(), 300);
+    let burned_before = samples_where(before.iter().copied(), |s| s.contains("burn_before_exec"));
+    let after_root = format!("{} [{pid}]", then.comm());
+    let (after, _) = process_stacks(&stacks, &after_root, 100);
+    let burned_after = samples_where(after.iter().copied(), |s| s.contains("burn_cpu"));
+    println!("burn_before_exec {burned_before}, burn_cpu after the exec {burned_after}");
+    // 2.5 s at 499 Hz is ~1250 samples; the first drain after the exec
+    // (within a quarter of a second) puts its events back.
+    assert!(
+        burned_after > 900,
+        "only {burned_after} samples of the exec'd program in 2.5 s at 499 Hz (~1250 expected)\n{}",
+        describe(after.iter().copied(), 10)
+    );
+}
