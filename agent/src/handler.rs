@@ -135,9 +135,7 @@ pub fn install_trap(shared: &SharedMemory) {
 /// Whether the SIGTRAP handler is still ours; if not, stoke is told to
 /// stop its per-thread events.
 pub fn check_trap(shared: &SharedMemory) {
-    let ours = current_action_of(libc::SIGTRAP)
-        .is_ok_and(|action| action.sa_sigaction == on_trap as *const () as libc::sighandler_t);
-    if !ours {
+    if !handler_is(libc::SIGTRAP, on_trap as *const () as libc::sighandler_t) {
         shared.header().trap_handler.store(0, Ordering::Release);
     }
 }
@@ -181,7 +179,12 @@ extern "C" fn on_trap(signal: c_int, info: *mut libc::siginfo_t, context: *mut c
 
 /// Whether the handler is still the one installed for the signal.
 pub fn is_installed() -> bool {
-    current_action().is_ok_and(|action| action.sa_sigaction == handler_address())
+    handler_is(SIGNAL, handler_address())
+}
+
+/// Whether `signal`'s handler is `handler` now.
+fn handler_is(signal: c_int, handler: libc::sighandler_t) -> bool {
+    current_action_of(signal).is_ok_and(|action| action.sa_sigaction == handler)
 }
 
 fn handler_address() -> libc::sighandler_t {

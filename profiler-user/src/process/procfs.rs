@@ -41,6 +41,23 @@ pub fn status_field<'a>(status: &'a str, name: &str) -> Option<std::str::SplitWh
         .map(str::split_whitespace)
 }
 
+/// The running kernel's release (`6.18.44-fc`), if it can be read.
+pub fn kernel_release() -> Option<String> {
+    let (bytes, _) = read_bounded("/proc/sys/kernel/osrelease", 256).ok()?;
+    Some(String::from_utf8_lossy(&bytes).trim().to_owned())
+}
+
+/// The signals a status file's process has a handler for (`SigCgt:`), a
+/// bit each ([`signal_bit`]).
+pub fn caught_signals(status: &str) -> Option<u64> {
+    u64::from_str_radix(status_field(status, "SigCgt:")?.next()?, 16).ok()
+}
+
+/// Signal `signal`'s bit in a status file's signal masks.
+pub const fn signal_bit(signal: libc::c_int) -> u64 {
+    1 << (signal - 1)
+}
+
 /// The last field of a status file's `NSpid:` line: the id in the
 /// innermost pid namespace.
 pub fn innermost_pid(status: &str) -> Option<u32> {

@@ -16,7 +16,7 @@ use self::{baseline::Baseline, sweep::Sweep};
 use crate::{
     cli::ReportArgs,
     event::Event,
-    process::identity::host_name,
+    process::{identity::host_name, procfs},
     profile::{Profile, RecordingSummary},
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
     write::{write_profile, Format, OutputFile},
@@ -57,9 +57,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 
     let facts = Facts {
         host: host_name(),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|release| release.trim().to_owned())
-            .unwrap_or_else(|_| "unknown".into()),
+        kernel: procfs::kernel_release().unwrap_or_else(|| "unknown".into()),
         summary: profile.summary.clone(),
     };
     let sweep = Sweep::of(profile);

@@ -277,7 +277,8 @@ impl Sampler {
             Some(_) => None,
             None => Some(self.period_ns),
         };
-        self.timers.time(&mut self.ebpf, (pid, tid), period_ns, trap)
+        self.timers
+            .time(&mut self.ebpf, (pid, tid), period_ns, trap)
     }
 
     /// The `sig_data` stoke's events on process `pid`'s threads carry or

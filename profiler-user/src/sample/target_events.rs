@@ -7,11 +7,7 @@
 //! ([`super::thread_timers`]) once its agent takes SIGTRAP: until then
 //! the sampler's program sends none.
 
-use std::{
-    collections::HashMap,
-    io,
-    os::fd::OwnedFd,
-};
+use std::{collections::HashMap, io, os::fd::OwnedFd};
 
 use anyhow::{bail, Result};
 use aya::Ebpf;

@@ -27,14 +27,7 @@ use crate::process::procfs;
 /// SIGTRAP still pending when exec removes the event (so that no program
 /// exec'd over a JVM gets one): Linux 6.10 and later.
 pub fn kernel_supported() -> bool {
-    // SAFETY: uname into a zeroed struct.
-    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
-    if unsafe { libc::uname(&mut name) } != 0 {
-        return false;
-    }
-    // SAFETY: the kernel NUL-terminates the release.
-    let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
-    release_at_least(&release.to_string_lossy(), (6, 10))
+    procfs::kernel_release().is_some_and(|release| release_at_least(&release, (6, 10)))
 }
 
 /// Whether a kernel release string (`6.18.44-fc`) is `at_least` (major,
@@ -79,10 +72,8 @@ pub fn trap_caught(status_path: &str) -> bool {
 }
 
 fn status_catches_trap(status: &str) -> bool {
-    const SIGTRAP_MASK: u64 = 1 << (libc::SIGTRAP - 1);
-    let caught = procfs::status_field(status, "SigCgt:")
-        .and_then(|mut mask| u64::from_str_radix(mask.next()?, 16).ok())
-        .is_some_and(|mask| mask & SIGTRAP_MASK != 0);
+    let caught = procfs::caught_signals(status)
+        .is_some_and(|mask| mask & procfs::signal_bit(libc::SIGTRAP) != 0);
     let untraced = procfs::status_field(status, "TracerPid:")
         .and_then(|mut tracer| tracer.next())
         .is_some_and(|tracer| tracer == "0");
@@ -180,7 +171,10 @@ impl ThreadTimers {
             trap_cookie: Some(trap.cookie),
             inherit: false,
         };
-        match period_ns.map(|_| thread_event::open(ebpf, tid, event)).transpose() {
+        match period_ns
+            .map(|_| thread_event::open(ebpf, tid, event))
+            .transpose()
+        {
             Ok(fds) => {
                 self.events.insert(tid, (pid, fds));
             }

@@ -363,7 +363,7 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, profiled: &[Profiling]) ->
     let mut phases = Vec::new();
     for &what in profiled {
         phases.push(match family {
-            Family::Stoke => stoke_phase(bench, &mut jvm, what)?,
+            Family::Stoke => stoke_phase(bench, &mut jvm, pid, what)?,
             Family::AsyncProfiler => async_profiler_phase(bench, &mut jvm, pid, what)?,
         });
         unprofiled.push(phase(bench, &mut jvm)?);
@@ -570,9 +570,10 @@ pub fn against_async_profiler(
     }
 }
 
-/// A whole-host stoke recording of `what`.
-pub(super) fn stoke_options(what: Profiling) -> Options {
-    match what {
+/// A stoke recording of `what` in JVM `pid` alone (`-p`), as
+/// async-profiler's in the same JVM.
+pub(super) fn stoke_options(what: Profiling, pid: u32) -> Options {
+    let options = match what {
         Profiling::Cpu(hz) => Options::new(Tool::Stoke, hz, "json"),
         Profiling::Alloc(bytes) => Options {
             stoke_args: vec![
@@ -583,12 +584,16 @@ pub(super) fn stoke_options(what: Profiling) -> Options {
             ],
             ..Options::new(Tool::Stoke, 99, "json")
         },
+    };
+    Options {
+        pids: vec![pid],
+        ..options
     }
 }
 
-/// A phase under a whole-host stoke recording of `what`.
-fn stoke_phase(bench: &Bench, jvm: &mut Process, what: Profiling) -> Result<Phase> {
-    let recording = Recording::start(bench, &stoke_options(what), "jvm-phases")?;
+/// A phase under a stoke recording of `what` in JVM `pid`.
+fn stoke_phase(bench: &Bench, jvm: &mut Process, pid: u32, what: Profiling) -> Result<Phase> {
+    let recording = Recording::start(bench, &stoke_options(what, pid), "jvm-phases")?;
     // Its CPU while the clock runs: the agent's attach is in the lead-in.
     let stoke_cpu = || Ok(recording.cpu_now()?.as_secs_f64());
     let (took, stoke) = timed(bench, jvm, stoke_cpu)?;

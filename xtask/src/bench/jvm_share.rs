@@ -295,7 +295,7 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
         Family::Stoke => {
             let options = Options {
                 bpf_stats: true,
-                ..stoke_options(what)
+                ..stoke_options(what, pid)
             };
             let recording = Recording::start(bench, &options, "jvm-share")?;
             let measured = sampled_phase(bench, &mut jvm, Some(&recording))?;

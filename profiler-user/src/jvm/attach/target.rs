@@ -222,10 +222,7 @@ impl ProcStatus {
             uid: number("Uid:", field("Uid:")?.nth(1))?,
             gid: number("Gid:", field("Gid:")?.nth(1))?,
             ns_pid: procfs::innermost_pid(text).ok_or("NSpid:")?,
-            caught: field("SigCgt:")?
-                .next()
-                .and_then(|mask| u64::from_str_radix(mask, 16).ok())
-                .ok_or("SigCgt:")?,
+            caught: procfs::caught_signals(text).ok_or("SigCgt:")?,
         })
     }
 }

@@ -3,9 +3,10 @@
 //! environment give them, and the signals it handles.
 
 use super::AttachError;
+use crate::process::procfs;
 
 /// SIGQUIT's bit in the `SigCgt:` mask of `/proc/PID/status`.
-pub(super) const SIGQUIT_MASK: u64 = 1 << (libc::SIGQUIT - 1);
+pub(super) const SIGQUIT_MASK: u64 = procfs::signal_bit(libc::SIGQUIT);
 
 /// The JVM options that decide whether SIGQUIT is safe.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -117,7 +117,7 @@ fn section(bench: &Bench, units: u64, runs: &[JvmRun]) -> (String, Vec<Target>) 
 /// A profiler's row in the section's tables.
 fn label(family: Family) -> String {
     match family {
-        Family::Stoke => "stoke record -a -e alloc (512 KiB)".into(),
+        Family::Stoke => "stoke record -p JVM -e alloc (512 KiB)".into(),
         Family::AsyncProfiler => "async-profiler --alloc 512k (attached)".into(),
     }
 }

@@ -125,7 +125,7 @@ pub(super) fn report(
 /// A profiler's row in the section's tables.
 fn label(family: Family, hz: u64) -> String {
     match family {
-        Family::Stoke => format!("stoke record -a, {hz} Hz"),
+        Family::Stoke => format!("stoke record -p JVM, {hz} Hz"),
         Family::AsyncProfiler => format!("async-profiler (attached), {hz} Hz"),
     }
 }
