@@ -113,11 +113,13 @@ pub struct SamplingArgs {
     #[arg(short = 'a', long = "all", conflicts_with = "pids")]
     pub all: bool,
 
-    /// Profile only these processes (comma-separated pids).
+    /// Profile only these processes (comma-separated pids), sampled by
+    /// events on their threads: no other CPU is interrupted.
     #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
     pub pids: Vec<u32>,
 
-    /// Samples per second on each CPU.
+    /// Samples per second on each CPU (with `-p`, per second of each
+    /// thread's CPU time).
     #[arg(short = 'F', long = "freq", value_name = "HZ", default_value_t = 99)]
     pub frequency: u64,
 

@@ -2,12 +2,14 @@
 //! they start inherit, not by an event on every CPU: threads started after
 //! the recording began are sampled, no SIGTRAP of those events ever
 //! reaches a program that does not take it, and a target that execs
-//! (which removes events that may signal) is sampled after the exec too.
+//! (which removes events that may signal) is sampled after the exec too;
+//! and a CPU that runs no target takes no timer interrupt of stoke's.
 
-use std::time::Duration;
+use std::{process::Command, thread, time::Duration};
 
 use stoke_tests::{
-    args, describe, prepare, process_stacks, read_folded, record_to, samples_where, Workload,
+    args, describe, prepare, process_stacks, read_folded, record_args, record_to, samples_where,
+    Running, Stoke, Workload,
 };
 
 #[test]
@@ -70,5 +72,68 @@ fn a_target_that_execs_is_sampled_after_the_exec() {
         burned_after > 900,
         "only {burned_after} samples of the exec'd program in 2.5 s at 499 Hz (~1250 expected)\n{}",
         describe(after.iter().copied(), 10)
+    );
+}
+
+/// Local timer interrupts so far on `cpu` (`LOC:` in /proc/interrupts).
+fn timer_interrupts(cpu: usize) -> u64 {
+    let table = std::fs::read_to_string("/proc/interrupts").expect("reading /proc/interrupts");
+    table
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix("LOC:"))
+        .and_then(|counts| counts.split_whitespace().nth(cpu)?.parse().ok())
+        .expect("a LOC: line with a count for each CPU")
+}
+
+/// Timer interrupts a second on `cpu` over 2 s.
+fn interrupt_rate(cpu: usize) -> f64 {
+    let before = timer_interrupts(cpu);
+    thread::sleep(Duration::from_secs(2));
+    (timer_interrupts(cpu) - before) as f64 / 2.0
+}
+
+/// `workload` running `seconds` on CPU `cpu` alone.
+fn pinned(workload: &Workload, cpu: usize, seconds: u32) -> Running {
+    let mut command = Command::new("taskset");
+    command
+        .args(["-c", &cpu.to_string()])
+        .arg(workload.exe())
+        .arg(seconds.to_string());
+    Running::start(command, workload.name(), &workload.comm())
+}
+
+#[test]
+fn a_cpu_running_no_target_takes_no_timer_interrupt_of_stoke() {
+    let (dir, workload) = prepare("other_cpu", "short_burn");
+    let other = Workload::build("busy_other", dir.path());
+    let out = dir.join("other_cpu.folded");
+    // The target on CPU 0, another busy process on CPU 1: a busy CPU
+    // takes the scheduler's tick (250 a second here) and little else.
+    let target = pinned(&workload, 0, 30);
+    let _other = pinned(&other, 1, 30);
+    let alone = interrupt_rate(1);
+
+    let mut rates = Vec::new();
+    for select in [args!["-p", target.pid()].to_vec(), args!["-a"].to_vec()] {
+        let mut stoke = Stoke::spawn(&record_args(&select, 999, 3.0, &out));
+        stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(30));
+        rates.push(interrupt_rate(1));
+        stoke.wait_recording(3.0);
+    }
+    println!(
+        "CPU 1: {alone:.0} timer interrupts a second alone, {:.0} with -p on CPU 0, {:.0} with -a",
+        rates[0], rates[1]
+    );
+    // With -a the CPU's own event adds up to 999 a second (fewer where it
+    // expires with the tick): the measure sees stoke's interrupts.
+    assert!(
+        rates[1] > alone + 500.0,
+        "CPU 1 took {:.0} timer interrupts a second under -a at 999 Hz, {alone:.0} alone: the measure cannot tell",
+        rates[1]
+    );
+    assert!(
+        rates[0] < alone + 100.0,
+        "CPU 1, running no target, took {:.0} timer interrupts a second under -p, {alone:.0} alone",
+        rates[0]
     );
 }

@@ -71,9 +71,11 @@ impl TargetEvents {
                         opened += 1;
                     }
                     // Ended since it was listed.
-                    Err(OpenError::Refused(error)) if error.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(OpenError::Refused(error)) if error.raw_os_error() == Some(libc::ESRCH) => {
+                    }
                     Err(error) => bail!(
-                        "sampling thread {tid} of process {pid}: {error}; run stoke as root, or with CAP_PERFMON"
+                        "sampling thread {tid} of process {pid}: {error}{}",
+                        advice(&error)
                     ),
                 }
             }
@@ -130,6 +132,19 @@ impl TargetEvents {
     /// After target `pid` exited: its events go.
     pub fn exit(&mut self, pid: u32) {
         self.targets.remove(&pid);
+    }
+}
+
+/// What to do about `error`, after a colon, if anything can be done.
+fn advice(error: &OpenError) -> &'static str {
+    match error {
+        OpenError::Refused(error) if error.raw_os_error() == Some(libc::EMFILE) => {
+            ": stoke holds two descriptors a thread of its targets; raise its open-file limit (ulimit -n)"
+        }
+        OpenError::Refused(error) if denied(error) => {
+            ": run stoke as root, or with CAP_PERFMON"
+        }
+        _ => "",
     }
 }
 

@@ -179,11 +179,18 @@ pub fn section(
     goal: &str,
     label: impl Fn(Family) -> String,
 ) -> (String, Option<Target>) {
+    // async-profiler's part in the timer interrupt is traced only for
+    // CPU sampling; its allocation sampling runs in the JVM's threads.
+    let own = if shares.iter().any(|run| run.timer.is_some()) {
+        "own: stoke's process and BPF, async-profiler's timer interrupt, % of the JVM's CPU"
+    } else {
+        "own: stoke's process and BPF, % of the JVM's CPU"
+    };
     let mut table = Table::new(&[
         "profiler",
         "outside compiled code, unprofiled",
         "outside compiled code, profiled",
-        "own: stoke's process and BPF, async-profiler's timer interrupt, % of the JVM's CPU",
+        own,
         "cost: added share + own",
         "JVMs",
     ]);
@@ -235,8 +242,9 @@ pub fn section(
              stoke's callbacks last beyond its sampler's run time in the same round is the \
              tracing's own, taken off async-profiler's (perf's own handling of an overflow, \
              common to both, is then counted for neither). Not in it: the starting and \
-             stopping of async-profiler's per-thread timers at each context switch, and \
-             compiled code slowed by either profiler's use of the caches. "
+             stopping of the per-thread timers at each context switch (both profilers \
+             sample the JVM's threads by events of their own), and compiled code slowed \
+             by either profiler's use of the caches. "
         )
     } else {
         "As above, by perf. ".to_owned()
