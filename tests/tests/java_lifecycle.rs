@@ -516,6 +516,17 @@ fn an_agent_no_stoke_reads_goes_idle_and_the_next_stoke_wakes_it() {
         thread::sleep(Duration::from_millis(50));
     };
     let went_idle = stopped.elapsed();
+    // The hole is punched a page range at a time: the first smaller size
+    // may be read halfway; read until it holds still.
+    let mut idle_bytes = idle_bytes;
+    for _ in 0..20 {
+        thread::sleep(Duration::from_millis(50));
+        let now = agent_memory_bytes(pid);
+        if now == idle_bytes {
+            break;
+        }
+        idle_bytes = now;
+    }
     println!(
         "went idle {went_idle:?} after the recording: {active_bytes} -> {idle_bytes} bytes of agent memory"
     );
