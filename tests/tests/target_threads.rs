@@ -9,7 +9,7 @@ use std::{process::Command, thread, time::Duration};
 
 use stoke_tests::{
     args, describe, prepare, process_stacks, read_folded, record_args, record_to, samples_where,
-    Running, Stoke, Workload,
+    stacks_of, Running, Stoke, Workload,
 };
 
 #[test]
@@ -50,29 +50,52 @@ fn threads_started_during_a_recording_are_sampled_and_never_trapped() {
 
 #[test]
 fn a_target_that_execs_is_sampled_after_the_exec() {
-    let (dir, workload) = prepare("target_exec", "exec_after_burn");
+    let (before, after) = samples_around_exec("target_exec", &[]);
+    assert!(before > 300, "only {before} samples before the exec");
+    // 2.5 s at 499 Hz is ~1250 samples: a target's exec record wakes
+    // stoke, which puts its events back at once (1,247 measured).
+    assert!(
+        after > 1100,
+        "only {after} samples of the exec'd program in 2.5 s at 499 Hz (~1250 expected)"
+    );
+}
+
+#[test]
+fn a_target_idle_until_its_exec_is_sampled_after_the_exec() {
+    // No sample before the exec, so stoke has heard nothing of the
+    // process when it execs: a launcher script's shape.
+    let (before, after) = samples_around_exec("idle_exec", &["--idle"]);
+    assert_eq!(before, 0, "samples of the sleeping launcher");
+    assert!(
+        after > 1100,
+        "only {after} samples of the program an idle target exec'd in 2.5 s at 499 Hz (~1250 expected)"
+    );
+}
+
+/// Records `exec_after_burn` (with `flags`) by `-p` as it runs 1.5 s as
+/// itself, then 2.5 s as `short_burn` under the same pid: its samples in
+/// `burn_before_exec`, and in `burn_cpu` after the exec.
+fn samples_around_exec(name: &str, flags: &[&str]) -> (u64, u64) {
+    let (dir, workload) = prepare(name, "exec_after_burn");
     let then = Workload::build("short_burn", dir.path());
-    let out = dir.join("target_exec.folded");
-    // 1.5 s as itself, then 2.5 s as short_burn under the same pid, all
-    // within the recording.
-    let running = workload.spawn(&args![1.5, then.exe().display(), 2.5]);
+    let out = dir.join(format!("{name}.folded"));
+    let mut arguments: Vec<String> = flags.iter().map(|flag| flag.to_string()).collect();
+    arguments.extend(args![1.5, then.exe().display(), 2.5]);
+    let running = workload.spawn(&arguments);
     let pid = running.pid();
     record_to(&args!["-p", pid], 499, 4.5, &out);
 
     let stacks = read_folded(&out);
-    let (before, _) = process_stacks(&stacks, &running.root_frame(), 300);
+    let before = stacks_of(&stacks, &running.root_frame());
     let burned_before = samples_where(before.iter().copied(), |s| s.contains("burn_before_exec"));
     let after_root = format!("{} [{pid}]", then.comm());
     let (after, _) = process_stacks(&stacks, &after_root, 100);
     let burned_after = samples_where(after.iter().copied(), |s| s.contains("burn_cpu"));
-    println!("burn_before_exec {burned_before}, burn_cpu after the exec {burned_after}");
-    // 2.5 s at 499 Hz is ~1250 samples; the first drain after the exec
-    // (within a quarter of a second) puts its events back.
-    assert!(
-        burned_after > 900,
-        "only {burned_after} samples of the exec'd program in 2.5 s at 499 Hz (~1250 expected)\n{}",
+    println!(
+        "burn_before_exec {burned_before}, burn_cpu after the exec {burned_after}\n{}",
         describe(after.iter().copied(), 10)
     );
+    (burned_before, burned_after)
 }
 
 /// Local timer interrupts so far on `cpu` (`LOC:` in /proc/interrupts).

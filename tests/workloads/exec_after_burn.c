@@ -1,6 +1,9 @@
 /* Burns CPU in burn_before_exec() for argv[1] seconds, then exec's argv[2]
  * with the arguments that follow: a process whose address space is
- * replaced in the middle of a recording, under the same pid. */
+ * replaced in the middle of a recording, under the same pid. With
+ * `--idle` first, sleeps instead of burning: a launcher that takes no
+ * sample before its exec. */
+#include <string.h>
 #include <unistd.h>
 #include "common.h"
 
@@ -21,13 +24,21 @@ __attribute__((noinline)) void burn_before_exec(double end)
 
 int main(int argc, char **argv)
 {
+	int idle = argc > 1 && strcmp(argv[1], "--idle") == 0;
+	if (idle) {
+		argc--;
+		argv++;
+	}
 	double seconds = run_seconds(argc, argv, 1.0);
 	if (argc < 3) {
-		fprintf(stderr, "usage: exec_after_burn SECONDS PROGRAM [ARG...]\n");
+		fprintf(stderr, "usage: exec_after_burn [--idle] SECONDS PROGRAM [ARG...]\n");
 		return 2;
 	}
 	say_ready();
-	burn_before_exec(now_monotonic() + seconds);
+	if (idle)
+		sleep_seconds(seconds);
+	else
+		burn_before_exec(now_monotonic() + seconds);
 	execv(argv[2], argv + 2);
 	perror("execv");
 	return 1;

@@ -837,20 +837,24 @@ int sample_cpu(struct stoke_perf_event_data *ctx)
 /* A process's address space is gone: it gets no more signals (whatever
  * userspace does meanwhile) nor table unwinding, and if userspace was told
  * of it, it is told of this too, so that its later samples are matched
- * against a fresh snapshot of its maps. */
+ * against a fresh snapshot of its maps. A -p target is always told of:
+ * its exec removed the events on its threads, which userspace puts back
+ * even if no sample of it came before (a launcher idle until its exec). */
 static __always_inline void end_address_space(__u32 kind)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 	__u64 now = bpf_ktime_get_ns();
 	struct stoke_record_header header = {};
+	bool target;
 
 	bpf_map_delete_elem(&signal_tgids, &tgid);
 	/* Its tables too, even if userspace never hears of the end (the
 	 * ring was full): the map would fill with the dead. */
 	bpf_map_delete_elem(&unwind_processes, &tgid);
 	bpf_map_update_elem(&ended_tgids, &tgid, &now, BPF_ANY);
-	if (bpf_map_delete_elem(&announced_tgids, &tgid) != 0)
+	target = filter_tgids && bpf_map_lookup_elem(&target_tgids, &tgid);
+	if (bpf_map_delete_elem(&announced_tgids, &tgid) != 0 && !target)
 		return;
 	header.kind = kind;
 	header.cpu = bpf_get_smp_processor_id();
@@ -858,7 +862,9 @@ static __always_inline void end_address_space(__u32 kind)
 	header.tid = (__u32)pid_tgid;
 	header.time_ns = now;
 	bpf_get_current_comm(header.comm, sizeof(header.comm));
-	if (bpf_ringbuf_output(&samples, &header, sizeof(header), ring_flags(false)) != 0)
+	/* A target's threads go unsampled until userspace reads its exec. */
+	if (bpf_ringbuf_output(&samples, &header, sizeof(header),
+			       ring_flags(target && kind == STOKE_RECORD_EXEC)) != 0)
 		count(STOKE_COUNTER_LOST_LIFECYCLE);
 }
 
