@@ -227,23 +227,27 @@ impl AgentMemory {
 
     /// How stoke's per-thread events reach this JVM's agent, if it takes
     /// their SIGTRAP: the `sig_data` they carry (the first stoke to ask
-    /// sets it, to `preferred`) and the agent's handler, as the agent says
-    /// (the kernel is asked too).
-    pub fn trap(&self, preferred: u64) -> Option<Trap> {
+    /// sets it, to what `preferred` gives, asked only then) and the agent's
+    /// handler, as the agent says (the kernel is asked too).
+    pub fn trap(&self, preferred: impl FnOnce() -> u64) -> Option<Trap> {
         let header = self.header();
         let handler = header.trap_handler.load(Ordering::Acquire);
         if handler == 0 {
             return None;
         }
-        let cookie = match header.trap_cookie.compare_exchange(
-            0,
-            preferred,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => preferred,
-            Err(set) => set,
-        };
+        let mut cookie = header.trap_cookie.load(Ordering::Acquire);
+        if cookie == 0 {
+            let wanted = preferred();
+            cookie = match header.trap_cookie.compare_exchange(
+                0,
+                wanted,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => wanted,
+                Err(set) => set,
+            };
+        }
         (cookie != 0).then_some(Trap { cookie, handler })
     }
 

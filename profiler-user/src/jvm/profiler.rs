@@ -347,7 +347,7 @@ impl JavaProfiler {
 
     /// How per-thread events reach JVM `pid`'s agent, if it takes their
     /// SIGTRAP (with `preferred` as their cookie if none was chosen yet).
-    pub fn trap(&self, pid: u32, preferred: u64) -> Option<Trap> {
+    pub fn trap(&self, pid: u32, preferred: impl FnOnce() -> u64) -> Option<Trap> {
         self.jvms.get(&pid)?.memory.trap(preferred)
     }
 

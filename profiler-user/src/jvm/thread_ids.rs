@@ -1,9 +1,12 @@
 //! The host's ids of a JVM's threads: the agent names threads by the ids
 //! of the JVM's own pid namespace, the BPF samples by the host's.
 
-use std::time::{Duration, Instant};
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
 
-use crate::process::procfs::innermost_ns_id;
+use crate::process::procfs::{innermost_ns_id, thread_ids};
 use foldhash::{HashMap, HashMapExt};
 
 /// How often, at most, a JVM's threads are listed anew to find an id the
@@ -57,16 +60,9 @@ impl ThreadIds {
             return None;
         }
         self.last_scan = Some(Instant::now());
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-        for task in tasks.flatten().take(MAX_KNOWN_THREADS) {
-            let Some(tid) = task
-                .file_name()
-                .to_str()
-                .and_then(|t| t.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Some(inner) = innermost_ns_id(&task.path().join("status")) {
+        for tid in thread_ids(pid, MAX_KNOWN_THREADS) {
+            let status = format!("/proc/{pid}/task/{tid}/status");
+            if let Some(inner) = innermost_ns_id(Path::new(&status)) {
                 if self.known.len() >= MAX_KNOWN_THREADS {
                     self.known.clear();
                 }

@@ -93,6 +93,19 @@ fn stat_field(pid: u32, number: usize) -> Option<u64> {
 /// The kernel's flag of its own threads, in `/proc/PID/stat`'s flags.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
+/// The ids of process `pid`'s threads now (`/proc/PID/task`), at most
+/// `limit`; none if it is gone.
+pub fn thread_ids(pid: u32, limit: usize) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| task.file_name().to_str()?.parse().ok())
+        .take(limit)
+        .collect()
+}
+
 /// Whether process `pid` is one of the kernel's threads (kworker, ksoftirqd
 /// and the like); false if it is gone.
 pub fn is_kernel_thread(pid: u32) -> bool {

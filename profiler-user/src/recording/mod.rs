@@ -151,8 +151,8 @@ impl Recording {
         }
         // A JVM adopted already keeps the cookie its agent knows.
         sampler.start_sampling(|pid| {
-            let fresh = fresh_cookie();
-            java.trap(pid, fresh).map_or(fresh, |trap| trap.cookie)
+            java.trap(pid, fresh_cookie)
+                .map_or_else(fresh_cookie, |trap| trap.cookie)
         })?;
         Ok(Self {
             sampler,
@@ -247,7 +247,8 @@ impl Recording {
             ..
         } = self;
         let mut to_time = Vec::new();
-        // Exec and exit of the `-p` targets, for their events.
+        // Exec and exit, for the sampler: a `-p` target's events, the
+        // threads it could not time.
         let mut lifecycle = Vec::new();
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
@@ -286,9 +287,11 @@ impl Recording {
         }
         sampler.prune_timed_threads()?;
         // An agent whose SIGTRAP handler was replaced, a debugger come
-        // since: the process's threads go back to the CPUs' events.
+        // since: the process's threads get their Java stacks by SIGURG
+        // again (sampled by the CPUs' events, or with `-p` by the
+        // target's, which then send no SIGTRAP).
         for pid in sampler.timed_processes() {
-            let trap = java.trap(pid, sampler.trap_cookie(pid));
+            let trap = java.trap(pid, || sampler.trap_cookie(pid));
             if trap.is_none() || !trap_caught(&format!("/proc/{pid}/status")) {
                 sampler.untime_process(pid)?;
             }
@@ -296,10 +299,10 @@ impl Recording {
         to_time.sort_unstable();
         to_time.dedup();
         for (pid, tid) in to_time {
-            if sampler.thread_timed(tid) {
+            if sampler.thread_timed((pid, tid)) {
                 continue;
             }
-            if let Some(trap) = java.trap(pid, sampler.trap_cookie(pid)) {
+            if let Some(trap) = java.trap(pid, || sampler.trap_cookie(pid)) {
                 sampler.time_thread((pid, tid), trap)?;
             }
         }

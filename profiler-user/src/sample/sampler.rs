@@ -82,7 +82,7 @@ pub struct Sampler {
     period_ns: u64,
     /// With `-p`: the targets, sampled by events on their threads, not the
     /// CPUs'.
-    targets: Option<(Vec<u32>, TargetEvents)>,
+    targets: Option<TargetEvents>,
     /// CPU samples started.
     sampling_cpu: bool,
     /// The kernel supports timed threads ([`thread_timers::kernel_supported`]).
@@ -230,7 +230,7 @@ impl Sampler {
             targets: config
                 .pids
                 .clone()
-                .map(|pids| (pids, TargetEvents::new(period_ns, sigtrap_kernel))),
+                .map(|pids| TargetEvents::new(pids, period_ns, sigtrap_kernel)),
             sampling_cpu: false,
             sigtrap_kernel,
         })
@@ -239,16 +239,13 @@ impl Sampler {
     /// Starts sampling every online CPU, or with `-p` every thread of the
     /// targets, if CPU samples were asked for; `trap_cookie` gives the
     /// `sig_data` of a target's events.
-    pub fn start_sampling(&mut self, mut trap_cookie: impl FnMut(u32) -> u64) -> Result<()> {
+    pub fn start_sampling(&mut self, trap_cookie: impl FnMut(u32) -> u64) -> Result<()> {
         let Some(frequency_hz) = self.cpu_clock_hz.take() else {
             return Ok(());
         };
         self.sampling_cpu = true;
-        if let Some((pids, targets)) = &mut self.targets {
-            for &pid in pids.iter() {
-                targets.watch(&self.ebpf, pid, trap_cookie(pid))?;
-            }
-            return Ok(());
+        if let Some(targets) = &mut self.targets {
+            return targets.start(&self.ebpf, trap_cookie);
         }
         let sampler = cpu_program(&mut self.ebpf)?;
         for &cpu in &self.cpus {
@@ -273,7 +270,7 @@ impl Sampler {
             return Ok(());
         }
         let period_ns = match &self.targets {
-            Some((_, targets)) if targets.cookie(pid) != Some(trap.cookie) => return Ok(()),
+            Some(targets) if targets.cookie(pid) != Some(trap.cookie) => return Ok(()),
             Some(_) => None,
             None => Some(self.period_ns),
         };
@@ -286,20 +283,22 @@ impl Sampler {
     pub fn trap_cookie(&self, pid: u32) -> u64 {
         self.targets
             .as_ref()
-            .and_then(|(_, targets)| targets.cookie(pid))
+            .and_then(|targets| targets.cookie(pid))
             .unwrap_or_else(thread_timers::fresh_cookie)
     }
 
     /// Process `pid` exec'd: a target's events are put back.
     pub fn process_exec(&mut self, pid: u32) {
-        if let Some((_, targets)) = &mut self.targets {
+        self.timers.forget(pid);
+        if let Some(targets) = &mut self.targets {
             targets.exec(&self.ebpf, pid);
         }
     }
 
     /// Process `pid` exited: a target's events go.
     pub fn process_exit(&mut self, pid: u32) {
-        if let Some((_, targets)) = &mut self.targets {
+        self.timers.forget(pid);
+        if let Some(targets) = &mut self.targets {
             targets.exit(pid);
         }
     }
@@ -319,9 +318,10 @@ impl Sampler {
         self.timers.prune(&self.ebpf)
     }
 
-    /// Whether thread `tid` is timed by its own event, or was tried.
-    pub fn thread_timed(&self, tid: u32) -> bool {
-        self.timers.known(tid)
+    /// Whether thread `tid` of process `pid` is timed by its own event,
+    /// or was tried.
+    pub fn thread_timed(&self, thread: (u32, u32)) -> bool {
+        self.timers.known(thread)
     }
 
     /// How many threads are timed by events of their own.
@@ -550,7 +550,7 @@ fn attach_tracepoint(ebpf: &mut Ebpf, btf: &Btf, program: &str, event: &str) -> 
     Ok(())
 }
 
-fn is_permission_denied(error: &io::Error) -> bool {
+pub(super) fn is_permission_denied(error: &io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::EPERM | libc::EACCES))
 }
 

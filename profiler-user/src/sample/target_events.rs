@@ -7,13 +7,17 @@
 //! ([`super::thread_timers`]) once its agent takes SIGTRAP: until then
 //! the sampler's program sends none.
 
-use std::{collections::HashMap, io, os::fd::OwnedFd};
+use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::{bail, Result};
 use aya::Ebpf;
 use tracing::debug;
 
-use super::thread_event::{self, OpenError, ThreadEvent};
+use super::{
+    sampler::is_permission_denied,
+    thread_event::{self, OpenError, ThreadEvent},
+};
+use crate::process::procfs::thread_ids;
 
 /// Most events per target, one per thread it had when it was first
 /// looked at (the threads started later inherit theirs): past it a
@@ -26,6 +30,8 @@ const LISTING_ROUNDS: usize = 8;
 
 /// The events on the targets' threads.
 pub struct TargetEvents {
+    /// The targets, as given.
+    pids: Vec<u32>,
     period_ns: u64,
     /// The events carry `sigtrap` ([`super::thread_timers::kernel_supported`]).
     sigtrap: bool,
@@ -40,27 +46,37 @@ struct Target {
 }
 
 impl TargetEvents {
-    /// No target yet; events sample every `period_ns` of a thread's CPU
-    /// time, with `sigtrap` if asked.
-    pub fn new(period_ns: u64, sigtrap: bool) -> Self {
+    /// Events for processes `pids`, none open yet: they will sample every
+    /// `period_ns` of a thread's CPU time, with `sigtrap` if asked.
+    pub fn new(pids: Vec<u32>, period_ns: u64, sigtrap: bool) -> Self {
         Self {
+            pids,
             period_ns,
             sigtrap,
             targets: HashMap::new(),
         }
     }
 
+    /// Puts an event on every thread of every target, with `cookie(pid)`
+    /// as their `sig_data`.
+    pub fn start(&mut self, ebpf: &Ebpf, mut cookie: impl FnMut(u32) -> u64) -> Result<()> {
+        for pid in self.pids.clone() {
+            self.watch(ebpf, pid, cookie(pid))?;
+        }
+        Ok(())
+    }
+
     /// Puts an event on every thread of process `pid`, with `cookie` as
     /// their `sig_data`. A process that is gone is no error (it is seen
     /// as exited); one whose threads the kernel refuses is.
-    pub fn watch(&mut self, ebpf: &Ebpf, pid: u32, cookie: u64) -> Result<()> {
+    fn watch(&mut self, ebpf: &Ebpf, pid: u32, cookie: u64) -> Result<()> {
         let mut target = Target {
             cookie: self.sigtrap.then_some(cookie),
             events: HashMap::new(),
         };
         for _ in 0..LISTING_ROUNDS {
             let mut opened = 0;
-            for tid in threads(pid) {
+            for tid in thread_ids(pid, MAX_EVENTS_PER_TARGET) {
                 if target.events.contains_key(&tid) || target.events.len() >= MAX_EVENTS_PER_TARGET
                 {
                     continue;
@@ -101,7 +117,9 @@ impl TargetEvents {
             inherit: true,
         };
         match thread_event::open(ebpf, tid, event(target.cookie)) {
-            Err(OpenError::Refused(error)) if target.cookie.is_some() && denied(&error) => {
+            Err(OpenError::Refused(error))
+                if target.cookie.is_some() && is_permission_denied(&error) =>
+            {
                 debug!("thread {tid}: no sigtrap ({error})");
                 target.cookie = None;
                 thread_event::open(ebpf, tid, event(None))
@@ -141,25 +159,9 @@ fn advice(error: &OpenError) -> &'static str {
         OpenError::Refused(error) if error.raw_os_error() == Some(libc::EMFILE) => {
             ": stoke holds two descriptors a thread of its targets; raise its open-file limit (ulimit -n)"
         }
-        OpenError::Refused(error) if denied(error) => {
+        OpenError::Refused(error) if is_permission_denied(error) => {
             ": run stoke as root, or with CAP_PERFMON"
         }
         _ => "",
     }
-}
-
-fn denied(error: &io::Error) -> bool {
-    matches!(error.raw_os_error(), Some(libc::EPERM | libc::EACCES))
-}
-
-/// The threads of process `pid` now; none if it is gone.
-fn threads(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|task| task.file_name().to_str()?.parse().ok())
-        .take(MAX_EVENTS_PER_TARGET)
-        .collect()
 }

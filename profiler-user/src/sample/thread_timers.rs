@@ -8,10 +8,7 @@
 //! to have the signal sent. The CPUs' events leave the timed threads alone
 //! (`timed_threads`).
 
-use std::{
-    collections::{HashMap, HashSet},
-    os::fd::OwnedFd,
-};
+use std::{collections::HashMap, os::fd::OwnedFd};
 
 use anyhow::{Context, Result};
 use aya::{
@@ -91,14 +88,23 @@ pub struct ThreadTimers {
     /// (`None` for a `-p` target's thread, whose event is the target's).
     events: HashMap<u32, (u32, Option<(OwnedFd, OwnedFd)>)>,
     /// Threads that could not be timed (gone, refused by the kernel, their
-    /// SIGTRAP not caught or traced): not tried again.
-    refused: HashSet<u32>,
+    /// SIGTRAP not caught or traced), with their process: not tried again
+    /// while it lives (a thread id reused by another process is).
+    refused: HashMap<u32, u32>,
 }
 
 impl ThreadTimers {
-    /// Whether thread `tid` is timed, or was tried.
-    pub fn known(&self, tid: u32) -> bool {
-        self.events.contains_key(&tid) || self.refused.contains(&tid)
+    /// Whether thread `tid` of process `pid` is timed, or was tried.
+    pub fn known(&self, (pid, tid): (u32, u32)) -> bool {
+        self.events.contains_key(&tid) || self.refused.get(&tid) == Some(&pid)
+    }
+
+    /// Process `pid` ended or exec'd: its threads refused may be tried
+    /// again under their ids reused, or as the program exec'd.
+    pub fn forget(&mut self, pid: u32) {
+        if !self.refused.is_empty() {
+            self.refused.retain(|_, owner| *owner != pid);
+        }
     }
 
     /// How many threads are timed.
@@ -156,11 +162,11 @@ impl ThreadTimers {
         period_ns: Option<u64>,
         trap: Trap,
     ) -> Result<()> {
-        if self.events.len() >= MAX_TIMED || self.known(tid) {
+        if self.events.len() >= MAX_TIMED || self.known((pid, tid)) {
             return Ok(());
         }
         if !trap_caught(&format!("/proc/{pid}/task/{tid}/status")) {
-            self.refuse(tid);
+            self.refuse(pid, tid);
             return Ok(());
         }
         // Into the map before the event samples: its program reads the
@@ -180,15 +186,15 @@ impl ThreadTimers {
             }
             Err(_) => {
                 let _ = timed_threads(ebpf)?.remove(&tid);
-                self.refuse(tid);
+                self.refuse(pid, tid);
             }
         }
         Ok(())
     }
 
-    fn refuse(&mut self, tid: u32) {
+    fn refuse(&mut self, pid: u32, tid: u32) {
         if self.refused.len() < MAX_TIMED {
-            self.refused.insert(tid);
+            self.refused.insert(tid, pid);
         }
     }
 }
