@@ -739,7 +739,9 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	}
 	if (!own_timer && bpf_map_lookup_elem(&timed_threads, &tid))
 		return 0;
-	if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))
+	/* The targets' events are on their threads alone (threads inherit
+	 * them, children do not): only the CPUs' events need the filter. */
+	if (filter_tgids && !thread_events && !bpf_map_lookup_elem(&target_tgids, &tgid))
 		return 0;
 
 	record = bpf_map_lookup_elem(&scratch, &cpu_slot);
