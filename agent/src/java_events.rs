@@ -8,6 +8,7 @@
 
 use std::{
     cell::Cell,
+    mem::MaybeUninit,
     ptr::{self, addr_of_mut},
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
 };
@@ -20,6 +21,7 @@ use profiler_common::{
 use crate::{
     guarded,
     handler::monotonic_ns,
+    jvmti_events::java_frame,
     jvmti_sys::{jclass, jlong, jobject, jthread, jvmtiEnv, JNIEnv},
     shared, JVMTI,
 };
@@ -37,6 +39,8 @@ thread_local! {
     /// A const-initialized `Cell` of an integer: no allocation, no
     /// destructor to register on the JVM's threads.
     static WAITING_SINCE_NS: Cell<u64> = const { Cell::new(0) };
+    /// This thread's id, once asked ([`own_tid`]).
+    static OWN_TID: Cell<u32> = const { Cell::new(0) };
 }
 
 /// JVMTI SampledObjectAlloc: the allocating thread allocated `size` bytes
@@ -117,8 +121,9 @@ fn record(kind: JavaEventKind, value: u64, class: jclass) {
     let (Some(shared), Some(&jvmti)) = (shared(), JVMTI.get()) else {
         return;
     };
-    let mut frames = [JavaFrame::default(); MAX_EVENT_FRAMES];
-    let frame_count = jvmti.own_stack(&mut frames);
+    // Not zeroed first: 2 KiB a sample, of which JVMTI fills a few frames.
+    let mut stack = [const { MaybeUninit::uninit() }; MAX_EVENT_FRAMES];
+    let stack = jvmti.own_stack(&mut stack);
     let mut name = [0u8; MAX_CLASS_NAME];
     // SAFETY: class is a live reference of this thread.
     let class_len = unsafe { jvmti.class_signature(class, &mut name) };
@@ -129,21 +134,34 @@ fn record(kind: JavaEventKind, value: u64, class: jclass) {
     // SAFETY: the claimed slot is ours until committed; counts bounded.
     unsafe {
         addr_of_mut!((*slot).kind).write(kind as u32);
-        addr_of_mut!((*slot).tid).write(libc::gettid() as u32);
+        addr_of_mut!((*slot).tid).write(own_tid());
         addr_of_mut!((*slot).value).write(value);
         addr_of_mut!((*slot).time_ns).write(monotonic_ns());
-        addr_of_mut!((*slot).frame_count).write(frame_count as u32);
+        addr_of_mut!((*slot).frame_count).write(stack.len() as u32);
         addr_of_mut!((*slot).class_len).write(class_len as u32);
         ptr::copy_nonoverlapping(
             name.as_ptr(),
             addr_of_mut!((*slot).class).cast::<u8>(),
             class_len,
         );
-        ptr::copy_nonoverlapping(
-            frames.as_ptr(),
-            addr_of_mut!((*slot).frames).cast::<JavaFrame>(),
-            frame_count,
-        );
+        let frames = addr_of_mut!((*slot).frames).cast::<JavaFrame>();
+        for (index, frame) in stack.iter().enumerate() {
+            frames.add(index).write(java_frame(frame));
+        }
     }
     shared.commit_event(claim);
+}
+
+/// The calling thread's id, asked of the kernel once per thread (a
+/// system call each event otherwise); 0 if its thread-local is gone.
+fn own_tid() -> u32 {
+    OWN_TID
+        .try_with(|tid| {
+            if tid.get() == 0 {
+                // SAFETY: gettid has no preconditions.
+                tid.set(unsafe { libc::gettid() } as u32);
+            }
+            tid.get()
+        })
+        .unwrap_or(0)
 }

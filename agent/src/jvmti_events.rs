@@ -2,7 +2,7 @@
 //! their capabilities, switching them on and off, and, inside their
 //! callbacks, the calling thread's stack and a class's signature.
 
-use std::{ffi::CStr, ptr};
+use std::{ffi::CStr, mem::MaybeUninit, ptr};
 
 use profiler_common::{
     java_events::{MAX_CLASS_NAME, MAX_EVENT_FRAMES},
@@ -33,6 +33,16 @@ impl EventGroup {
             ],
         }
     }
+}
+
+/// A frame as JVMTI gives it, as stoke reads it.
+pub fn java_frame(info: &jvmtiFrameInfo) -> JavaFrame {
+    // JVMTI says -1 for a native method's location.
+    let bci = match i32::try_from(info.location) {
+        Ok(bci) if bci >= 0 => bci,
+        _ => BCI_NATIVE,
+    };
+    JavaFrame::new(info.method as u64, bci)
 }
 
 impl Jvmti {
@@ -80,13 +90,13 @@ impl Jvmti {
         check(unsafe { call!(self.0, SetHeapSamplingInterval, interval) })
     }
 
-    /// The calling thread's Java stack, innermost first, into `frames`;
-    /// the frames written.
-    pub fn own_stack(self, frames: &mut [JavaFrame; MAX_EVENT_FRAMES]) -> usize {
-        let mut info = [jvmtiFrameInfo {
-            method: ptr::null_mut(),
-            location: 0,
-        }; MAX_EVENT_FRAMES];
+    /// The calling thread's Java stack, innermost first, into `frames`
+    /// (left uninitialized: JVMTI writes only the frames it has); the
+    /// frames written.
+    pub fn own_stack(
+        self,
+        frames: &mut [MaybeUninit<jvmtiFrameInfo>; MAX_EVENT_FRAMES],
+    ) -> &[jvmtiFrameInfo] {
         let mut count: jint = 0;
         // SAFETY: valid environment; a null thread is the calling one; the
         // buffer holds MAX_EVENT_FRAMES frames.
@@ -97,23 +107,17 @@ impl Jvmti {
                 ptr::null_mut(),
                 0,
                 MAX_EVENT_FRAMES as jint,
-                info.as_mut_ptr(),
+                frames.as_mut_ptr().cast(),
                 &mut count
             )
         };
-        if check(asked).is_err() {
-            return 0;
-        }
-        let count = usize::try_from(count).unwrap_or(0).min(MAX_EVENT_FRAMES);
-        for (frame, info) in frames.iter_mut().zip(&info[..count]) {
-            // JVMTI says -1 for a native method's location.
-            let bci = match i32::try_from(info.location) {
-                Ok(bci) if bci >= 0 => bci,
-                _ => BCI_NATIVE,
-            };
-            *frame = JavaFrame::new(info.method as u64, bci);
-        }
-        count
+        let count = if check(asked).is_ok() {
+            usize::try_from(count).unwrap_or(0).min(MAX_EVENT_FRAMES)
+        } else {
+            0
+        };
+        // SAFETY: GetStackTrace wrote the first `count` frames.
+        unsafe { std::slice::from_raw_parts(frames.as_ptr().cast(), count) }
     }
 
     /// A class's signature (`[B`, `Ljava/lang/String;`) into `out`, cut
