@@ -71,10 +71,19 @@
 #define STOKE_ROW_CFA_OFFSET_SHIFT 13
 
 /**
- * A table's rows are indexed by pages of `1 << UNWIND_PAGE_SHIFT` bytes of
- * `pc`, so that a lookup searches one page's rows, not the whole file's.
+ * A table's rows are indexed by pages of `pc`, so that a lookup searches
+ * one page's rows, not the whole file's. Each file's pages are the
+ * smallest, from `1 << MIN_UNWIND_PAGE_SHIFT` bytes to
+ * `1 << MAX_UNWIND_PAGE_SHIFT`, that number at most a quarter of its rows:
+ * a page's few rows then lie in a cache line or two, found in two or three
+ * steps (a sample's unwinding touches these lines cold).
  */
-#define STOKE_UNWIND_PAGE_SHIFT 12
+#define STOKE_MIN_UNWIND_PAGE_SHIFT 8
+
+/**
+ * The largest pages: at most 65,536 pages cover any table (`pc` is 32-bit).
+ */
+#define STOKE_MAX_UNWIND_PAGE_SHIFT 16
 
 /**
  * Most executable mappings of one process the unwinder knows.
@@ -494,6 +503,15 @@ struct stoke_mapping {
    * rows are searched without an index.
    */
   uint32_t pages_count;
+  /**
+   * A page of the file is `1 << page_shift` bytes of `pc`.
+   */
+  uint32_t page_shift;
+  /**
+   * Explicit, so that no byte of a mapping written to the map is
+   * undefined.
+   */
+  uint32_t padding;
 };
 
 /**

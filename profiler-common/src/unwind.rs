@@ -130,9 +130,15 @@ impl PackedRow {
     }
 }
 
-/// A table's rows are indexed by pages of `1 << UNWIND_PAGE_SHIFT` bytes of
-/// `pc`, so that a lookup searches one page's rows, not the whole file's.
-pub const UNWIND_PAGE_SHIFT: u32 = 12;
+/// A table's rows are indexed by pages of `pc`, so that a lookup searches
+/// one page's rows, not the whole file's. Each file's pages are the
+/// smallest, from `1 << MIN_UNWIND_PAGE_SHIFT` bytes to
+/// `1 << MAX_UNWIND_PAGE_SHIFT`, that number at most a quarter of its rows:
+/// a page's few rows then lie in a cache line or two, found in two or three
+/// steps (a sample's unwinding touches these lines cold).
+pub const MIN_UNWIND_PAGE_SHIFT: u32 = 8;
+/// The largest pages: at most 65,536 pages cover any table (`pc` is 32-bit).
+pub const MAX_UNWIND_PAGE_SHIFT: u32 = 16;
 
 /// Which of a file's rows begin in one page of its table: rows `first` up
 /// to `end` (indices among the file's rows). The last row before `first`
@@ -168,6 +174,11 @@ pub struct Mapping {
     /// Pages of the file, from `pc` 0 to its last row's page; 0 means the
     /// rows are searched without an index.
     pub pages_count: u32,
+    /// A page of the file is `1 << page_shift` bytes of `pc`.
+    pub page_shift: u32,
+    /// Explicit, so that no byte of a mapping written to the map is
+    /// undefined.
+    pub padding: u32,
 }
 
 /// A process's executable mappings: `count` [`Mapping`]s (at most

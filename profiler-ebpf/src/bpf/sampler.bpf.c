@@ -440,7 +440,7 @@ find_row(struct stoke_mapping *mapping, __u64 pc)
 
 	if (pc < mapping->row_base || relative > 0xffffffffULL)
 		return NULL;
-	page_number = relative >> STOKE_UNWIND_PAGE_SHIFT;
+	page_number = relative >> (mapping->page_shift & 31);
 	if (page_number >= mapping->pages_count) {
 		/* Past the last row's page: the last row, if there is an index. */
 		if (mapping->pages_count)
@@ -454,7 +454,7 @@ find_row(struct stoke_mapping *mapping, __u64 pc)
 		search.high = page->end;
 	}
 	if (search.high - search.low < 128) {
-		/* A page's rows, most often (libc has about 70 a page): a short
+		/* A page's rows, most often (a few; libc has about 8 a page): a short
 		 * loop the compiler unrolls is cheaper per step than bpf_loop's
 		 * calls. */
 		for (int step = 0; step < 7; step++)

@@ -57,9 +57,8 @@ pub fn map_bytes(rows: usize) -> usize {
     rows * stride::<PackedRow>()
 }
 
-/// Capacity of the page-index map for a rows map of `rows`: pages are
-/// fewer than rows in any file with an index worth having (libc has 23k
-/// rows in 400 pages).
+/// Capacity of the page-index map for a rows map of `rows`: a file's pages
+/// are at most a quarter of its rows ([`pages::page_index`]).
 pub fn page_capacity(rows: u32) -> u32 {
     rows / 4
 }
@@ -247,6 +246,7 @@ struct LoadedFile {
     rows_count: u32,
     pages_start: u32,
     pages_count: u32,
+    page_shift: u32,
     table: UnwindTable,
 }
 
@@ -371,6 +371,7 @@ impl Worker {
                 placed.rows_count = file.rows_count;
                 placed.pages_start = file.pages_start;
                 placed.pages_count = file.pages_count;
+                placed.page_shift = file.page_shift;
             }
         }
         placed
@@ -417,8 +418,8 @@ impl Worker {
         };
         // Without room for its index, a file's rows are searched whole.
         let index = pages::page_index(&table.rows).unwrap_or_default();
-        let (pages_start, pages_count) = match self.pages.insert(index.iter().copied()) {
-            Some(start) => (start, index.len() as u32),
+        let (pages_start, pages_count) = match self.pages.insert(index.pages.iter().copied()) {
+            Some(start) => (start, index.pages.len() as u32),
             None => (0, 0),
         };
         self.summary.files += 1;
@@ -434,6 +435,7 @@ impl Worker {
             rows_count,
             pages_start,
             pages_count,
+            page_shift: index.shift,
             table,
         });
         self.loaded.push(loaded.clone());

@@ -1,29 +1,42 @@
-//! A table's page index: for each page of `pc` (`1 <<`
-//! [`UNWIND_PAGE_SHIFT`] bytes), which rows begin in it, so that the BPF
-//! unwinder binary-searches a page's few rows instead of a whole file's
-//! (the OpenTelemetry eBPF profiler's stack-delta pages do the same).
+//! A table's page index: for each page of `pc` (a size chosen per file,
+//! [`MIN_UNWIND_PAGE_SHIFT`] to [`MAX_UNWIND_PAGE_SHIFT`]), which rows
+//! begin in it, so that the BPF unwinder binary-searches a page's few rows
+//! instead of a whole file's (the OpenTelemetry eBPF profiler's
+//! stack-delta pages do the same).
 
-use profiler_common::unwind::{UnwindPage, UnwindRow, UNWIND_PAGE_SHIFT};
+use profiler_common::unwind::{
+    UnwindPage, UnwindRow, MAX_UNWIND_PAGE_SHIFT, MIN_UNWIND_PAGE_SHIFT,
+};
 
-/// Most pages one file's index may have (256 MiB of code): a table whose
-/// rows spread further (a forged file) is searched without an index, not
-/// given a map's worth of pages.
-pub const MAX_FILE_PAGES: usize = 1 << 16;
+/// Rows a page has at least, on average: so that the pages of every file
+/// take at most a quarter of the room of its rows (the page map is sized
+/// so, [`super::loader::page_capacity`]).
+const ROWS_PER_PAGE: usize = 4;
 
-/// The index of `rows` (sorted by `pc`): one page from `pc` 0 to the last
-/// row's page; `None` for no rows, or rows spread over more than
-/// [`MAX_FILE_PAGES`].
-pub fn page_index(rows: &[UnwindRow]) -> Option<Vec<UnwindPage>> {
+/// A file's page index.
+#[derive(Debug, Default)]
+pub struct PageIndex {
+    /// A page is `1 << shift` bytes of `pc`.
+    pub shift: u32,
+    /// From `pc` 0 to the last row's page.
+    pub pages: Vec<UnwindPage>,
+}
+
+/// The index of `rows` (sorted by `pc`), with the smallest pages that are
+/// at most a quarter as many as the rows; `None` for rows too few for the
+/// span they cover even with the largest pages (a forged file: searched
+/// whole, which takes no more steps than its few rows need).
+pub fn page_index(rows: &[UnwindRow]) -> Option<PageIndex> {
     let last = rows.last()?;
-    let count = (last.pc >> UNWIND_PAGE_SHIFT) as usize + 1;
-    if count > MAX_FILE_PAGES {
-        return None;
-    }
+    let most = rows.len() / ROWS_PER_PAGE;
+    let shift = (MIN_UNWIND_PAGE_SHIFT..=MAX_UNWIND_PAGE_SHIFT)
+        .find(|&shift| ((last.pc >> shift) as usize) < most)?;
+    let count = (last.pc >> shift) as usize + 1;
     let mut pages = Vec::with_capacity(count);
     let mut next = 0;
     for page in 0..count as u64 {
         let first = next;
-        let page_end = (page + 1) << UNWIND_PAGE_SHIFT;
+        let page_end = (page + 1) << shift;
         while next < rows.len() && u64::from(rows[next].pc) < page_end {
             next += 1;
         }
@@ -32,15 +45,15 @@ pub fn page_index(rows: &[UnwindRow]) -> Option<Vec<UnwindPage>> {
             end: next as u32,
         });
     }
-    Some(pages)
+    Some(PageIndex { shift, pages })
 }
 
 /// The row covering `relative` as the BPF unwinder finds it through the
 /// index: the last row at or before it among those up to its page's end.
 #[cfg(test)]
-pub fn find_row(rows: &[UnwindRow], pages: &[UnwindPage], relative: u32) -> Option<usize> {
-    let page = (relative >> UNWIND_PAGE_SHIFT) as usize;
-    let (first, end) = match pages.get(page) {
+pub fn find_row(rows: &[UnwindRow], index: &PageIndex, relative: u32) -> Option<usize> {
+    let page = (relative >> index.shift) as usize;
+    let (first, end) = match index.pages.get(page) {
         Some(page) => (page.first as usize, page.end as usize),
         None => (rows.len(), rows.len()),
     };
@@ -68,17 +81,34 @@ mod tests {
 
     #[test]
     fn each_page_lists_the_rows_that_begin_in_it() {
-        let page = 1 << UNWIND_PAGE_SHIFT;
-        let rows = rows(&[16, 32, page + 1, 3 * page, 3 * page + 5]);
-        let pages = page_index(&rows).unwrap();
-        let spans: Vec<(u32, u32)> = pages.iter().map(|p| (p.first, p.end)).collect();
-        assert_eq!(spans, [(0, 2), (2, 3), (3, 3), (3, 5)]);
+        let page = 1 << MIN_UNWIND_PAGE_SHIFT;
+        let mut pcs = vec![16, 32, page + 1, 3 * page, 3 * page + 5];
+        // Enough rows past the pages looked at for the smallest pages.
+        pcs.extend((0..11).map(|i| 3 * page + 6 + i));
+        let index = page_index(&rows(&pcs)).unwrap();
+        assert_eq!(index.shift, MIN_UNWIND_PAGE_SHIFT);
+        let spans: Vec<(u32, u32)> = index.pages.iter().map(|p| (p.first, p.end)).collect();
+        assert_eq!(spans, [(0, 2), (2, 3), (3, 3), (3, 16)]);
+    }
+
+    #[test]
+    fn pages_grow_until_they_are_at_most_a_quarter_of_the_rows() {
+        // 64 rows over 1 MiB: 16 pages at most, of 64 KiB.
+        let pcs: Vec<u32> = (0..64).map(|i| i << 14).collect();
+        let index = page_index(&rows(&pcs)).unwrap();
+        assert_eq!(index.shift, 16);
+        assert_eq!(index.pages.len(), 16);
+        // 64 rows in 4 KiB: 16 pages of 256 bytes.
+        let pcs: Vec<u32> = (0..64).map(|i| i << 6).collect();
+        let index = page_index(&rows(&pcs)).unwrap();
+        assert_eq!(index.shift, MIN_UNWIND_PAGE_SHIFT);
+        assert_eq!(index.pages.len(), 16);
     }
 
     #[test]
     fn a_lookup_through_the_index_finds_what_a_whole_search_finds() {
-        let page = 1 << UNWIND_PAGE_SHIFT;
-        let rows = rows(&[
+        let page = 1 << 10;
+        let mut pcs = vec![
             100,
             200,
             page - 1,
@@ -86,19 +116,22 @@ mod tests {
             2 * page + 7,
             5 * page,
             5 * page + 1,
-        ]);
-        let pages = page_index(&rows).unwrap();
+        ];
+        pcs.extend((1..=21).map(|i| 5 * page + 1 + i * 40));
+        let rows = rows(&pcs);
+        let index = page_index(&rows).unwrap();
+        assert!(index.pages.len() > 4, "{index:?}");
         for relative in (0..7 * page).step_by(3).chain([page - 1, page, 5 * page]) {
             let whole = rows
                 .partition_point(|row| row.pc <= relative)
                 .checked_sub(1);
-            assert_eq!(find_row(&rows, &pages, relative), whole, "at {relative:#x}");
+            assert_eq!(find_row(&rows, &index, relative), whole, "at {relative:#x}");
         }
     }
 
     #[test]
     fn rows_spread_too_far_get_no_index() {
-        assert!(page_index(&rows(&[0, u32::MAX])).is_none());
+        assert!(page_index(&rows(&[0, 1, 2, 3, u32::MAX])).is_none());
         assert!(page_index(&[]).is_none());
     }
 }

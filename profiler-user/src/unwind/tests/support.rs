@@ -10,8 +10,6 @@ use std::{
 use object::{read::elf::ElfFile64, Object, ObjectSymbol};
 use tempfile::TempDir;
 
-use profiler_common::unwind::UNWIND_PAGE_SHIFT;
-
 use crate::unwind::{
     pages,
     table::{compile, RowKind, UnwindRow, UnwindTable},
@@ -71,7 +69,7 @@ pub fn check_invariants(table: &UnwindTable) {
     let Some(index) = pages::page_index(&table.rows) else {
         return;
     };
-    let page_starts = (0..index.len() as u32).map(|page| page << UNWIND_PAGE_SHIFT);
+    let page_starts = (0..index.pages.len() as u32).map(|page| page << index.shift);
     let row_pcs = table.rows.iter().map(|row| row.pc);
     for pc in page_starts
         .chain(row_pcs)
