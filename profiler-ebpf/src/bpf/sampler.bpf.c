@@ -454,7 +454,7 @@ find_row(struct stoke_mapping *mapping, __u64 pc)
 		search.high = page->end;
 	}
 	if (search.high - search.low < 128) {
-		/* A page's rows, most often (a few; libc has about 8 a page): a short
+		/* A page's rows, most often (a few; libc has about 4 a page): a short
 		 * loop the compiler unrolls is cheaper per step than bpf_loop's
 		 * calls. */
 		for (int step = 0; step < 7; step++)
