@@ -60,7 +60,7 @@ pub fn map_bytes(rows: usize) -> usize {
 /// Capacity of the page-index map for a rows map of `rows`: a file's pages
 /// are at most a quarter of its rows ([`pages::page_index`]).
 pub fn page_capacity(rows: u32) -> u32 {
-    rows / 4
+    rows / pages::ROWS_PER_PAGE as u32
 }
 
 /// The BPF maps the loader fills.

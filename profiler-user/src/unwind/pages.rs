@@ -9,9 +9,9 @@ use profiler_common::unwind::{
 };
 
 /// Rows a page has at least, on average: so that the pages of every file
-/// take at most a quarter of the room of its rows (the page map is sized
-/// so, [`super::loader::page_capacity`]).
-const ROWS_PER_PAGE: usize = 4;
+/// take at most a quarter of the room of its rows, as the page map is
+/// sized ([`super::loader::page_capacity`]).
+pub const ROWS_PER_PAGE: usize = 4;
 
 /// A file's page index.
 #[derive(Debug, Default)]
@@ -29,9 +29,9 @@ pub struct PageIndex {
 pub fn page_index(rows: &[UnwindRow]) -> Option<PageIndex> {
     let last = rows.last()?;
     let most = rows.len() / ROWS_PER_PAGE;
-    let shift = (MIN_UNWIND_PAGE_SHIFT..=MAX_UNWIND_PAGE_SHIFT)
-        .find(|&shift| ((last.pc >> shift) as usize) < most)?;
-    let count = (last.pc >> shift) as usize + 1;
+    let (shift, count) = (MIN_UNWIND_PAGE_SHIFT..=MAX_UNWIND_PAGE_SHIFT)
+        .map(|shift| (shift, (last.pc >> shift) as usize + 1))
+        .find(|&(_, count)| count <= most)?;
     let mut pages = Vec::with_capacity(count);
     let mut next = 0;
     for page in 0..count as u64 {
