@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use profiler_common::java_events::{WANT_ALLOC, WANT_LOCK};
 
 use crate::{
+    compiled_frames,
     handler::monotonic_ns,
     java_events::{LOCK_THRESHOLD_NS, MONITORS_ON_SINCE_NS, RECORDING},
     jvmti::Jvmti,
@@ -84,6 +85,10 @@ impl EventControl {
                 let _ = jvmti.set_events(group, false);
             }
         }
+        // The walk of an event's stack names compiled frames from these.
+        compiled_frames::keep(self.on != 0, || {
+            let _ = jvmti.replay_compiled_methods();
+        });
         header.java_events_on.store(self.on, Ordering::Release);
     }
 

@@ -101,6 +101,27 @@ unsafe fn layout_of(env: *mut JNIEnv) -> Option<Layout> {
     })
 }
 
+/// A frame anchor's fields, as offsets from its start.
+#[derive(Clone, Copy)]
+pub struct AnchorFields {
+    pub sp: usize,
+    pub pc: usize,
+    pub fp: usize,
+}
+
+/// Where the anchor of the thread whose JNIEnv is `env` is, and its
+/// fields; `None` until learnt.
+pub fn anchor_of(env: *mut JNIEnv) -> Option<(usize, AnchorFields)> {
+    let layout = LAYOUT.get()?;
+    let thread = (env as usize).checked_sub(layout.env)?;
+    let fields = AnchorFields {
+        sp: layout.sp,
+        pc: layout.pc,
+        fp: layout.fp,
+    };
+    Some((thread + layout.anchor, fields))
+}
+
 /// When the thread whose JNIEnv is `env` is in the JVM with an anchor that
 /// is not walkable, runs `walk` (AsyncGetCallTrace) with the anchor
 /// completed in turn as the module says; the first positive frame count.

@@ -19,9 +19,9 @@ use profiler_common::{
 };
 
 use crate::{
+    event_stack::{self, Source},
     guarded,
     handler::monotonic_ns,
-    jvmti_events::java_frame,
     jvmti_sys::{jclass, jlong, jobject, jthread, jvmtiEnv, JNIEnv},
     shared, JVMTI,
 };
@@ -47,7 +47,7 @@ thread_local! {
 /// of `class`, and HotSpot's sampler picked it.
 pub unsafe extern "C" fn on_sampled_object_alloc(
     _: *mut jvmtiEnv,
-    _: *mut JNIEnv,
+    jni: *mut JNIEnv,
     _: jthread,
     _: jobject,
     class: jclass,
@@ -61,7 +61,8 @@ pub unsafe extern "C" fn on_sampled_object_alloc(
             .fetch_add(1, Ordering::Relaxed);
         if RECORDING.load(Ordering::Relaxed) & WANT_ALLOC != 0 {
             let size = u64::try_from(size).unwrap_or(0);
-            record(JavaEventKind::Alloc, size, class);
+            // SAFETY: jni is this thread's; class the callback's reference.
+            unsafe { record(jni, JavaEventKind::Alloc, size, class) };
         }
     });
 }
@@ -108,7 +109,7 @@ pub unsafe extern "C" fn on_monitor_contended_entered(
             if class.is_null() {
                 return;
             }
-            record(JavaEventKind::Monitor, waited, class);
+            record(jni, JavaEventKind::Monitor, waited, class);
             crate::delete_local_ref(jni, class);
         }
     });
@@ -117,37 +118,47 @@ pub unsafe extern "C" fn on_monitor_contended_entered(
 /// Takes the calling thread's stack and `class`'s signature, then writes
 /// them into a slot of the ring (claimed last, so that it is held for a
 /// copy only).
-fn record(kind: JavaEventKind, value: u64, class: jclass) {
+///
+/// # Safety
+/// `jni` is the calling thread's JNIEnv, in a JVMTI callback; `class` a
+/// live reference of it.
+unsafe fn record(jni: *mut JNIEnv, kind: JavaEventKind, value: u64, class: jclass) {
     let (Some(shared), Some(&jvmti)) = (shared(), JVMTI.get()) else {
         return;
     };
-    // Not zeroed first: 2 KiB a sample, of which JVMTI fills a few frames.
     let mut stack = [const { MaybeUninit::uninit() }; MAX_EVENT_FRAMES];
-    let stack = jvmti.own_stack(&mut stack);
+    let (frame_count, source) = event_stack::take(jvmti, jni, &mut stack);
+    if source == Source::Walked {
+        shared
+            .header()
+            .java_events_walked
+            .fetch_add(1, Ordering::Relaxed);
+    }
     let mut name = [0u8; MAX_CLASS_NAME];
-    // SAFETY: class is a live reference of this thread.
-    let class_len = unsafe { jvmti.class_signature(class, &mut name) };
+    let class_len = jvmti.class_signature(class, &mut name);
     let Some(claim) = shared.claim_event() else {
         return;
     };
     let slot = claim.slot;
-    // SAFETY: the claimed slot is ours until committed; counts bounded.
+    // SAFETY: the claimed slot is ours until committed; counts bounded;
+    // the first `frame_count` frames of `stack` are written.
     unsafe {
         addr_of_mut!((*slot).kind).write(kind as u32);
         addr_of_mut!((*slot).tid).write(own_tid());
         addr_of_mut!((*slot).value).write(value);
         addr_of_mut!((*slot).time_ns).write(monotonic_ns());
-        addr_of_mut!((*slot).frame_count).write(stack.len() as u32);
+        addr_of_mut!((*slot).frame_count).write(frame_count as u32);
         addr_of_mut!((*slot).class_len).write(class_len as u32);
         ptr::copy_nonoverlapping(
             name.as_ptr(),
             addr_of_mut!((*slot).class).cast::<u8>(),
             class_len,
         );
-        let frames = addr_of_mut!((*slot).frames).cast::<JavaFrame>();
-        for (index, frame) in stack.iter().enumerate() {
-            frames.add(index).write(java_frame(frame));
-        }
+        ptr::copy_nonoverlapping(
+            stack.as_ptr().cast::<JavaFrame>(),
+            addr_of_mut!((*slot).frames).cast::<JavaFrame>(),
+            frame_count,
+        );
     }
     shared.commit_event(claim);
 }

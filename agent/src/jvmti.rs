@@ -174,14 +174,28 @@ impl Jvmti {
 
     /// Replays compiled methods and generated code that exist already.
     pub fn replay_code_events(self) -> Result<(), JvmtiError> {
-        for event in [
-            jvmtiEvent_JVMTI_EVENT_DYNAMIC_CODE_GENERATED,
-            jvmtiEvent_JVMTI_EVENT_COMPILED_METHOD_LOAD,
-        ] {
-            // SAFETY: valid environment.
-            check(unsafe { call!(self.0, GenerateEvents, event) })?;
-        }
-        Ok(())
+        // SAFETY: valid environment.
+        check(unsafe {
+            call!(
+                self.0,
+                GenerateEvents,
+                jvmtiEvent_JVMTI_EVENT_DYNAMIC_CODE_GENERATED
+            )
+        })?;
+        self.replay_compiled_methods()
+    }
+
+    /// Replays the CompiledMethodLoad events of the methods compiled so
+    /// far, on the calling thread.
+    pub fn replay_compiled_methods(self) -> Result<(), JvmtiError> {
+        // SAFETY: valid environment.
+        check(unsafe {
+            call!(
+                self.0,
+                GenerateEvents,
+                jvmtiEvent_JVMTI_EVENT_COMPILED_METHOD_LOAD
+            )
+        })
     }
 
     /// Every class loaded so far, as local references of `jni`'s thread.

@@ -18,7 +18,9 @@
 //! Nothing here may crash or stall the JVM: every callback catches panics,
 //! and failures leave the JVM running without Java stacks.
 
+mod compiled_frames;
 mod event_control;
+mod event_stack;
 mod frame_anchor;
 mod handler;
 mod idle;
@@ -31,6 +33,7 @@ mod jvmti_events;
 mod jvmti_sys;
 mod partial_frame;
 mod shared;
+mod stack_walk;
 mod vm_structs;
 
 use std::{
@@ -209,6 +212,7 @@ fn worker(shared: &'static SharedMemory) {
     let Some(&jvmti) = JVMTI.get() else { return };
     // SAFETY: this thread's own env.
     unsafe { frame_anchor::learn(jni) };
+    stack_walk::learn();
     let mut described = HashSet::new();
     let mut recompiled = HashSet::new();
     let mut idle = IdleWatch::new();
@@ -337,6 +341,13 @@ unsafe extern "C" fn on_compiled_method_load(
     compile_info: *const c_void,
 ) {
     guarded(|| {
+        let start = code_address as u64;
+        let size = u64::try_from(code_size).unwrap_or(0);
+        // SAFETY: the compile_info of this CompiledMethodLoad event.
+        unsafe { compiled_frames::add(start, size, compile_info) };
+        if compiled_frames::replaying() {
+            return;
+        }
         let method_id = method as u64;
         // SAFETY: the compile_info of this CompiledMethodLoad event.
         let inlined = unsafe { inlining::inline_edges(compile_info) };
@@ -344,8 +355,6 @@ unsafe extern "C" fn on_compiled_method_load(
             known.insert(method_id);
             known.extend(inlined.iter().flat_map(|edge| [edge.caller, edge.callee]));
         }
-        let start = code_address as u64;
-        let size = u64::try_from(code_size).unwrap_or(0);
         handler::note_code(start, size);
         let Some(shared) = shared() else { return };
         shared.append_event(&Event::CodeLoad {
@@ -369,6 +378,7 @@ unsafe extern "C" fn on_compiled_method_unload(
     code_address: *const c_void,
 ) {
     guarded(|| {
+        compiled_frames::remove(code_address as u64);
         if let Some(shared) = shared() {
             shared.append_event(&Event::CodeUnload {
                 method_id: method as u64,

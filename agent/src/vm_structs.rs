@@ -1,8 +1,10 @@
-//! Field offsets of HotSpot's own structures, read from the table the JVM
-//! publishes for its Serviceability Agent (`gHotSpotVMStructs`, with the
-//! layout of its entries in the `gHotSpotVMStructEntry*` symbols beside
-//! it): the offsets differ between JDK versions and builds, and that table
-//! is how HotSpot itself tells them to out-of-process debuggers.
+//! Field offsets, static addresses and type sizes of HotSpot's own
+//! structures, read from the tables the JVM publishes for its
+//! Serviceability Agent (`gHotSpotVMStructs` and `gHotSpotVMTypes`, with
+//! the layout of their entries in the `gHotSpotVMStructEntry*` and
+//! `gHotSpotVMTypeEntry*` symbols beside them): the offsets differ between
+//! JDK versions and builds, and these tables are how HotSpot itself tells
+//! them to out-of-process debuggers.
 
 use std::ffi::{c_void, CStr};
 
@@ -13,70 +15,174 @@ struct EntryLayout {
     field_name: usize,
     is_static: usize,
     offset: usize,
+    address: usize,
 }
 
-/// The table's end is an entry without a type name; this bounds a walk of
-/// a table that has none (a few thousand entries in every JDK).
+/// A table's end is an entry without a type name; this bounds a walk of a
+/// table that has none (a few thousand entries in every JDK).
 const MAX_ENTRIES: usize = 100_000;
 
-/// The offsets of the non-static fields asked for, as `(types, field)`
-/// pairs, in the order asked, in one walk of the table; `None` if the JVM
-/// publishes no table or lacks any of them. A field is listed under the
-/// type that declares it, which may differ between JDKs (`_osthread` moved
-/// from `Thread` to `JavaThread`): any of `types` will do.
-pub fn field_offsets<const N: usize>(fields: [(&[&str], &str); N]) -> Option<[usize; N]> {
+/// A field asked for: the types that may declare it (which may differ
+/// between JDKs: `_osthread` moved from `Thread` to `JavaThread`; any
+/// will do) and its name.
+pub type Field<'a> = (&'a [&'a str], &'a str);
+
+/// The offsets of the non-static fields asked for, in the order asked, in
+/// one walk of the table; `None` if the JVM publishes no table or lacks any
+/// of them.
+pub fn field_offsets<const N: usize>(fields: [Field; N]) -> Option<[usize; N]> {
+    let mut found = [None; N];
+    entries(|type_name, field_name, is_static, offset, _| {
+        if !is_static {
+            fill(&mut found, &fields, type_name, field_name, offset);
+        }
+    })?;
+    all(found)
+}
+
+/// The addresses of the static fields asked for, as [`field_offsets`].
+pub fn static_addresses<const N: usize>(fields: [Field; N]) -> Option<[usize; N]> {
+    let mut found = [None; N];
+    entries(|type_name, field_name, is_static, _, address| {
+        if is_static && address != 0 {
+            fill(&mut found, &fields, type_name, field_name, address);
+        }
+    })?;
+    all(found)
+}
+
+/// The size of HotSpot's type `name` (`sizeof`), from its type table.
+pub fn type_size(name: &str) -> Option<usize> {
+    let stride = exported_u64(c"gHotSpotVMTypeEntryArrayStride")?;
+    let type_name = exported_u64(c"gHotSpotVMTypeEntryTypeNameOffset")?;
+    let size_offset = exported_u64(c"gHotSpotVMTypeEntrySizeOffset")?;
+    if stride < type_name.max(size_offset) + 8 {
+        return None;
+    }
+    let mut size = None;
+    walk_table(
+        c"gHotSpotVMTypes",
+        stride,
+        type_name,
+        |entry, entry_name| {
+            if entry_name == name.as_bytes() {
+                // SAFETY: the entry's size field, inside its stride.
+                let value = unsafe { entry.add(size_offset).cast::<u64>().read() };
+                size = usize::try_from(value).ok();
+            }
+            size.is_none()
+        },
+    )?;
+    size
+}
+
+fn fill<const N: usize>(
+    found: &mut [Option<usize>; N],
+    fields: &[Field; N],
+    type_name: &[u8],
+    field_name: &[u8],
+    value: usize,
+) {
+    for (slot, (wanted_types, wanted_field)) in found.iter_mut().zip(fields) {
+        if field_name == wanted_field.as_bytes()
+            && wanted_types
+                .iter()
+                .any(|wanted| type_name == wanted.as_bytes())
+        {
+            *slot = Some(value);
+        }
+    }
+}
+
+fn all<const N: usize>(found: [Option<usize>; N]) -> Option<[usize; N]> {
+    let mut values = [0; N];
+    for (value, found) in values.iter_mut().zip(found) {
+        *value = found?;
+    }
+    Some(values)
+}
+
+/// Calls `visit(type, field, is_static, offset, address)` for each entry
+/// of the structure table; `None` if the JVM publishes none.
+fn entries(mut visit: impl FnMut(&[u8], &[u8], bool, usize, usize)) -> Option<()> {
     let layout = EntryLayout {
         stride: exported_u64(c"gHotSpotVMStructEntryArrayStride")?,
         type_name: exported_u64(c"gHotSpotVMStructEntryTypeNameOffset")?,
         field_name: exported_u64(c"gHotSpotVMStructEntryFieldNameOffset")?,
         is_static: exported_u64(c"gHotSpotVMStructEntryIsStaticOffset")?,
         offset: exported_u64(c"gHotSpotVMStructEntryOffsetOffset")?,
+        address: exported_u64(c"gHotSpotVMStructEntryAddressOffset")?,
     };
-    let largest = [layout.type_name, layout.field_name, layout.offset]
-        .into_iter()
-        .max()?
+    let largest = [
+        layout.type_name,
+        layout.field_name,
+        layout.offset,
+        layout.address,
+    ]
+    .into_iter()
+    .max()?
         + 8;
     if layout.stride < largest || layout.is_static + 4 > layout.stride {
         return None;
     }
+    walk_table(
+        c"gHotSpotVMStructs",
+        layout.stride,
+        layout.type_name,
+        |entry, type_name| {
+            // SAFETY: the entry's fields, inside its stride; its names are
+            // NUL-terminated static strings.
+            unsafe {
+                let field_name = entry.add(layout.field_name).cast::<*const i8>().read();
+                if !field_name.is_null() {
+                    visit(
+                        type_name,
+                        CStr::from_ptr(field_name).to_bytes(),
+                        entry.add(layout.is_static).cast::<i32>().read() != 0,
+                        usize::try_from(entry.add(layout.offset).cast::<u64>().read())
+                            .unwrap_or(usize::MAX),
+                        usize::try_from(entry.add(layout.address).cast::<u64>().read())
+                            .unwrap_or(0),
+                    );
+                }
+            }
+            true
+        },
+    )
+}
+
+/// Calls `visit(entry, name)` for each entry of the table the exported
+/// pointer `symbol` points to, entries `stride` bytes apart with a name
+/// pointer at `name`, up to the end entry (a null name) or until `visit`
+/// says false; `None` if the JVM exports no such table.
+fn walk_table(
+    symbol: &CStr,
+    stride: usize,
+    name: usize,
+    mut visit: impl FnMut(*const u8, &[u8]) -> bool,
+) -> Option<()> {
     // SAFETY: an exported pointer variable of the JVM.
-    let table = unsafe { *exported(c"gHotSpotVMStructs")?.cast::<*const u8>() };
+    let table = unsafe { *exported(symbol)?.cast::<*const u8>() };
     if table.is_null() {
         return None;
     }
-    let mut found = [None; N];
     for index in 0..MAX_ENTRIES {
         // SAFETY: the JVM's table, walked up to its end entry with the
-        // stride and offsets it publishes.
-        let entry = unsafe { table.add(index * layout.stride) };
-        let type_name = unsafe { entry.add(layout.type_name).cast::<*const i8>().read() };
-        if type_name.is_null() {
+        // stride and offsets it publishes; its names are NUL-terminated
+        // static strings.
+        let (entry, entry_name) = unsafe {
+            let entry = table.add(index * stride);
+            (entry, entry.add(name).cast::<*const i8>().read())
+        };
+        if entry_name.is_null() {
             break;
         }
-        let field_name = unsafe { entry.add(layout.field_name).cast::<*const i8>().read() };
-        let is_static = unsafe { entry.add(layout.is_static).cast::<i32>().read() } != 0;
-        if field_name.is_null() || is_static {
-            continue;
-        }
-        // SAFETY: the table's names are NUL-terminated static strings.
-        let (type_name, field_name) =
-            unsafe { (CStr::from_ptr(type_name), CStr::from_ptr(field_name)) };
-        for (slot, (wanted_types, wanted_field)) in found.iter_mut().zip(fields) {
-            if field_name.to_bytes() == wanted_field.as_bytes()
-                && wanted_types
-                    .iter()
-                    .any(|wanted| type_name.to_bytes() == wanted.as_bytes())
-            {
-                let offset = unsafe { entry.add(layout.offset).cast::<u64>().read() };
-                *slot = usize::try_from(offset).ok();
-            }
+        // SAFETY: as above.
+        if !visit(entry, unsafe { CStr::from_ptr(entry_name) }.to_bytes()) {
+            break;
         }
     }
-    let mut offsets = [0; N];
-    for (offset, found) in offsets.iter_mut().zip(found) {
-        *offset = found?;
-    }
-    Some(offsets)
+    Some(())
 }
 
 fn exported(name: &CStr) -> Option<*const c_void> {

@@ -26,7 +26,7 @@ use crate::java_events::{JavaEventSlot, JAVA_EVENT_SLOTS};
 /// The first eight bytes of the header: "STOKEJVM".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
 /// Bumped on any change to this layout.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// The name the agent gives its memfd; `/proc/PID/fd` shows it as
 /// `/memfd:stoke-agent (deleted)`.
 pub const MEMFD_NAME: &str = "stoke-agent";
@@ -208,6 +208,9 @@ pub struct Header {
     /// handler is this one may stoke time the JVM's threads with such
     /// events (its BPF program checks at every sample).
     pub trap_handler: AtomicU64,
+    /// Java events whose stack the agent walked from HotSpot's structures
+    /// (the rest asked JVMTI's GetStackTrace), ever.
+    pub java_events_walked: AtomicU64,
 }
 
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent

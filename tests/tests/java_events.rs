@@ -6,7 +6,9 @@
 //! waiting stacks, with about the wait the program measures itself. The JVMs work at their
 //! pace before, while and after the recording and exit 0; after the
 //! recording (or a stoke killed during one), the agent's allocation
-//! sampling is off: its counter of sampled allocations stands still. An
+//! sampling is off: its counter of sampled allocations stands still. The
+//! agent walks most allocations' stacks from HotSpot's structures, not
+//! through GetStackTrace (its counters say so). An
 //! empty allocation or lock profile says why: an idle JVM, or no JVM.
 
 use std::{
@@ -131,6 +133,20 @@ fn assert_sampling_off(pid: u32, within: Duration) {
     );
 }
 
+/// Asserts that the agent walked most allocations' stacks itself (from
+/// HotSpot's structures, once the walk matched GetStackTrace on the first
+/// events) rather than asking JVMTI's GetStackTrace.
+fn assert_stacks_walked(label: &str, pid: u32) {
+    let memory = agent_memory(pid);
+    let sampled = read_u64(&memory, offset_of!(Header, alloc_samples));
+    let walked = read_u64(&memory, offset_of!(Header, java_events_walked));
+    println!("{label}: {walked} of {sampled} allocations' stacks walked by the agent");
+    assert!(
+        walked * 100 >= sampled * 80,
+        "{label}: the agent walked only {walked} of {sampled} allocations' stacks"
+    );
+}
+
 /// Bytes estimated for the stacks with Java method `method` and `class`
 /// on top.
 fn bytes_of(stacks: &[Stack], method: &str, class: &str) -> u64 {
@@ -161,6 +177,7 @@ fn allocations_on(jdk: Jdk) {
     let stacks = read_folded(&out);
     println!("{}", describe(&stacks, 10));
     assert_sampling_off(running.pid(), Duration::from_millis(500));
+    assert_stacks_walked(label, running.pid());
 
     // Every stack has its class on top, no Java frame.
     let total: u64 = stacks.iter().map(|stack| stack.count).sum();

@@ -1,0 +1,248 @@
+//! The Java frames at each call of the JIT's compiled methods, kept while
+//! Java events are recorded, so that [`crate::stack_walk`] can name a
+//! compiled frame of an event's stack from its return address alone.
+//!
+//! A compiled frame is one physical frame for several Java frames: the
+//! methods the JIT inlined into each other at that call. HotSpot decodes
+//! them from scope data whose place it does not publish in every JDK;
+//! CompiledMethodLoad hands the same frames to agents (its inlining
+//! record: per PC, the methods and bytecode indexes, innermost first), so
+//! the agent keeps them per method, from the JIT's events and a replay of
+//! the code compiled before.
+//!
+//! Only while events are recorded ([`keep`]), and bounded by
+//! [`MAX_BYTES`]: a method not kept leaves its events to JVMTI's
+//! GetStackTrace.
+
+use std::{
+    cell::Cell,
+    collections::BTreeMap,
+    ffi::c_void,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        RwLock, RwLockReadGuard,
+    },
+};
+
+use profiler_common::jvm::JavaFrame;
+
+use crate::inlining;
+
+/// Most memory the tables take; methods compiled beyond it are not kept.
+pub const MAX_BYTES: usize = 64 << 20;
+
+/// Whether methods are kept now.
+static KEEPING: AtomicBool = AtomicBool::new(false);
+static TABLE: RwLock<Table> = RwLock::new(Table {
+    bytes: 0,
+    methods: BTreeMap::new(),
+});
+
+thread_local! {
+    /// Set on the worker while it replays the JIT's events for the table
+    /// only: the code map stoke reads has them already.
+    static REPLAYING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The frames at each call of each compiled method kept, by its code's
+/// start.
+pub struct Table {
+    bytes: usize,
+    methods: BTreeMap<u64, Method>,
+}
+
+/// One compiled method's calls.
+struct Method {
+    /// Where its code ends.
+    end: u64,
+    /// The PCs with frames, ascending: the offset from the code's start,
+    /// and where its frames are in `frames` (first and count).
+    calls: Box<[Call]>,
+    frames: Box<[JavaFrame]>,
+}
+
+#[derive(Clone, Copy)]
+struct Call {
+    offset: u32,
+    first: u32,
+    count: u32,
+}
+
+impl Method {
+    fn bytes(&self) -> usize {
+        size_of::<Self>()
+            + self.calls.len() * size_of::<Call>()
+            + self.frames.len() * size_of::<JavaFrame>()
+    }
+}
+
+impl Table {
+    /// The Java frames at `pc`, a return address in compiled code,
+    /// innermost first; `None` if no kept method has frames there.
+    pub fn frames_at(&self, pc: u64) -> Option<&[JavaFrame]> {
+        let (&start, method) = self.methods.range(..=pc).next_back()?;
+        if pc >= method.end {
+            return None;
+        }
+        let offset = u32::try_from(pc - start).ok()?;
+        let index = method
+            .calls
+            .binary_search_by_key(&offset, |call| call.offset)
+            .ok()?;
+        let call = method.calls[index];
+        let first = call.first as usize;
+        method.frames.get(first..first + call.count as usize)
+    }
+}
+
+/// The table, to read while walking a stack.
+pub fn table() -> RwLockReadGuard<'static, Table> {
+    TABLE
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Starts keeping methods (then `replay` the JIT's events of the code
+/// compiled so far, which reach [`add`] on this thread), or stops and
+/// frees the table.
+pub fn keep(on: bool, replay: impl FnOnce()) {
+    if on == KEEPING.swap(on, Ordering::AcqRel) {
+        return;
+    }
+    if on {
+        let _ = REPLAYING.try_with(|replaying| replaying.set(true));
+        replay();
+        let _ = REPLAYING.try_with(|replaying| replaying.set(false));
+    } else {
+        let mut table = TABLE
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        table.methods = BTreeMap::new();
+        table.bytes = 0;
+    }
+}
+
+/// Whether the calling thread replays events for the table only.
+pub fn replaying() -> bool {
+    REPLAYING.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Keeps the frames of a method the JIT compiled to `[start, start +
+/// size)`, from its CompiledMethodLoad `compile_info`.
+///
+/// # Safety
+/// `compile_info` is what the JVM passed to CompiledMethodLoad, valid for
+/// the callback's duration.
+pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
+    if !KEEPING.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(end) = start.checked_add(size) else {
+        return;
+    };
+    let mut calls = Vec::new();
+    let mut frames = Vec::new();
+    // SAFETY: as the caller promises.
+    unsafe {
+        inlining::for_each_pc(compile_info, |pc, methods, bcis| {
+            let Some(offset) = pc.checked_sub(start).filter(|_| pc < end) else {
+                return;
+            };
+            calls.push(Call {
+                offset: offset as u32,
+                first: frames.len() as u32,
+                count: methods.len() as u32,
+            });
+            frames.extend(
+                methods
+                    .iter()
+                    .zip(bcis)
+                    .map(|(&method, &bci)| JavaFrame::new(method as u64, bci)),
+            );
+        })
+    };
+    if calls.is_empty() {
+        return;
+    }
+    calls.sort_unstable_by_key(|call| call.offset);
+    let method = Method {
+        end,
+        calls: calls.into(),
+        frames: frames.into(),
+    };
+    let mut table = TABLE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !KEEPING.load(Ordering::Acquire) || table.bytes + method.bytes() > MAX_BYTES {
+        return;
+    }
+    table.bytes += method.bytes();
+    if let Some(old) = table.methods.insert(start, method) {
+        table.bytes -= old.bytes();
+    }
+}
+
+/// Forgets the method whose code started at `start` (CompiledMethodUnload).
+pub fn remove(start: u64) {
+    if !KEEPING.load(Ordering::Acquire) {
+        return;
+    }
+    let mut table = TABLE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(old) = table.methods.remove(&start) {
+        table.bytes -= old.bytes();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn method(end: u64, calls: &[(u32, &[(u64, i32)])]) -> Method {
+        let mut frames = Vec::new();
+        let calls = calls
+            .iter()
+            .map(|&(offset, at)| {
+                let call = Call {
+                    offset,
+                    first: frames.len() as u32,
+                    count: at.len() as u32,
+                };
+                frames.extend(at.iter().map(|&(id, bci)| JavaFrame::new(id, bci)));
+                call
+            })
+            .collect::<Vec<_>>();
+        Method {
+            end,
+            calls: calls.into(),
+            frames: frames.into(),
+        }
+    }
+
+    #[test]
+    fn a_return_address_names_the_frames_of_its_call_only() {
+        let mut methods = BTreeMap::new();
+        methods.insert(
+            0x1000,
+            method(0x1100, &[(0x10, &[(7, 3), (8, 12)]), (0x40, &[(8, 20)])]),
+        );
+        methods.insert(0x2000, method(0x2080, &[(0x8, &[(9, 1)])]));
+        let table = Table { bytes: 0, methods };
+        let ids = |pc| {
+            table.frames_at(pc).map(|frames| {
+                frames
+                    .iter()
+                    .map(|f| (f.method_id, f.bci))
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(ids(0x1010), Some(vec![(7, 3), (8, 12)]));
+        assert_eq!(ids(0x1040), Some(vec![(8, 20)]));
+        assert_eq!(ids(0x2008), Some(vec![(9, 1)]));
+        // Between calls, past a method's end, before any method.
+        assert_eq!(ids(0x1020), None);
+        assert_eq!(ids(0x1100), None);
+        assert_eq!(ids(0x0fff), None);
+    }
+}
