@@ -18,6 +18,7 @@ use std::{
     cell::Cell,
     collections::BTreeMap,
     ffi::c_void,
+    ptr,
     sync::{
         atomic::{AtomicBool, Ordering},
         RwLock, RwLockReadGuard,
@@ -131,8 +132,9 @@ pub fn replaying() -> bool {
 /// size)`, from its CompiledMethodLoad `compile_info`.
 ///
 /// # Safety
-/// `compile_info` is what the JVM passed to CompiledMethodLoad, valid for
-/// the callback's duration.
+/// `[start, start + size)` and `compile_info` are what the JVM passed to
+/// CompiledMethodLoad (the method's code and its records), valid for the
+/// callback's duration.
 pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
     if !KEEPING.load(Ordering::Acquire) {
         return;
@@ -148,6 +150,10 @@ pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
             let Some(offset) = pc.checked_sub(start).filter(|_| pc < end) else {
                 return;
             };
+            // [start, pc) is the method's code, as the caller promises.
+            if !follows_call(start, pc) {
+                return;
+            }
             calls.push(Call {
                 offset: offset as u32,
                 first: frames.len() as u32,
@@ -180,6 +186,26 @@ pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
     if let Some(old) = table.methods.insert(start, method) {
         table.bytes -= old.bytes();
     }
+}
+
+/// Whether the instruction before `pc` may be a call, which makes `pc` a
+/// return address: `call rel32`, or `call` through a register (HotSpot's
+/// calls from compiled code). The bytes before a PC do not decode one way
+/// only: a PC taken for a return address in error costs a few bytes, one
+/// missed leaves its events to GetStackTrace.
+///
+/// # Safety
+/// `[start, pc)` is code of one compiled method, mapped.
+unsafe fn follows_call(start: u64, pc: u64) -> bool {
+    let byte = |back: u64| {
+        (pc - start >= back)
+            // SAFETY: inside the method's code, as the caller promises.
+            .then(|| unsafe { ptr::with_exposed_provenance::<u8>((pc - back) as usize).read() })
+    };
+    let register_call = |modrm: Option<u8>| modrm.is_some_and(|modrm| modrm & 0xf8 == 0xd0);
+    byte(5) == Some(0xe8)
+        || (byte(2) == Some(0xff) && register_call(byte(1)))
+        || (byte(3) == Some(0x41) && byte(2) == Some(0xff) && register_call(byte(1)))
 }
 
 /// Forgets the method whose code started at `start` (CompiledMethodUnload).

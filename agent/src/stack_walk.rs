@@ -12,8 +12,8 @@
 //!   holding the pc, whose frame size gives the caller's stack pointer,
 //!   below which are its return address and saved frame pointer. A
 //!   compiled method's Java frames at that return address (its inlined
-//!   methods) come from [`crate::compiled_frames`]; runtime stubs have
-//!   none;
+//!   methods) come from [`crate::compiled_frames`], a native method's
+//!   wrapper gives its `Method*`; runtime stubs have none;
 //! - the call stub's return address: the entry frame of a call from the
 //!   JVM into Java, whose call wrapper holds the anchor of the Java frames
 //!   below it, if any.
@@ -58,6 +58,7 @@ struct Layout {
     heaps: Vec<Heap>,
     blob_frame_size: usize,
     blob_name: usize,
+    nmethod_method: usize,
     /// A code blob's offset in its heap block (`sizeof(HeapBlock)`).
     block_header: usize,
     wrapper_anchor: usize,
@@ -100,9 +101,9 @@ const MAX_PHYSICAL_FRAMES: usize = 2048;
 /// Method ids kept per thread.
 const METHOD_CACHE: usize = 64;
 
-/// The value of a code blob's name pointer that names `"nmethod"`, once
-/// seen (any other names a stub).
-static NMETHOD_NAME: AtomicU64 = AtomicU64::new(0);
+/// The name pointers of compiled methods and native wrappers, once seen.
+static COMPILED_NAME: AtomicU64 = AtomicU64::new(0);
+static NATIVE_WRAPPER_NAME: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Clone, Copy)]
 struct CachedMethod {
@@ -146,10 +147,11 @@ unsafe fn layout() -> Option<Layout> {
             (&["VirtualSpace"], "_low"),
             (&["VirtualSpace"], "_high"),
         ])?;
-    let [blob_frame_size, blob_name, queue_buffer, queue_limit, wrapper_anchor] =
+    let [blob_frame_size, blob_name, nmethod_method, queue_buffer, queue_limit, wrapper_anchor] =
         vm_structs::field_offsets([
             (&["CodeBlob"], "_frame_size"),
             (&["CodeBlob"], "_name"),
+            (&["nmethod", "CompiledMethod"], "_method"),
             (&["StubQueue"], "_stub_buffer"),
             (&["StubQueue"], "_buffer_limit"),
             (&["JavaCallWrapper"], "_anchor"),
@@ -196,6 +198,7 @@ unsafe fn layout() -> Option<Layout> {
         heaps,
         blob_frame_size,
         blob_name,
+        nmethod_method,
         block_header: vm_structs::type_size("HeapBlock")?,
         wrapper_anchor,
         method: MethodFields {
@@ -280,8 +283,16 @@ pub unsafe fn walk(
                 ptr::with_exposed_provenance::<i32>(field(layout.blob_frame_size)? as usize).read();
             let name =
                 ptr::with_exposed_provenance::<u64>(field(layout.blob_name)? as usize).read();
-            if is_nmethod(name)? {
-                frames.push(compiled.frames_at(pc)?);
+            match blob_kind(name)? {
+                BlobKind::Compiled => frames.push(compiled.frames_at(pc)?),
+                BlobKind::NativeWrapper => {
+                    let method =
+                        ptr::with_exposed_provenance::<u64>(field(layout.nmethod_method)? as usize)
+                            .read();
+                    let (id, _) = method_id(&layout.method, method)?;
+                    frames.push(&[JavaFrame::new(id, BCI_NATIVE)]);
+                }
+                BlobKind::Stub => {}
             }
             let caller_sp =
                 sp.checked_add(u64::try_from(frame_size).ok().filter(|&size| size > 0)? * 8)?;
@@ -392,29 +403,52 @@ impl Layout {
     }
 }
 
-/// Whether a code blob named by `name` (its name pointer) is a compiled
-/// Java method; `None` if the name cannot be read.
-fn is_nmethod(name: u64) -> Option<bool> {
-    if name == NMETHOD_NAME.load(Ordering::Relaxed) {
-        return Some(true);
+/// What a code blob is, by its name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlobKind {
+    /// A compiled Java method (`"nmethod"`).
+    Compiled,
+    /// The compiled wrapper of a native method (`"native nmethod"`).
+    NativeWrapper,
+    /// Anything else: runtime stubs, adapters.
+    Stub,
+}
+
+/// What the code blob named by `name` (its name pointer) is; `None` if
+/// the name cannot be read. The JVM names every blob of a kind with the
+/// same string, so each pointer is read once.
+fn blob_kind(name: u64) -> Option<BlobKind> {
+    if name == COMPILED_NAME.load(Ordering::Relaxed) {
+        return Some(BlobKind::Compiled);
+    }
+    if name == NATIVE_WRAPPER_NAME.load(Ordering::Relaxed) {
+        return Some(BlobKind::NativeWrapper);
     }
     let seen_stub = STUB_NAMES
         .try_with(|names| names.borrow().contains(&name))
         .unwrap_or(false);
     if seen_stub {
-        return Some(false);
+        return Some(BlobKind::Stub);
     }
-    let nmethod = &handler::read_bytes::<8>(name)? == b"nmethod\0";
-    if nmethod {
-        NMETHOD_NAME.store(name, Ordering::Relaxed);
-    } else {
-        let _ = STUB_NAMES.try_with(|names| {
-            let mut names = names.borrow_mut();
-            names.rotate_right(1);
-            names[0] = name;
-        });
+    let kind = match &handler::read_bytes::<8>(name)? {
+        b"nmethod\0" => BlobKind::Compiled,
+        b"native n" if &handler::read_bytes::<7>(name + 8)? == b"method\0" => {
+            BlobKind::NativeWrapper
+        }
+        _ => BlobKind::Stub,
+    };
+    match kind {
+        BlobKind::Compiled => COMPILED_NAME.store(name, Ordering::Relaxed),
+        BlobKind::NativeWrapper => NATIVE_WRAPPER_NAME.store(name, Ordering::Relaxed),
+        BlobKind::Stub => {
+            let _ = STUB_NAMES.try_with(|names| {
+                let mut names = names.borrow_mut();
+                names.rotate_right(1);
+                names[0] = name;
+            });
+        }
     }
-    Some(nmethod)
+    Some(kind)
 }
 
 /// The method id of `method` (a `Method*`) and where its bytecodes start,
