@@ -15,7 +15,7 @@
 //! GetStackTrace.
 
 use std::{
-    cell::Cell,
+    cell::{Cell, RefCell},
     collections::BTreeMap,
     ffi::c_void,
     ptr,
@@ -35,6 +35,7 @@ pub const MAX_BYTES: usize = 64 << 20;
 /// Whether methods are kept now.
 static KEEPING: AtomicBool = AtomicBool::new(false);
 static TABLE: RwLock<Table> = RwLock::new(Table {
+    generation: 1,
     bytes: 0,
     methods: BTreeMap::new(),
 });
@@ -48,6 +49,9 @@ thread_local! {
 /// The frames at each call of each compiled method kept, by its code's
 /// start.
 pub struct Table {
+    /// Changed whenever a method's frames are freed, which makes the
+    /// threads' [`RECENT`] calls stale.
+    generation: u64,
     bytes: usize,
     methods: BTreeMap<u64, Method>,
 }
@@ -79,8 +83,35 @@ impl Method {
 
 impl Table {
     /// The Java frames at `pc`, a return address in compiled code,
-    /// innermost first; `None` if no kept method has frames there.
+    /// innermost first; `None` if no kept method has frames there. Asked
+    /// of this thread's recent calls first: an event's stack mostly shares
+    /// its compiled frames with the thread's previous events, and each
+    /// lookup in the table takes several cache misses.
     pub fn frames_at(&self, pc: u64) -> Option<&[JavaFrame]> {
+        let index = (pc ^ (pc >> 9)) as usize % RECENT_CALLS;
+        let recent = RECENT
+            .try_with(|recent| recent.borrow()[index])
+            .ok()
+            .filter(|recent| recent.pc == pc && recent.generation == self.generation);
+        if let Some(recent) = recent {
+            // SAFETY: the frames of a method still kept: none was freed
+            // since (the generation is the same), and none can be while
+            // `self` is borrowed.
+            return Some(unsafe { std::slice::from_raw_parts(recent.frames, recent.count) });
+        }
+        let frames = self.look_up(pc)?;
+        let _ = RECENT.try_with(|recent| {
+            recent.borrow_mut()[index] = Recent {
+                pc,
+                generation: self.generation,
+                frames: frames.as_ptr(),
+                count: frames.len(),
+            }
+        });
+        Some(frames)
+    }
+
+    fn look_up(&self, pc: u64) -> Option<&[JavaFrame]> {
         let (&start, method) = self.methods.range(..=pc).next_back()?;
         if pc >= method.end {
             return None;
@@ -94,6 +125,38 @@ impl Table {
         let first = call.first as usize;
         method.frames.get(first..first + call.count as usize)
     }
+
+    /// Drops `start`'s method, if kept.
+    fn forget(&mut self, start: u64) {
+        if let Some(old) = self.methods.remove(&start) {
+            self.bytes -= old.bytes();
+            self.generation += 1;
+        }
+    }
+}
+
+/// Calls a thread looked up last, by PC.
+const RECENT_CALLS: usize = 128;
+
+#[derive(Clone, Copy)]
+struct Recent {
+    pc: u64,
+    generation: u64,
+    frames: *const JavaFrame,
+    count: usize,
+}
+
+thread_local! {
+    static RECENT: RefCell<[Recent; RECENT_CALLS]> = const {
+        RefCell::new(
+            [Recent {
+                pc: 0,
+                generation: 0,
+                frames: ptr::null(),
+                count: 0,
+            }; RECENT_CALLS],
+        )
+    };
 }
 
 /// The table, to read while walking a stack.
@@ -120,6 +183,7 @@ pub fn keep(on: bool, replay: impl FnOnce()) {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         table.methods = BTreeMap::new();
         table.bytes = 0;
+        table.generation += 1;
     }
 }
 
@@ -182,10 +246,9 @@ pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
     if !KEEPING.load(Ordering::Acquire) || table.bytes + method.bytes() > MAX_BYTES {
         return;
     }
+    table.forget(start);
     table.bytes += method.bytes();
-    if let Some(old) = table.methods.insert(start, method) {
-        table.bytes -= old.bytes();
-    }
+    table.methods.insert(start, method);
 }
 
 /// Whether the instruction before `pc` may be a call, which makes `pc` a
@@ -216,9 +279,7 @@ pub fn remove(start: u64) {
     let mut table = TABLE
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(old) = table.methods.remove(&start) {
-        table.bytes -= old.bytes();
-    }
+    table.forget(start);
 }
 
 #[cfg(test)]
@@ -254,8 +315,12 @@ mod tests {
             method(0x1100, &[(0x10, &[(7, 3), (8, 12)]), (0x40, &[(8, 20)])]),
         );
         methods.insert(0x2000, method(0x2080, &[(0x8, &[(9, 1)])]));
-        let table = Table { bytes: 0, methods };
-        let ids = |pc| {
+        let mut table = Table {
+            generation: 1,
+            bytes: 0,
+            methods,
+        };
+        let ids = |table: &Table, pc| {
             table.frames_at(pc).map(|frames| {
                 frames
                     .iter()
@@ -263,12 +328,19 @@ mod tests {
                     .collect::<Vec<_>>()
             })
         };
-        assert_eq!(ids(0x1010), Some(vec![(7, 3), (8, 12)]));
-        assert_eq!(ids(0x1040), Some(vec![(8, 20)]));
-        assert_eq!(ids(0x2008), Some(vec![(9, 1)]));
-        // Between calls, past a method's end, before any method.
-        assert_eq!(ids(0x1020), None);
-        assert_eq!(ids(0x1100), None);
-        assert_eq!(ids(0x0fff), None);
+        // Twice each: looked up, then from the thread's recent calls.
+        for _ in 0..2 {
+            assert_eq!(ids(&table, 0x1010), Some(vec![(7, 3), (8, 12)]));
+            assert_eq!(ids(&table, 0x1040), Some(vec![(8, 20)]));
+            assert_eq!(ids(&table, 0x2008), Some(vec![(9, 1)]));
+            // Between calls, past a method's end, before any method.
+            assert_eq!(ids(&table, 0x1020), None);
+            assert_eq!(ids(&table, 0x1100), None);
+            assert_eq!(ids(&table, 0x0fff), None);
+        }
+        // A method forgotten is not named from the recent calls either.
+        table.forget(0x1000);
+        assert_eq!(ids(&table, 0x1010), None);
+        assert_eq!(ids(&table, 0x2008), Some(vec![(9, 1)]));
     }
 }

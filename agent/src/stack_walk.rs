@@ -1,6 +1,9 @@
 //! The calling Java thread's stack for a Java event, walked from HotSpot's
-//! own structures: a tenth of JVMTI GetStackTrace's time, which was half
-//! of what allocation profiling cost the profiled application.
+//! own structures: JVMTI's GetStackTrace took half of what allocation
+//! profiling cost the profiled application, and this walk takes a sixth
+//! of its time on a short stack (0.42 against 2.6 µs, 2 frames), under
+//! half on javac's deep ones (20-23 against 50-56 µs, 52 frames, most of
+//! it cache misses in the compiled methods' frames).
 //!
 //! A thread in a JVMTI callback has left Java code through a call that
 //! recorded its last Java frame in the thread's frame anchor. From there,
@@ -24,7 +27,7 @@
 //! own stack, reads of code blobs by their code heap; a `Method*` is
 //! dereferenced through reads that fail instead of faulting, and its
 //! method id kept per thread (a stack's bottom frames are the same event
-//! after event). [`crate::java_events`] checks the walk against
+//! after event). [`crate::event_stack`] checks the walk against
 //! GetStackTrace before trusting it in a JVM.
 
 use std::{
@@ -279,16 +282,14 @@ pub unsafe fn walk(
                 let address = blob.checked_add(offset as u64)?;
                 (address.checked_add(8)? <= heap_end).then_some(address)
             };
-            let frame_size =
-                ptr::with_exposed_provenance::<i32>(field(layout.blob_frame_size)? as usize).read();
-            let name =
-                ptr::with_exposed_provenance::<u64>(field(layout.blob_name)? as usize).read();
+            // SAFETY (these reads): `field` keeps them inside the committed
+            // part of the blob's code heap.
+            let frame_size = read::<i32>(field(layout.blob_frame_size)?);
+            let name = read::<u64>(field(layout.blob_name)?);
             match blob_kind(name)? {
                 BlobKind::Compiled => frames.push(compiled.frames_at(pc)?),
                 BlobKind::NativeWrapper => {
-                    let method =
-                        ptr::with_exposed_provenance::<u64>(field(layout.nmethod_method)? as usize)
-                            .read();
+                    let method = read::<u64>(field(layout.nmethod_method)?);
                     let (id, _) = method_id(&layout.method, method)?;
                     frames.push(&[JavaFrame::new(id, BCI_NATIVE)]);
                 }
@@ -308,6 +309,14 @@ pub unsafe fn walk(
         (sp, pc, fp) = (caller_sp, caller_pc, caller_fp);
     }
     None
+}
+
+/// The `T` at `address`.
+///
+/// # Safety
+/// `address` is mapped and holds a `T`.
+unsafe fn read<T>(address: u64) -> T {
+    ptr::read_volatile(ptr::with_exposed_provenance::<T>(address as usize))
 }
 
 /// The frames written so far.
