@@ -135,7 +135,8 @@ unsafe fn record(jni: *mut JNIEnv, kind: JavaEventKind, value: u64, class: jclas
             .fetch_add(1, Ordering::Relaxed);
     }
     let mut name = [0u8; MAX_CLASS_NAME];
-    let class_len = jvmti.class_signature(class, &mut name);
+    // SAFETY: class is a live reference of this thread.
+    let class_len = unsafe { jvmti.class_signature(class, &mut name) };
     let Some(claim) = shared.claim_event() else {
         return;
     };

@@ -10,7 +10,8 @@
 //!   them) and generated code;
 //! - while a recording asks for them, sampled allocations and contended
 //!   monitors with their Java stacks ([`java_events`], switched on and
-//!   off by [`event_control`]).
+//!   off by [`event_control`]; the stacks walked from HotSpot's structures
+//!   by [`stack_walk`] where [`event_stack`] trusts that walk).
 //!
 //! When no stoke reads it for a while, it frees that memory and waits for
 //! the next ([`idle`]).
@@ -343,7 +344,8 @@ unsafe extern "C" fn on_compiled_method_load(
     guarded(|| {
         let start = code_address as u64;
         let size = u64::try_from(code_size).unwrap_or(0);
-        // SAFETY: the compile_info of this CompiledMethodLoad event.
+        // SAFETY: the code and compile_info of this CompiledMethodLoad
+        // event.
         unsafe { compiled_frames::add(start, size, compile_info) };
         if compiled_frames::replaying() {
             return;
