@@ -22,6 +22,7 @@ use std::{
     time::Duration,
 };
 
+use profiler_common::jvm::VERSION;
 use stoke_tests::{
     args, read_json, record_args, require_root, Running, Stoke, StokeOutput, TempDir, Workload,
     FRAME_POINTER_FLAGS,
@@ -104,7 +105,7 @@ fn flood(label: &str, in_namespace: bool) {
     let dir = TempDir::new(label);
     let libjvm = fake_libjvm(dir.path());
     let fake = Workload::build("hostile_fake_jvm", dir.path());
-    let fake_args = args![8, libjvm.display(), "flood"];
+    let fake_args = args![8, libjvm.display(), "flood", VERSION];
     let (mut running, pid) = if in_namespace {
         let mut command = Command::new("unshare");
         command

@@ -1,7 +1,7 @@
 /* A fake JVM, hostile to stoke: it maps a file named libjvm.so (argv[2],
  * any small library copied under that name) and, in mode "flood", creates
  * a memfd named like Stoke's agent's with a header that looks right (the
- * layout of profiler-common/src/jvm.rs, version 5) and state Ready, and
+ * layout of profiler-common/src/jvm.rs, version 6) and state Ready, and
  * says its agent catches SIGTRAP (a lie: it has no handler, and the signal's
  * default action would end it), then
  * for argv[1] seconds keeps its sample ring full of stacks with future,
@@ -12,9 +12,9 @@
  * It counts SIGURG and SIGQUIT (SIGQUIT only with argv[3] "plain-quit",
  * where it handles it; otherwise SIGQUIT keeps its default action and
  * would kill it), prints "ready", and at the end "sigurg N sigquit M" and
- * exits 0. An optional argv[4] overrides the layout version it claims (to
- * measure a stoke of an older layout, which differs only in the header's
- * tail). */
+ * exits 0. An optional argv[4] overrides the layout version it claims (the
+ * tests pass stoke's own, whose layout differs from this one only in the
+ * header's tail, which stoke does not read from an agent). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <signal.h>
@@ -26,7 +26,7 @@
 #include "common.h"
 #include "count_signal.h"
 
-#define VERSION 5
+#define VERSION 6
 #define MAX_FRAMES 256
 #define SAMPLE_SLOTS 1024
 #define REQUEST_SLOTS 4096
