@@ -13,7 +13,9 @@ use stoke_tests::{
 
 const MAIN: &str = "JavaRuntimeCalls.main";
 
-fn runtime_calls_keep_java_stacks_on(jdk: Jdk) {
+/// `min_rooted`: the share of the samples in the runtime that must be
+/// rooted at `main`.
+fn runtime_calls_keep_java_stacks_on(jdk: Jdk, min_rooted: f64) {
     let label = jdk.label;
     let (dir, workload) = prepare_java("java-runtime-calls", "JavaRuntimeCalls", jdk);
     let mut running = workload.spawn_with_options(&["-XX:-UseTLAB"], &["9"]);
@@ -46,7 +48,7 @@ fn runtime_calls_keep_java_stacks_on(jdk: Jdk) {
     assert_share(
         rooted,
         total,
-        0.95,
+        min_rooted,
         format_args!(
             "of the main thread's samples in OptoRuntime start with \
              `{root};java [tid {tid}];{MAIN}_[..]` ({label})\n{}",
@@ -58,10 +60,14 @@ fn runtime_calls_keep_java_stacks_on(jdk: Jdk) {
 
 #[test]
 fn runtime_calls_keep_java_stacks_on_jdk_17() {
-    runtime_calls_keep_java_stacks_on(JDK_17);
+    // Debian's 17.0.21.1 (November 2026) left 7-8.5% of these samples
+    // without Java frames, with stoke's agent of before and after this
+    // test was written alike (91.5-93% measured; Temurin 25 99.9-100%):
+    // samples in `new_array_C` itself, its caller the stub.
+    runtime_calls_keep_java_stacks_on(JDK_17, 0.88);
 }
 
 #[test]
 fn runtime_calls_keep_java_stacks_on_temurin_25() {
-    runtime_calls_keep_java_stacks_on(TEMURIN_25);
+    runtime_calls_keep_java_stacks_on(TEMURIN_25, 0.95);
 }
