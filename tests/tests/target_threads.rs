@@ -40,10 +40,14 @@ fn threads_started_during_a_recording_are_sampled_and_never_trapped() {
     println!("{threads} threads started; {churning} of {total} samples in churn_work");
     assert!(threads > 1000, "only {threads} threads started in 6 s");
     // One busy thread at a time: 3 s at 499 Hz is ~1500 samples, nearly
-    // all of them of threads that did not exist when stoke started.
+    // all of them of threads that did not exist when stoke started (the
+    // threads alive at the start last 2 ms). A loaded host gives the
+    // process less of a CPU (999 samples in all, 906 of them churning, in
+    // one CI run; 1,344 of 1,410 on a quiet one): the share of its
+    // samples tells as well.
     assert!(
-        churning > 1000,
-        "only {churning} samples in churn_work in 3 s at 499 Hz of a busy thread (~1500 expected): threads started later are not sampled\n{}",
+        churning > 600 && churning * 10 >= total * 8,
+        "only {churning} of {total} samples in churn_work in 3 s at 499 Hz of a busy thread (~1500 expected): threads started later are not sampled\n{}",
         describe(mine.iter().copied(), 10)
     );
 }
