@@ -140,7 +140,8 @@ unsafe fn layout() -> Option<Layout> {
         (&["AbstractInterpreter"], "_code"),
         (&["StubRoutines"], "_call_stub_return_address"),
     ])?;
-    let [array_len, array_data, heap_memory, heap_segmap, heap_log2, space_low, space_high] =
+    // One walk of the JVM's structure table for all of them.
+    let [array_len, array_data, heap_memory, heap_segmap, heap_log2, space_low, space_high, blob_frame_size, blob_name, nmethod_method, queue_buffer, queue_limit, wrapper_anchor, const_method, constants, idnum, pool_holder, jmethod_ids] =
         vm_structs::field_offsets([
             (&["GrowableArrayBase", "GenericGrowableArray"], "_len"),
             (&["GrowableArray<int>"], "_data"),
@@ -149,25 +150,20 @@ unsafe fn layout() -> Option<Layout> {
             (&["CodeHeap"], "_log2_segment_size"),
             (&["VirtualSpace"], "_low"),
             (&["VirtualSpace"], "_high"),
-        ])?;
-    let [blob_frame_size, blob_name, nmethod_method, queue_buffer, queue_limit, wrapper_anchor] =
-        vm_structs::field_offsets([
             (&["CodeBlob"], "_frame_size"),
             (&["CodeBlob"], "_name"),
             (&["nmethod", "CompiledMethod"], "_method"),
             (&["StubQueue"], "_stub_buffer"),
             (&["StubQueue"], "_buffer_limit"),
             (&["JavaCallWrapper"], "_anchor"),
+            (&["Method"], "_constMethod"),
+            (&["ConstMethod"], "_constants"),
+            (&["ConstMethod"], "_method_idnum"),
+            (&["ConstantPool"], "_pool_holder"),
+            (&["InstanceKlass"], "_methods_jmethod_ids"),
         ])?;
-    let [const_method, constants, idnum, pool_holder, jmethod_ids] = vm_structs::field_offsets([
-        (&["Method"], "_constMethod"),
-        (&["ConstMethod"], "_constants"),
-        (&["ConstMethod"], "_method_idnum"),
-        (&["ConstantPool"], "_pool_holder"),
-        (&["InstanceKlass"], "_methods_jmethod_ids"),
-    ])?;
-    let word = |address: usize| ptr::with_exposed_provenance::<u64>(address).read();
-    let int = |address: usize| ptr::with_exposed_provenance::<i32>(address).read();
+    let word = |address: usize| read::<u64>(address as u64);
+    let int = |address: usize| read::<i32>(address as u64);
     // The code heaps are made at start-up and never freed; their array is
     // a GrowableArray of CodeHeap pointers.
     let array = word(heaps) as usize;
@@ -381,24 +377,21 @@ impl Layout {
     /// The code blob holding `pc`, and the end of its heap's committed
     /// part; `None` if no code heap holds it or its segment is free.
     fn blob_at(&self, pc: u64) -> Option<(u64, u64)> {
-        let read = |address: usize| {
-            // SAFETY: a field of a code heap, which lives as long as the JVM.
-            unsafe { ptr::read_volatile(ptr::with_exposed_provenance::<u64>(address)) }
-        };
+        // SAFETY: fields of a code heap, which lives as long as the JVM.
+        let field = |address: usize| unsafe { read::<u64>(address as u64) };
         for heap in &self.heaps {
-            let (low, high) = (read(heap.low), read(heap.high));
+            let (low, high) = (field(heap.low), field(heap.high));
             if !(low..high).contains(&pc) {
                 continue;
             }
-            let map = read(heap.segment_map);
+            let map = field(heap.segment_map);
             let mut segment = (pc - low) >> heap.log2_segment;
             // The map has a byte per segment: 0 at a block's first, a
             // count of segments to go back elsewhere, 0xff if free.
             loop {
                 // SAFETY: the map covers the heap's committed segments, of
                 // which this is one.
-                let hop =
-                    unsafe { ptr::with_exposed_provenance::<u8>((map + segment) as usize).read() };
+                let hop = unsafe { read::<u8>(map + segment) };
                 match hop {
                     0 => break,
                     0xff => return None,
