@@ -14,15 +14,8 @@ const SOURCE: &str = "src/bpf/sampler.bpf.c";
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap());
-    for watched in [
-        SOURCE,
-        "src/bpf/kfuncs.bpf.h",
-        "src/bpf/offcpu.bpf.h",
-        "src/bpf/offcpu_waiting.bpf.h",
-        "src/bpf/kernel_names.bpf.h",
-        "src/bpf/vmlinux.h",
-        "../profiler-common/include/stoke_abi.h",
-    ] {
+    // A directory is watched whole: every header the program includes.
+    for watched in ["src/bpf", "../profiler-common/include/stoke_abi.h"] {
         println!("cargo:rerun-if-changed={watched}");
     }
     println!("cargo:rerun-if-env-changed=CLANG");

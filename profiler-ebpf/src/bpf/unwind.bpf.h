@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Stoke's user-stack unwinder, shared by the CPU sampler and the off-CPU
+ * programs: the stack of a process whose unwind tables userspace loaded
+ * (compiled from .eh_frame: a CFA rule and where RBP was saved, per range
+ * of pcs), one frame per bpf_loop step. Code no table covers is walked
+ * with frame pointers, signal frames through the sigcontext the kernel
+ * pushed.
+ *
+ * Included by sampler.bpf.c after the scratch record it writes into.
+ */
+
+/* Compiled unwind tables, all files' rows end to end (sized by userspace,
+ * which writes them through a memory mapping). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stoke_unwind_row);
+} unwind_rows SEC(".maps");
+
+/* Each file's page index into its rows (struct stoke_unwind_page), all
+ * files' end to end, written by userspace like the rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stoke_unwind_page);
+} unwind_pages SEC(".maps");
+
+/* Every loaded process's executable mappings (struct stoke_mapping), each
+ * process's sorted and together, in ranges userspace writes in place. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stoke_mapping);
+} unwind_mappings SEC(".maps");
+
+/* Processes whose tables are loaded: tgid -> where its mappings are in
+ * unwind_mappings. A process not in here is unwound with frame pointers. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct stoke_process_mappings);
+} unwind_processes SEC(".maps");
+
+/* The unwinder's registers between two bpf_loop steps. */
+struct stoke_unwind_state {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 count; /* user frames written */
+	__u32 first; /* where the user frames start in the record */
+	__u32 stop;  /* enum stoke_stop */
+	__u32 exact; /* pc is an interrupted instruction, not a return address */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLOTS);
+	__type(key, __u32);
+	__type(value, struct stoke_unwind_state);
+} unwind_states SEC(".maps");
+
+/* A binary search for the mapping holding a pc, one step per bpf_loop
+ * iteration, like the row search below. */
+struct mapping_search {
+	struct stoke_process_mappings *process;
+	__u64 pc;
+	__u32 low;
+	__u32 high;
+	__s32 found;
+};
+
+/* A process's mapping `index` (0 up to its count). */
+static __always_inline struct stoke_mapping *
+mapping_at(struct stoke_process_mappings *process, __u32 index)
+{
+	__u32 key;
+
+	if (index >= process->count || index >= STOKE_MAX_MAPPINGS)
+		return NULL;
+	key = process->first + index;
+	return bpf_map_lookup_elem(&unwind_mappings, &key);
+}
+
+static long mapping_search_step(__u32 index, void *context)
+{
+	struct mapping_search *search = context;
+	struct stoke_mapping *mapping;
+	__u32 middle;
+
+	if (search->low >= search->high)
+		return 1;
+	middle = (search->low + search->high) / 2;
+	mapping = mapping_at(search->process, middle);
+	if (!mapping)
+		return 1;
+	if (search->pc < mapping->start) {
+		search->high = middle;
+	} else if (search->pc >= mapping->end) {
+		search->low = middle + 1;
+	} else {
+		search->found = middle;
+		return 1;
+	}
+	return 0;
+}
+
+/* The mapping holding a pc: most often the previous frame's (a stack
+ * mostly calls within one file), else a binary search. */
+static __always_inline struct stoke_mapping *
+find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last)
+{
+	struct mapping_search search = {
+		.process = process,
+		.pc = pc,
+		.low = 0,
+		.high = process->count,
+		.found = -1,
+	};
+	struct stoke_mapping *mapping = mapping_at(process, *last);
+
+	if (mapping && pc >= mapping->start && pc < mapping->end)
+		return mapping;
+	if (search.high > STOKE_MAX_MAPPINGS)
+		search.high = STOKE_MAX_MAPPINGS;
+	bpf_loop(9, mapping_search_step, &search, 0);
+	if (search.found < 0)
+		return NULL;
+	*last = search.found;
+	return mapping_at(process, search.found);
+}
+
+/* A binary search for the last row at or before a pc, one step at a time:
+ * a short loop's body, or bpf_loop's callback for a long search (verified
+ * once, not once per path). */
+struct row_search {
+	__u32 low;
+	__u32 high;
+	__u32 rows_start;
+	__u32 relative;
+	bool failed;
+};
+
+static long row_search_step(__u32 index, void *context)
+{
+	struct row_search *search = context;
+	__u32 middle, key;
+	struct stoke_unwind_row *row;
+
+	if (search->low >= search->high)
+		return 1;
+	middle = search->low + (search->high - search->low) / 2;
+	key = search->rows_start + middle;
+	row = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!row) {
+		search->failed = true;
+		return 1;
+	}
+	if (row->pc <= search->relative)
+		search->low = middle + 1;
+	else
+		search->high = middle;
+	return 0;
+}
+
+/* The rows to search are those beginning in the pc's page of the table
+ * (a handful), found through the file's page index; a file without one
+ * has all its rows searched. Userspace keeps a file under 2^24 rows, so
+ * 25 steps always suffice. */
+static __always_inline struct stoke_unwind_row *
+find_row(struct stoke_mapping *mapping, __u64 pc)
+{
+	__u64 relative = pc - mapping->row_base, page_number;
+	struct row_search search = {
+		.low = 0,
+		.high = mapping->rows_count,
+		.rows_start = mapping->rows_start,
+		.relative = (__u32)relative,
+	};
+	struct stoke_unwind_page *page;
+	__u32 key;
+
+	if (pc < mapping->row_base || relative > 0xffffffffULL)
+		return NULL;
+	page_number = relative >> (mapping->page_shift & 31);
+	if (page_number >= mapping->pages_count) {
+		/* Past the last row's page: the last row, if there is an index. */
+		if (mapping->pages_count)
+			search.low = search.high;
+	} else {
+		key = mapping->pages_start + (__u32)page_number;
+		page = bpf_map_lookup_elem(&unwind_pages, &key);
+		if (!page)
+			return NULL;
+		search.low = page->first;
+		search.high = page->end;
+	}
+	if (search.high - search.low < 128) {
+		/* A page's rows, most often (a few; libc has about 4 a page): a short
+		 * loop the compiler unrolls is cheaper per step than bpf_loop's
+		 * calls. */
+		for (int step = 0; step < 7; step++)
+			if (row_search_step(step, &search))
+				break;
+	} else {
+		bpf_loop(25, row_search_step, &search, 0);
+	}
+	if (search.failed || search.low == 0)
+		return NULL;
+	key = search.rows_start + search.low - 1;
+	return bpf_map_lookup_elem(&unwind_rows, &key);
+}
+
+static __always_inline bool read_user(__u64 *value, __u64 address)
+{
+	return bpf_probe_read_user(value, sizeof(*value), (void *)address) == 0;
+}
+
+/* Where no table covers the code: the classic frame-pointer step. */
+static __always_inline bool frame_pointer_step(struct stoke_unwind_state *state)
+{
+	__u64 saved_bp, return_address;
+
+	if (state->bp == 0 || !read_user(&saved_bp, state->bp) ||
+	    !read_user(&return_address, state->bp + 8))
+		return false;
+	/* Frames only ever lie further up the stack: anything else is
+	 * garbage in RBP, not a frame. */
+	if (saved_bp != 0 && saved_bp <= state->bp)
+		return false;
+	state->sp = state->bp + 16;
+	state->bp = saved_bp;
+	state->pc = return_address;
+	return return_address != 0;
+}
+
+static __always_inline long stop_with(struct stoke_unwind_state *state, __u32 reason)
+{
+	state->stop = reason;
+	return 1;
+}
+
+/* Out of a signal handler: the interrupted registers are in the signal
+ * frame, and the next pc is the interrupted instruction itself. */
+static __always_inline long signal_frame_step(struct stoke_unwind_state *state)
+{
+	__u64 context = state->sp + STOKE_SIGCONTEXT_OFFSET, bp, sp, pc;
+
+	if (!read_user(&bp, context + STOKE_SIGCONTEXT_RBP) ||
+	    !read_user(&sp, context + STOKE_SIGCONTEXT_RSP) ||
+	    !read_user(&pc, context + STOKE_SIGCONTEXT_RIP))
+		return stop_with(state, STOKE_STOP_READ_FAILED);
+	state->bp = bp;
+	state->sp = sp;
+	state->pc = pc;
+	state->exact = 1;
+	return pc ? 0 : stop_with(state, STOKE_STOP_END);
+}
+
+/* What every step of one stack's walk uses, looked up once. */
+struct unwind_walk {
+	struct stoke_unwind_state *state;
+	struct sample_record *record;
+	struct stoke_process_mappings *process;
+	__u32 last_mapping; /* index of the previous frame's mapping */
+};
+
+/* A packed row's fields (struct stoke_unwind_row's rule). */
+static __always_inline __u32 row_kind(__u32 rule)
+{
+	return rule & ((1 << STOKE_ROW_RBP_SHIFT) - 1);
+}
+
+static __always_inline __u32 row_rbp(__u32 rule)
+{
+	return (rule >> STOKE_ROW_RBP_SHIFT) & 3;
+}
+
+static __always_inline __s64 row_rbp_offset(__u32 rule)
+{
+	return (__s64)(__s8)(rule >> STOKE_ROW_RBP_OFFSET_SHIFT) * 8;
+}
+
+static __always_inline __s64 row_cfa_offset(__u32 rule)
+{
+	return (__s32)rule >> STOKE_ROW_CFA_OFFSET_SHIFT;
+}
+
+/* One frame: record the pc, then find the caller's registers. */
+static long unwind_step(__u32 index, void *context)
+{
+	struct unwind_walk *walk = context;
+	struct stoke_unwind_state *state = walk->state;
+	struct sample_record *record = walk->record;
+	struct stoke_mapping *mapping;
+	struct stoke_unwind_row *row;
+	__u64 pc, cfa, return_address, bp;
+	__s64 cfa_offset, rbp_offset;
+	__u32 slot, rule, kind, rbp;
+
+	if (state->count >= STOKE_MAX_FRAMES)
+		return stop_with(state, STOKE_STOP_DEPTH);
+	slot = state->first + state->count;
+	if (slot >= 2 * STOKE_MAX_FRAMES)
+		return stop_with(state, STOKE_STOP_DEPTH);
+	record->frames[slot] = state->pc;
+	state->count++;
+
+	/* A return address points after its call, maybe past the caller's
+	 * end: look up the call itself. */
+	pc = state->exact ? state->pc : state->pc - 1;
+	state->exact = 0;
+	mapping = find_mapping(walk->process, pc, &walk->last_mapping);
+	if (!mapping)
+		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
+	row = mapping->rows_count ? find_row(mapping, pc) : NULL;
+	rule = row ? row->rule : STOKE_ROW_NO_CFI;
+	kind = row_kind(rule);
+	if (kind == STOKE_ROW_NO_CFI) {
+		if (!frame_pointer_step(state))
+			return stop_with(state, mapping->rows_count ? STOKE_STOP_NO_CFI :
+								      STOKE_STOP_BAD_FRAME);
+		return 0;
+	}
+
+	if (kind == STOKE_ROW_SIGNAL)
+		return signal_frame_step(state);
+
+	cfa_offset = row_cfa_offset(rule);
+	switch (kind) {
+	case STOKE_ROW_CFA_RSP:
+		cfa = state->sp + cfa_offset;
+		break;
+	case STOKE_ROW_CFA_RBP:
+		cfa = state->bp + cfa_offset;
+		break;
+	case STOKE_ROW_CFA_RBP_DEREF:
+		if (!read_user(&cfa, state->bp + cfa_offset))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		break;
+	case STOKE_ROW_PLT:
+		/* 16-byte PLT entries push once, at offset 11. */
+		cfa = state->sp + cfa_offset + ((state->pc & 15) >= 11 ? 8 : 0);
+		break;
+	case STOKE_ROW_END:
+		return stop_with(state, STOKE_STOP_END);
+	default:
+		return stop_with(state, STOKE_STOP_UNSUPPORTED);
+	}
+	/* The caller's RBP pushed right below the return address (any
+	 * function that saves RBP first, as with frame pointers): both in
+	 * one read. */
+	rbp = row_rbp(rule);
+	rbp_offset = row_rbp_offset(rule);
+	bool paired = rbp == STOKE_RBP_AT_CFA && rbp_offset == -16;
+
+	if (paired) {
+		__u64 saved[2];
+
+		if (bpf_probe_read_user(saved, sizeof(saved), (void *)(cfa - 16)))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		state->bp = saved[0];
+		return_address = saved[1];
+	} else if (!read_user(&return_address, cfa - 8)) {
+		return stop_with(state, STOKE_STOP_READ_FAILED);
+	}
+	switch (rbp) {
+	case STOKE_RBP_UNCHANGED:
+		break;
+	case STOKE_RBP_AT_CFA:
+		if (paired)
+			break;
+		if (!read_user(&bp, cfa + rbp_offset))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		state->bp = bp;
+		break;
+	case STOKE_RBP_AT_RBP:
+		if (!read_user(&bp, state->bp + rbp_offset))
+			return stop_with(state, STOKE_STOP_READ_FAILED);
+		state->bp = bp;
+		break;
+	default:
+		state->bp = 0;
+	}
+	if (return_address == 0)
+		return stop_with(state, STOKE_STOP_END);
+	state->sp = cfa;
+	state->pc = return_address;
+	return 0;
+}
+
+/* Unwinds the user stack, from registers pc, sp and bp, with the
+ * process's tables into the record of scratch slot `slot`, after the
+ * kernel frames; returns the bytes written, and the stop reason. */
+static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
+					struct stoke_process_mappings *process,
+					long kernel_bytes, __u32 *stop, __u32 slot)
+{
+	struct unwind_walk walk = {
+		.state = bpf_map_lookup_elem(&unwind_states, &slot),
+		.record = bpf_map_lookup_elem(&scratch, &slot),
+		.process = process,
+		/* No mapping's index (it is past the count), and a
+		 * value the verifier cannot know: the indices steps store later
+		 * are then no new state for it to walk the steps again with. */
+		.last_mapping = process->count,
+	};
+	struct stoke_unwind_state *state = walk.state;
+
+	if (!state || !walk.record)
+		return 0;
+	state->pc = pc;
+	state->sp = sp;
+	state->bp = bp;
+	state->count = 0;
+	state->first = kernel_bytes / sizeof(__u64);
+	state->stop = STOKE_STOP_DEPTH;
+	state->exact = 1;
+	bpf_loop(STOKE_MAX_FRAMES, unwind_step, &walk, 0);
+	*stop = state->stop;
+	return state->count * sizeof(__u64);
+}
