@@ -671,6 +671,63 @@ fn stripped_xz_reaches_libc_start_like_perf() {
     );
 }
 
+/// The unwinder reads the stack a window at a time, up from the word it
+/// needs: where a window would run past the stack's mapping, it must read
+/// up to the mapping's end, or the outermost frames would be lost. A thread
+/// started by `clone()` on a stack whose top is the end of its mapping
+/// (nothing mapped above, unlike pthreads' and the main thread's).
+#[test]
+fn a_stack_ending_at_a_hole_is_unwound_to_its_top() {
+    require_libc_debug_symbols();
+    let chain = [
+        "stack_top_entry",
+        "climb",
+        "climb",
+        "climb",
+        "climb",
+        "climb",
+        "spin",
+    ];
+    let (dir, workload) = prepare_no_fp(
+        "unwind-stack-top",
+        "stack_at_mapping_end",
+        &["stack_top_entry", "climb", "spin"],
+    );
+    let mut running = workload.spawn(&["60"]);
+    let tid = running.printed_tid();
+
+    let out = dir.join("stack-top.folded");
+    record_to(&args!["-p", running.pid(), "-t"], 499, 3.0, &out);
+    let stacks = read_folded(&out);
+    let mine: Vec<Stack> = stacks_of_thread(&stacks, tid)
+        .into_iter()
+        .cloned()
+        .collect();
+    let total = total_samples(&mine);
+    let whole = samples_where(&mine, |s| {
+        s.frames
+            .get(2)
+            .is_some_and(|f| ROOT_FUNCTIONS.contains(&f.as_str()) || f == "__GI___clone")
+            && s.contains_run(&chain)
+    });
+    println!(
+        "tid {tid}: {whole} of {total} samples ({:.1}%) run clone;{}",
+        percent(whole, total),
+        chain.join(";")
+    );
+    assert_busy(total, tid, &stacks);
+    assert_fraction(
+        whole,
+        total,
+        0.95,
+        format_args!(
+            "of thread {tid} reach clone (outermost), then {}\n{}",
+            chain.join(";"),
+            describe(&mine, 10)
+        ),
+    );
+}
+
 #[test]
 fn threads_without_frame_pointers_reach_thread_start() {
     require_libc_debug_symbols();
@@ -729,11 +786,7 @@ fn threads_without_frame_pointers_reach_thread_start() {
             percent(whole, total),
             chain.join(";")
         );
-        assert!(
-            total > 300,
-            "only {total} samples of the busy thread {tid} in 3 s at 499 Hz\n{}",
-            describe(&stacks, 15)
-        );
+        assert_busy(total, tid, &stacks);
         assert_fraction(
             whole,
             total,
@@ -1198,6 +1251,16 @@ fn percent(part: u64, whole: u64) -> f64 {
 /// Panics unless `whole` is positive and `part` is at least `fraction` of
 /// it, with the message `only <part> of <whole> samples (<p>%) <what>`.
 #[track_caller]
+/// A thread that burns CPU throughout a 3 s recording at 499 Hz has
+/// samples enough to judge its stacks by.
+fn assert_busy(total: u64, tid: u32, stacks: &[Stack]) {
+    assert!(
+        total > 300,
+        "only {total} samples of the busy thread {tid} in 3 s at 499 Hz\n{}",
+        describe(stacks, 15)
+    );
+}
+
 fn assert_fraction(part: u64, whole: u64, fraction: f64, what: impl std::fmt::Display) {
     assert!(
         whole > 0 && part as f64 >= fraction * whole as f64,

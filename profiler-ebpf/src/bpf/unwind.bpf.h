@@ -50,6 +50,20 @@ struct {
 	__type(value, struct stoke_process_mappings);
 } unwind_processes SEC(".maps");
 
+/* Words of the user stack read at once (see stack_word): 1 KiB. At 16
+ * recursions without frame pointers the BPF time per sample fell from
+ * 4.6 to 3.1 µs, on xz from 4.9 to 4.0 µs; windows of 256 and 512 bytes
+ * gained less, of 2 KiB no more. */
+#define STACK_WINDOW_WORDS 128
+#define PAGE_BYTES 4096
+
+/* A copy of a stretch of the user stack: `words` words from `base`. */
+struct stack_window {
+	__u64 base;
+	__u64 words;
+	__u64 word[STACK_WINDOW_WORDS];
+};
+
 /* The unwinder's registers between two bpf_loop steps. */
 struct stoke_unwind_state {
 	__u64 pc;
@@ -59,6 +73,7 @@ struct stoke_unwind_state {
 	__u32 first; /* where the user frames start in the record */
 	__u32 stop;  /* enum stoke_stop */
 	__u32 exact; /* pc is an interrupted instruction, not a return address */
+	struct stack_window window;
 };
 
 struct {
@@ -219,9 +234,58 @@ find_row(struct stoke_mapping *mapping, __u64 pc)
 	return bpf_map_lookup_elem(&unwind_rows, &key);
 }
 
-static __always_inline bool read_user(__u64 *value, __u64 address)
+/* Fills the window from `address` on (8-aligned): a whole window, or, where
+ * the stack's mapping ends within it, up to the end of the address's page. */
+static __always_inline bool stack_window_load(struct stack_window *window, __u64 address)
 {
-	return bpf_probe_read_user(value, sizeof(*value), (void *)address) == 0;
+	__u64 to_page_end = PAGE_BYTES - (address & (PAGE_BYTES - 1));
+
+	window->base = address;
+	window->words = 0;
+	if (bpf_probe_read_user(window->word, sizeof(window->word), (void *)address) == 0) {
+		window->words = STACK_WINDOW_WORDS;
+		return true;
+	}
+	if (to_page_end >= sizeof(window->word))
+		return false;
+	/* Masked for the verifier: a multiple of 8 under the window's size. */
+	to_page_end &= sizeof(window->word) - 8;
+	if (to_page_end == 0 ||
+	    bpf_probe_read_user(window->word, to_page_end, (void *)address) != 0)
+		return false;
+	window->words = to_page_end / 8;
+	return true;
+}
+
+/*
+ * A word of the user stack. A probe read costs about the same for a word
+ * as for a few hundred bytes (the fault-handling setup, not the copy, is
+ * its price), and a frame's words are near the next frame's: the stack is
+ * read a window at a time, refilled from the word asked for when that word
+ * is outside it (walking up the stack, a window serves several frames).
+ * An unaligned address, never a frame's, is read alone.
+ */
+static __always_inline bool stack_word(struct stack_window *window, __u64 *value,
+				       __u64 address)
+{
+	__u64 index = (address - window->base) / 8;
+
+	if (address & 7)
+		return bpf_probe_read_user(value, sizeof(*value), (void *)address) == 0;
+	if (address < window->base || index >= window->words) {
+		if (!stack_window_load(window, address))
+			return false;
+		index = 0;
+	}
+	*value = window->word[index & (STACK_WINDOW_WORDS - 1)];
+	return true;
+}
+
+/* A word of the stack being unwound, through its window. */
+static __always_inline bool read_user(struct stoke_unwind_state *state, __u64 *value,
+				      __u64 address)
+{
+	return stack_word(&state->window, value, address);
 }
 
 /* Where no table covers the code: the classic frame-pointer step. */
@@ -229,8 +293,8 @@ static __always_inline bool frame_pointer_step(struct stoke_unwind_state *state)
 {
 	__u64 saved_bp, return_address;
 
-	if (state->bp == 0 || !read_user(&saved_bp, state->bp) ||
-	    !read_user(&return_address, state->bp + 8))
+	if (state->bp == 0 || !read_user(state, &saved_bp, state->bp) ||
+	    !read_user(state, &return_address, state->bp + 8))
 		return false;
 	/* Frames only ever lie further up the stack: anything else is
 	 * garbage in RBP, not a frame. */
@@ -254,9 +318,9 @@ static __always_inline long signal_frame_step(struct stoke_unwind_state *state)
 {
 	__u64 context = state->sp + STOKE_SIGCONTEXT_OFFSET, bp, sp, pc;
 
-	if (!read_user(&bp, context + STOKE_SIGCONTEXT_RBP) ||
-	    !read_user(&sp, context + STOKE_SIGCONTEXT_RSP) ||
-	    !read_user(&pc, context + STOKE_SIGCONTEXT_RIP))
+	if (!read_user(state, &bp, context + STOKE_SIGCONTEXT_RBP) ||
+	    !read_user(state, &sp, context + STOKE_SIGCONTEXT_RSP) ||
+	    !read_user(state, &pc, context + STOKE_SIGCONTEXT_RIP))
 		return stop_with(state, STOKE_STOP_READ_FAILED);
 	state->bp = bp;
 	state->sp = sp;
@@ -304,7 +368,7 @@ static long unwind_step(__u32 index, void *context)
 	struct stoke_unwind_row *row;
 	__u64 pc, cfa, return_address, bp;
 	__s64 cfa_offset, rbp_offset;
-	__u32 slot, rule, kind, rbp;
+	__u32 slot, rule, kind;
 
 	if (state->count >= STOKE_MAX_FRAMES)
 		return stop_with(state, STOKE_STOP_DEPTH);
@@ -343,7 +407,7 @@ static long unwind_step(__u32 index, void *context)
 		cfa = state->bp + cfa_offset;
 		break;
 	case STOKE_ROW_CFA_RBP_DEREF:
-		if (!read_user(&cfa, state->bp + cfa_offset))
+		if (!read_user(state, &cfa, state->bp + cfa_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
 		break;
 	case STOKE_ROW_PLT:
@@ -355,41 +419,28 @@ static long unwind_step(__u32 index, void *context)
 	default:
 		return stop_with(state, STOKE_STOP_UNSUPPORTED);
 	}
-	/* The caller's RBP pushed right below the return address (any
-	 * function that saves RBP first, as with frame pointers): both in
-	 * one read. */
-	rbp = row_rbp(rule);
+	/* The caller's RBP first, where it was saved: below the return
+	 * address, and a window runs up the stack from the word that filled
+	 * it. */
+	bp = state->bp;
 	rbp_offset = row_rbp_offset(rule);
-	bool paired = rbp == STOKE_RBP_AT_CFA && rbp_offset == -16;
-
-	if (paired) {
-		__u64 saved[2];
-
-		if (bpf_probe_read_user(saved, sizeof(saved), (void *)(cfa - 16)))
-			return stop_with(state, STOKE_STOP_READ_FAILED);
-		state->bp = saved[0];
-		return_address = saved[1];
-	} else if (!read_user(&return_address, cfa - 8)) {
-		return stop_with(state, STOKE_STOP_READ_FAILED);
-	}
-	switch (rbp) {
+	switch (row_rbp(rule)) {
 	case STOKE_RBP_UNCHANGED:
 		break;
 	case STOKE_RBP_AT_CFA:
-		if (paired)
-			break;
-		if (!read_user(&bp, cfa + rbp_offset))
+		if (!read_user(state, &bp, cfa + rbp_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
-		state->bp = bp;
 		break;
 	case STOKE_RBP_AT_RBP:
-		if (!read_user(&bp, state->bp + rbp_offset))
+		if (!read_user(state, &bp, state->bp + rbp_offset))
 			return stop_with(state, STOKE_STOP_READ_FAILED);
-		state->bp = bp;
 		break;
 	default:
-		state->bp = 0;
+		bp = 0;
 	}
+	if (!read_user(state, &return_address, cfa - 8))
+		return stop_with(state, STOKE_STOP_READ_FAILED);
+	state->bp = bp;
 	if (return_address == 0)
 		return stop_with(state, STOKE_STOP_END);
 	state->sp = cfa;
@@ -424,6 +475,7 @@ static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 	state->first = kernel_bytes / sizeof(__u64);
 	state->stop = STOKE_STOP_DEPTH;
 	state->exact = 1;
+	state->window.words = 0;
 	bpf_loop(STOKE_MAX_FRAMES, unwind_step, &walk, 0);
 	*stop = state->stop;
 	return state->count * sizeof(__u64);
