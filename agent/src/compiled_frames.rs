@@ -15,16 +15,17 @@
 //! GetStackTrace.
 
 use std::{
-    cell::{Cell, RefCell},
-    collections::BTreeMap,
+    cell::Cell,
+    collections::HashMap,
     ffi::c_void,
-    ptr,
+    ptr::{self, NonNull},
     sync::{
         atomic::{AtomicBool, Ordering},
         RwLock, RwLockReadGuard,
     },
 };
 
+use foldhash::fast::FixedState;
 use profiler_common::jvm::JavaFrame;
 
 use crate::inlining;
@@ -34,11 +35,7 @@ pub const MAX_BYTES: usize = 64 << 20;
 
 /// Whether methods are kept now.
 static KEEPING: AtomicBool = AtomicBool::new(false);
-static TABLE: RwLock<Table> = RwLock::new(Table {
-    generation: 1,
-    bytes: 0,
-    methods: BTreeMap::new(),
-});
+static TABLE: RwLock<Table> = RwLock::new(Table::new());
 
 thread_local! {
     /// Set on the worker while it replays the JIT's events for the table
@@ -46,117 +43,99 @@ thread_local! {
     static REPLAYING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The frames at each call of each compiled method kept, by its code's
-/// start.
+/// Code addresses are not chosen by anyone who could aim at collisions: a
+/// fast hash with a fixed seed.
+type Map<V> = HashMap<u64, V, FixedState>;
+
+/// The frames at each call of each compiled method kept.
 pub struct Table {
-    /// Changed whenever a method's frames are freed, which makes the
-    /// threads' [`RECENT`] calls stale.
-    generation: u64,
     bytes: usize,
-    methods: BTreeMap<u64, Method>,
+    /// Each method's frames, by its code's start.
+    methods: Map<Method>,
+    /// Each call's frames, by its return address: one probe per compiled
+    /// frame of a stack (a search by code range, then by call, took
+    /// several cache misses, two thirds of a deep stack's walk).
+    calls: Map<CallFrames>,
 }
 
 /// One compiled method's calls.
 struct Method {
-    /// Where its code ends.
-    end: u64,
-    /// The PCs with frames, ascending: the offset from the code's start,
-    /// and where its frames are in `frames` (first and count).
-    calls: Box<[Call]>,
+    /// The return addresses of its calls, each a key of `Table::calls`.
+    returns: Box<[u64]>,
+    /// Its calls' frames, end to end.
     frames: Box<[JavaFrame]>,
 }
 
+/// One call's frames, in its method's `frames`.
 #[derive(Clone, Copy)]
-struct Call {
-    offset: u32,
-    first: u32,
-    count: u32,
+struct CallFrames {
+    first: NonNull<JavaFrame>,
+    count: usize,
 }
+
+// SAFETY: `first` points into a method's `frames`, which the table owns,
+// never changes and frees only with the call's entry (`Table::forget`):
+// the pointer is shared and sent as the table is.
+unsafe impl Send for CallFrames {}
+unsafe impl Sync for CallFrames {}
 
 impl Method {
     fn bytes(&self) -> usize {
         size_of::<Self>()
-            + self.calls.len() * size_of::<Call>()
+            + self.returns.len() * (size_of::<u64>() * 2 + size_of::<CallFrames>())
             + self.frames.len() * size_of::<JavaFrame>()
     }
 }
 
 impl Table {
-    /// The Java frames at `pc`, a return address in compiled code,
-    /// innermost first; `None` if no kept method has frames there. Asked
-    /// of this thread's recent calls first: an event's stack mostly shares
-    /// its compiled frames with the thread's previous events, and each
-    /// lookup in the table takes several cache misses.
-    pub fn frames_at(&self, pc: u64) -> Option<&[JavaFrame]> {
-        let index = (pc ^ (pc >> 9)) as usize % RECENT_CALLS;
-        let recent = RECENT
-            .try_with(|recent| recent.borrow()[index])
-            .ok()
-            .filter(|recent| recent.pc == pc && recent.generation == self.generation);
-        if let Some(recent) = recent {
-            // SAFETY: the frames of a method still kept: none was freed
-            // since (the generation is the same), and none can be while
-            // `self` is borrowed.
-            return Some(unsafe { std::slice::from_raw_parts(recent.frames, recent.count) });
+    const fn new() -> Self {
+        Table {
+            bytes: 0,
+            methods: HashMap::with_hasher(FixedState::with_seed(0)),
+            calls: HashMap::with_hasher(FixedState::with_seed(0)),
         }
-        let frames = self.look_up(pc)?;
-        let _ = RECENT.try_with(|recent| {
-            recent.borrow_mut()[index] = Recent {
-                pc,
-                generation: self.generation,
-                frames: frames.as_ptr(),
-                count: frames.len(),
-            }
-        });
-        Some(frames)
     }
 
-    fn look_up(&self, pc: u64) -> Option<&[JavaFrame]> {
-        let (&start, method) = self.methods.range(..=pc).next_back()?;
-        if pc >= method.end {
-            return None;
+    /// The Java frames at `pc`, a return address in compiled code,
+    /// innermost first; `None` if no kept method has frames there.
+    pub fn frames_at(&self, pc: u64) -> Option<&[JavaFrame]> {
+        let call = self.calls.get(&pc)?;
+        // SAFETY: see `CallFrames`; the method outlives `&self`, as
+        // methods are freed only through `&mut self`.
+        Some(unsafe { std::slice::from_raw_parts(call.first.as_ptr(), call.count) })
+    }
+
+    /// Keeps `method`, whose code starts at `start`, in place of any
+    /// method kept there before; its calls' frames are `counts[i]` frames
+    /// each, in the order of its `returns`.
+    fn insert(&mut self, start: u64, method: Method, counts: &[usize]) {
+        self.forget(start);
+        let mut first = 0;
+        for (&pc, &count) in method.returns.iter().zip(counts) {
+            let frames = &method.frames[first..first + count];
+            first += count;
+            let frames = CallFrames {
+                first: NonNull::from(frames).cast(),
+                count,
+            };
+            // A return address is in one method only; a stale entry of
+            // a method whose code was freed without its unload event is
+            // replaced.
+            self.calls.insert(pc, frames);
         }
-        let offset = u32::try_from(pc - start).ok()?;
-        let index = method
-            .calls
-            .binary_search_by_key(&offset, |call| call.offset)
-            .ok()?;
-        let call = method.calls[index];
-        let first = call.first as usize;
-        method.frames.get(first..first + call.count as usize)
+        self.bytes += method.bytes();
+        self.methods.insert(start, method);
     }
 
     /// Drops `start`'s method, if kept.
     fn forget(&mut self, start: u64) {
         if let Some(old) = self.methods.remove(&start) {
+            for pc in &old.returns {
+                self.calls.remove(pc);
+            }
             self.bytes -= old.bytes();
-            self.generation += 1;
         }
     }
-}
-
-/// Calls a thread looked up last, by PC.
-const RECENT_CALLS: usize = 128;
-
-#[derive(Clone, Copy)]
-struct Recent {
-    pc: u64,
-    generation: u64,
-    frames: *const JavaFrame,
-    count: usize,
-}
-
-thread_local! {
-    static RECENT: RefCell<[Recent; RECENT_CALLS]> = const {
-        RefCell::new(
-            [Recent {
-                pc: 0,
-                generation: 0,
-                frames: ptr::null(),
-                count: 0,
-            }; RECENT_CALLS],
-        )
-    };
 }
 
 /// The table, to read while walking a stack.
@@ -181,9 +160,7 @@ pub fn keep(on: bool, replay: impl FnOnce()) {
         let mut table = TABLE
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        table.methods = BTreeMap::new();
-        table.bytes = 0;
-        table.generation += 1;
+        *table = Table::new();
     }
 }
 
@@ -206,23 +183,18 @@ pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
     let Some(end) = start.checked_add(size) else {
         return;
     };
-    let mut calls = Vec::new();
+    // Each call's return address and frame count, in the order of their
+    // frames.
+    let mut calls: Vec<(u64, usize)> = Vec::new();
     let mut frames = Vec::new();
     // SAFETY: as the caller promises.
     unsafe {
         inlining::for_each_pc(compile_info, |pc, methods, bcis| {
-            let Some(offset) = pc.checked_sub(start).filter(|_| pc < end) else {
-                return;
-            };
             // [start, pc) is the method's code, as the caller promises.
-            if !follows_call(start, pc) {
+            if pc <= start || pc >= end || !follows_call(start, pc) {
                 return;
             }
-            calls.push(Call {
-                offset: offset as u32,
-                first: frames.len() as u32,
-                count: methods.len() as u32,
-            });
+            calls.push((pc, methods.len()));
             frames.extend(
                 methods
                     .iter()
@@ -234,10 +206,9 @@ pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
     if calls.is_empty() {
         return;
     }
-    calls.sort_unstable_by_key(|call| call.offset);
+    let counts: Vec<usize> = calls.iter().map(|&(_, count)| count).collect();
     let method = Method {
-        end,
-        calls: calls.into(),
+        returns: calls.iter().map(|&(pc, _)| pc).collect(),
         frames: frames.into(),
     };
     let mut table = TABLE
@@ -246,9 +217,7 @@ pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
     if !KEEPING.load(Ordering::Acquire) || table.bytes + method.bytes() > MAX_BYTES {
         return;
     }
-    table.forget(start);
-    table.bytes += method.bytes();
-    table.methods.insert(start, method);
+    table.insert(start, method, &counts);
 }
 
 /// Whether the instruction before `pc` may be a call, which makes `pc` a
@@ -286,61 +255,62 @@ pub fn remove(start: u64) {
 mod tests {
     use super::*;
 
-    fn method(end: u64, calls: &[(u32, &[(u64, i32)])]) -> Method {
-        let mut frames = Vec::new();
-        let calls = calls
-            .iter()
-            .map(|&(offset, at)| {
-                let call = Call {
-                    offset,
-                    first: frames.len() as u32,
-                    count: at.len() as u32,
-                };
-                frames.extend(at.iter().map(|&(id, bci)| JavaFrame::new(id, bci)));
-                call
-            })
-            .collect::<Vec<_>>();
-        Method {
-            end,
-            calls: calls.into(),
-            frames: frames.into(),
-        }
+    /// A method whose calls return to the given PCs with the given frames.
+    fn insert(table: &mut Table, start: u64, calls: &[(u64, &[(u64, i32)])]) {
+        let method = Method {
+            returns: calls.iter().map(|&(pc, _)| pc).collect(),
+            frames: calls
+                .iter()
+                .flat_map(|(_, at)| at.iter().map(|&(id, bci)| JavaFrame::new(id, bci)))
+                .collect(),
+        };
+        let counts: Vec<usize> = calls.iter().map(|(_, at)| at.len()).collect();
+        table.insert(start, method, &counts);
+    }
+
+    fn ids(table: &Table, pc: u64) -> Option<Vec<(u64, i32)>> {
+        table
+            .frames_at(pc)
+            .map(|frames| frames.iter().map(|f| (f.method_id, f.bci)).collect())
     }
 
     #[test]
     fn a_return_address_names_the_frames_of_its_call_only() {
-        let mut methods = BTreeMap::new();
-        methods.insert(
+        let mut table = Table::new();
+        insert(
+            &mut table,
             0x1000,
-            method(0x1100, &[(0x10, &[(7, 3), (8, 12)]), (0x40, &[(8, 20)])]),
+            &[(0x1010, &[(7, 3), (8, 12)]), (0x1040, &[(8, 20)])],
         );
-        methods.insert(0x2000, method(0x2080, &[(0x8, &[(9, 1)])]));
-        let mut table = Table {
-            generation: 1,
-            bytes: 0,
-            methods,
-        };
-        let ids = |table: &Table, pc| {
-            table.frames_at(pc).map(|frames| {
-                frames
-                    .iter()
-                    .map(|f| (f.method_id, f.bci))
-                    .collect::<Vec<_>>()
-            })
-        };
-        // Twice each: looked up, then from the thread's recent calls.
-        for _ in 0..2 {
-            assert_eq!(ids(&table, 0x1010), Some(vec![(7, 3), (8, 12)]));
-            assert_eq!(ids(&table, 0x1040), Some(vec![(8, 20)]));
-            assert_eq!(ids(&table, 0x2008), Some(vec![(9, 1)]));
-            // Between calls, past a method's end, before any method.
-            assert_eq!(ids(&table, 0x1020), None);
-            assert_eq!(ids(&table, 0x1100), None);
-            assert_eq!(ids(&table, 0x0fff), None);
-        }
-        // A method forgotten is not named from the recent calls either.
+        insert(&mut table, 0x2000, &[(0x2008, &[(9, 1)])]);
+        assert_eq!(ids(&table, 0x1010), Some(vec![(7, 3), (8, 12)]));
+        assert_eq!(ids(&table, 0x1040), Some(vec![(8, 20)]));
+        assert_eq!(ids(&table, 0x2008), Some(vec![(9, 1)]));
+        // Between calls, past a method's end, before any method.
+        assert_eq!(ids(&table, 0x1020), None);
+        assert_eq!(ids(&table, 0x1100), None);
+        assert_eq!(ids(&table, 0x0fff), None);
+        let bytes = table.bytes;
+
+        // A method forgotten names nothing; one compiled again at the same
+        // start replaces it, and the memory they take is counted once.
         table.forget(0x1000);
         assert_eq!(ids(&table, 0x1010), None);
         assert_eq!(ids(&table, 0x2008), Some(vec![(9, 1)]));
+        insert(
+            &mut table,
+            0x1000,
+            &[(0x1010, &[(7, 3), (8, 12)]), (0x1040, &[(8, 20)])],
+        );
+        insert(&mut table, 0x1000, &[(0x1020, &[(10, 5)])]);
+        assert_eq!(ids(&table, 0x1010), None);
+        assert_eq!(ids(&table, 0x1020), Some(vec![(10, 5)]));
+        insert(
+            &mut table,
+            0x1000,
+            &[(0x1010, &[(7, 3), (8, 12)]), (0x1040, &[(8, 20)])],
+        );
+        assert_eq!(table.bytes, bytes);
+        assert_eq!(table.calls.len(), 3);
     }
 }
