@@ -243,7 +243,9 @@ pub const SIGCONTEXT_RIP: u32 = 128;
 /// The functions a process's or thread's stack starts in (the executable's
 /// entry, libc's start of `main`, a thread's start): a stack that reaches
 /// one is whole. Stoke's stack quality and the bench count by it.
-pub const ROOT_FUNCTIONS: [&str; 8] = [
+/// `__GI___clone` is glibc's `clone` as its debug symbols name it, the
+/// outermost frame of a thread started by `clone()` itself.
+pub const ROOT_FUNCTIONS: [&str; 9] = [
     "_start",
     "__libc_start_main",
     "__libc_start_call_main",
@@ -252,6 +254,7 @@ pub const ROOT_FUNCTIONS: [&str; 8] = [
     "__clone3",
     "clone",
     "__clone",
+    "__GI___clone",
 ];
 
 #[cfg(test)]

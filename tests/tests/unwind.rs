@@ -707,7 +707,7 @@ fn a_stack_ending_at_a_hole_is_unwound_to_its_top() {
     let whole = samples_where(&mine, |s| {
         s.frames
             .get(2)
-            .is_some_and(|f| ROOT_FUNCTIONS.contains(&f.as_str()) || f == "__GI___clone")
+            .is_some_and(|f| ROOT_FUNCTIONS.contains(&f.as_str()))
             && s.contains_run(&chain)
     });
     println!(
