@@ -52,8 +52,8 @@ struct {
 
 /* Words of the user stack read at once (see stack_word): 1 KiB. At 16
  * recursions without frame pointers the BPF time per sample fell from
- * 4.6 to 3.1 µs, on xz from 4.9 to 4.0 µs; windows of 256 and 512 bytes
- * gained less, of 2 KiB no more. */
+ * 4.2-4.6 to 2.7-3.1 µs, on xz from 4.9-5.5 to 4.0-4.1 µs; windows of 256
+ * and 512 bytes gained less, of 2 KiB no more. */
 #define STACK_WINDOW_WORDS 128
 #define PAGE_BYTES 4096
 
