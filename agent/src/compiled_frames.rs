@@ -105,13 +105,21 @@ impl Table {
         Some(unsafe { std::slice::from_raw_parts(call.first.as_ptr(), call.count) })
     }
 
-    /// Keeps `method`, whose code starts at `start`, in place of any
-    /// method kept there before; its calls' frames are `counts[i]` frames
-    /// each, in the order of its `returns`.
-    fn insert(&mut self, start: u64, method: Method, counts: &[usize]) {
+    /// Keeps the frames of the method whose code starts at `start`, in
+    /// place of any method kept there before: each call's return address
+    /// and frame count, in the order of their frames in `frames`. Keeps
+    /// nothing past [`MAX_BYTES`].
+    fn insert(&mut self, start: u64, calls: &[(u64, usize)], frames: Vec<JavaFrame>) {
+        let method = Method {
+            returns: calls.iter().map(|&(pc, _)| pc).collect(),
+            frames: frames.into(),
+        };
+        if self.bytes + method.bytes() > MAX_BYTES {
+            return;
+        }
         self.forget(start);
         let mut first = 0;
-        for (&pc, &count) in method.returns.iter().zip(counts) {
+        for &(pc, count) in calls {
             let frames = &method.frames[first..first + count];
             first += count;
             let frames = CallFrames {
@@ -206,18 +214,12 @@ pub unsafe fn add(start: u64, size: u64, compile_info: *const c_void) {
     if calls.is_empty() {
         return;
     }
-    let counts: Vec<usize> = calls.iter().map(|&(_, count)| count).collect();
-    let method = Method {
-        returns: calls.iter().map(|&(pc, _)| pc).collect(),
-        frames: frames.into(),
-    };
     let mut table = TABLE
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !KEEPING.load(Ordering::Acquire) || table.bytes + method.bytes() > MAX_BYTES {
-        return;
+    if KEEPING.load(Ordering::Acquire) {
+        table.insert(start, &calls, frames);
     }
-    table.insert(start, method, &counts);
 }
 
 /// Whether the instruction before `pc` may be a call, which makes `pc` a
@@ -257,15 +259,12 @@ mod tests {
 
     /// A method whose calls return to the given PCs with the given frames.
     fn insert(table: &mut Table, start: u64, calls: &[(u64, &[(u64, i32)])]) {
-        let method = Method {
-            returns: calls.iter().map(|&(pc, _)| pc).collect(),
-            frames: calls
-                .iter()
-                .flat_map(|(_, at)| at.iter().map(|&(id, bci)| JavaFrame::new(id, bci)))
-                .collect(),
-        };
-        let counts: Vec<usize> = calls.iter().map(|(_, at)| at.len()).collect();
-        table.insert(start, method, &counts);
+        let frames = calls
+            .iter()
+            .flat_map(|(_, at)| at.iter().map(|&(id, bci)| JavaFrame::new(id, bci)))
+            .collect();
+        let counts: Vec<_> = calls.iter().map(|(pc, at)| (*pc, at.len())).collect();
+        table.insert(start, &counts, frames);
     }
 
     fn ids(table: &Table, pc: u64) -> Option<Vec<(u64, i32)>> {

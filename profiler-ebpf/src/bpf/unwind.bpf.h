@@ -50,7 +50,7 @@ struct {
 	__type(value, struct stoke_process_mappings);
 } unwind_processes SEC(".maps");
 
-/* Words of the user stack read at once (see stack_word): 1 KiB. At 16
+/* Words of the user stack read at once (see read_user): 1 KiB. At 16
  * recursions without frame pointers the BPF time per sample fell from
  * 4.2-4.6 to 2.7-3.1 µs, on xz from 4.9-5.5 to 4.0-4.1 µs; windows of 256
  * and 512 bytes gained less, of 2 KiB no more. */
@@ -258,16 +258,17 @@ static __always_inline bool stack_window_load(struct stack_window *window, __u64
 }
 
 /*
- * A word of the user stack. A probe read costs about the same for a word
- * as for a few hundred bytes (the fault-handling setup, not the copy, is
- * its price), and a frame's words are near the next frame's: the stack is
- * read a window at a time, refilled from the word asked for when that word
- * is outside it (walking up the stack, a window serves several frames).
- * An unaligned address, never a frame's, is read alone.
+ * A word of the stack being unwound. A probe read costs about the same for
+ * a word as for a few hundred bytes (the fault-handling setup, not the
+ * copy, is its price), and a frame's words are near the next frame's: the
+ * stack is read a window at a time, refilled from the word asked for when
+ * that word is outside it (walking up the stack, a window serves several
+ * frames). An unaligned address, never a frame's, is read alone.
  */
-static __always_inline bool stack_word(struct stack_window *window, __u64 *value,
-				       __u64 address)
+static __always_inline bool read_user(struct stoke_unwind_state *state, __u64 *value,
+				      __u64 address)
 {
+	struct stack_window *window = &state->window;
 	__u64 index = (address - window->base) / 8;
 
 	if (address & 7)
@@ -279,13 +280,6 @@ static __always_inline bool stack_word(struct stack_window *window, __u64 *value
 	}
 	*value = window->word[index & (STACK_WINDOW_WORDS - 1)];
 	return true;
-}
-
-/* A word of the stack being unwound, through its window. */
-static __always_inline bool read_user(struct stoke_unwind_state *state, __u64 *value,
-				      __u64 address)
-{
-	return stack_word(&state->window, value, address);
 }
 
 /* Where no table covers the code: the classic frame-pointer step. */
