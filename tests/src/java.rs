@@ -78,19 +78,23 @@ pub struct JavaWorkload {
 }
 
 impl JavaWorkload {
-    /// Compiles `tests/workloads/java/<class>.java`, with the `Support`
+    /// Compiles `tests/workloads/java/<source>.java`, with the `Support`
     /// class every workload uses, with `jdk`'s javac into
-    /// `dir/<jdk label>-<class>/`.
+    /// `dir/<jdk label>-<class>/`, the class being the source's file name.
+    /// Sources that need JDK 21 or later are in `jdk21/`
+    /// (`jdk21/JavaVirtual`), out of the way of `JavaCompile`, which
+    /// compiles the directory's own with JDK 17.
     ///
     /// # Panics
     ///
     /// If javac fails; the panic message carries its output.
-    pub fn build(class: &str, jdk: Jdk, dir: &Path) -> Self {
+    pub fn build(source: &str, jdk: Jdk, dir: &Path) -> Self {
+        let class = source.rsplit('/').next().unwrap_or(source);
         let classes = dir.join(format!("{}-{class}", jdk.label));
         fs::create_dir_all(&classes)
             .unwrap_or_else(|e| panic!("creating {}: {e}", classes.display()));
         let sources =
-            [class, "Support"].map(|name| java_workloads_dir().join(format!("{name}.java")));
+            [source, "Support"].map(|name| java_workloads_dir().join(format!("{name}.java")));
         let output = Command::new(jdk.tool("javac"))
             .arg("-d")
             .arg(&classes)
@@ -174,12 +178,12 @@ pub fn is_java_frame(frame: &str) -> bool {
 
 /// The common start of a Java test: [`require_root`], then a fresh
 /// [`TempDir`] named after `label` and `jdk` with
-/// `tests/workloads/java/<class>.java` built in it by `jdk`
+/// `tests/workloads/java/<source>.java` built in it by `jdk`
 /// ([`JavaWorkload::build`]).
-pub fn prepare_java(label: &str, class: &str, jdk: Jdk) -> (TempDir, JavaWorkload) {
+pub fn prepare_java(label: &str, source: &str, jdk: Jdk) -> (TempDir, JavaWorkload) {
     require_root();
     let dir = TempDir::new(&format!("{label}-{}", jdk.label));
-    let workload = JavaWorkload::build(class, jdk, dir.path());
+    let workload = JavaWorkload::build(source, jdk, dir.path());
     (dir, workload)
 }
 
