@@ -54,10 +54,10 @@ fn virtual_threads_get_whole_stacks_through_their_carriers() {
     println!("carriers: {total} samples, {working} in {WORK}, {whole_stacks} whole");
     // Two CPUs busy for 4 s at 499 Hz: about 4,000 samples.
     assert!(total >= 2000, "only {total} samples of the carrier threads");
-    // Measured 93.5%: the rest is the yields, and the freezing and
-    // thawing of the virtual threads' stacks.
+    // Measured 93.5% and 95.1%: the rest is the yields, and the freezing
+    // and thawing of the virtual threads' stacks.
     assert_share(working, total, 0.85, format!("carrier samples in {WORK}"));
-    // Measured 100%.
+    // Measured 99.3% and 100%.
     assert_share(
         whole_stacks,
         working,
