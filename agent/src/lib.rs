@@ -166,6 +166,15 @@ fn go_live(vm: *mut JavaVM, shared: &'static SharedMemory) {
         return;
     }
     handler::install_trap(shared);
+    if let Some(code_cache) = stack_walk::code_cache() {
+        let header = shared.header();
+        header
+            .code_cache_start
+            .store(code_cache.start, Ordering::Relaxed);
+        header
+            .code_cache_end
+            .store(code_cache.end, Ordering::Relaxed);
+    }
     match std::thread::Builder::new()
         .name("stoke-agent".into())
         .spawn(move || worker(shared))

@@ -59,6 +59,9 @@ struct Layout {
     call_stub_return: u64,
     interpreter: Range<u64>,
     heaps: Vec<Heap>,
+    /// All code heaps' reserved memory, from the lowest heap's start to
+    /// the highest one's end: fixed at start-up, and holding no file.
+    code_cache: Range<u64>,
     blob_frame_size: usize,
     blob_name: usize,
     nmethod_method: usize,
@@ -141,7 +144,7 @@ unsafe fn layout() -> Option<Layout> {
         (&["StubRoutines"], "_call_stub_return_address"),
     ])?;
     // One walk of the JVM's structure table for all of them.
-    let [array_len, array_data, heap_memory, heap_segmap, heap_log2, space_low, space_high, blob_frame_size, blob_name, nmethod_method, queue_buffer, queue_limit, wrapper_anchor, const_method, constants, idnum, pool_holder, jmethod_ids] =
+    let [array_len, array_data, heap_memory, heap_segmap, heap_log2, space_low, space_high, space_low_boundary, space_high_boundary, blob_frame_size, blob_name, nmethod_method, queue_buffer, queue_limit, wrapper_anchor, const_method, constants, idnum, pool_holder, jmethod_ids] =
         vm_structs::field_offsets([
             (&["GrowableArrayBase", "GenericGrowableArray"], "_len"),
             (&["GrowableArray<int>"], "_data"),
@@ -150,6 +153,8 @@ unsafe fn layout() -> Option<Layout> {
             (&["CodeHeap"], "_log2_segment_size"),
             (&["VirtualSpace"], "_low"),
             (&["VirtualSpace"], "_high"),
+            (&["VirtualSpace"], "_low_boundary"),
+            (&["VirtualSpace"], "_high_boundary"),
             (&["CodeBlob"], "_frame_size"),
             (&["CodeBlob"], "_name"),
             (&["nmethod", "CompiledMethod"], "_method"),
@@ -185,6 +190,15 @@ unsafe fn layout() -> Option<Layout> {
             })
         })
         .collect::<Option<Vec<_>>>()?;
+    let reserved = |index: usize, boundary: usize| {
+        word(word(data + index * 8) as usize + heap_memory + boundary)
+    };
+    let code_cache = (0..count)
+        .map(|index| reserved(index, space_low_boundary))
+        .min()?
+        ..(0..count)
+            .map(|index| reserved(index, space_high_boundary))
+            .max()?;
     let queue = word(interpreter) as usize;
     if queue == 0 {
         return None;
@@ -195,6 +209,7 @@ unsafe fn layout() -> Option<Layout> {
         call_stub_return: word(call_stub_return),
         interpreter: interpreter_start..interpreter_start + interpreter_size,
         heaps,
+        code_cache,
         blob_frame_size,
         blob_name,
         nmethod_method,
@@ -209,6 +224,14 @@ unsafe fn layout() -> Option<Layout> {
             jmethod_ids,
         },
     })
+}
+
+/// Where the JVM's compiled code lives (all its code heaps), if a walk
+/// could be learnt.
+pub fn code_cache() -> Option<Range<u64>> {
+    learn();
+    let layout = LAYOUT.get()?.as_ref()?;
+    Some(layout.code_cache.clone())
 }
 
 /// The calling thread's Java stack, innermost first, into `out`; `None`

@@ -48,6 +48,14 @@
 #define STOKE_SAMPLE_KERNEL_THREAD (1 << 3)
 
 /**
+ * [`RecordHeader::flags`] bit: the user pc is in the code cache of a JVM
+ * whose agent answers ([`SignalledJvm`]): its frames are the agent's
+ * Java stack, and the pc is no sign of code mapped since its maps were
+ * read.
+ */
+#define STOKE_SAMPLE_IN_CODE_CACHE (1 << 4)
+
+/**
  * Number of [`Counter`]s, the size of the `counters` array.
  */
 #define STOKE_COUNTER_COUNT 11
@@ -530,6 +538,30 @@ struct stoke_process_mappings {
    * Index of its first mapping in `unwind_mappings`.
    */
   uint32_t first;
+};
+
+/**
+ * A JVM whose agent waits for signals: the `signal_tgids` map's value.
+ */
+struct stoke_signalled_jvm {
+  /**
+   * The signal the agent's handler waits for.
+   */
+  uint32_t signal;
+  /**
+   * Explicit padding, 0.
+   */
+  uint32_t padding;
+  /**
+   * Where its code heaps start: a sample whose pc is in them gets that
+   * pc alone as its native stack (the unwinder would stop there, at
+   * code no file holds), without searching the process's mappings.
+   */
+  uint64_t code_cache_start;
+  /**
+   * Where they end; `code_cache_start` if the agent did not say.
+   */
+  uint64_t code_cache_end;
 };
 
 #endif  /* STOKE_ABI_H */

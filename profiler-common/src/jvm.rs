@@ -211,6 +211,14 @@ pub struct Header {
     /// Java events whose stack the agent walked from HotSpot's structures
     /// (the rest asked JVMTI's GetStackTrace), ever.
     pub java_events_walked: AtomicU64,
+    /// Where the JVM's code heaps are (`code_cache_start` up to
+    /// `code_cache_end`), set before the agent says it is ready; 0 if the
+    /// agent could not tell, or predates them. Stoke's sampler leaves a
+    /// pc in there to the agent's Java frames, with no search for a
+    /// mapping (it holds no file).
+    pub code_cache_start: AtomicU64,
+    /// See `code_cache_start`.
+    pub code_cache_end: AtomicU64,
 }
 
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent

@@ -44,6 +44,28 @@ pub const SAMPLE_EXITING: u32 = 1 << 2;
 /// user space (userspace need not read /proc to tell).
 pub const SAMPLE_KERNEL_THREAD: u32 = 1 << 3;
 
+/// [`RecordHeader::flags`] bit: the user pc is in the code cache of a JVM
+/// whose agent answers ([`SignalledJvm`]): its frames are the agent's
+/// Java stack, and the pc is no sign of code mapped since its maps were
+/// read.
+pub const SAMPLE_IN_CODE_CACHE: u32 = 1 << 4;
+
+/// A JVM whose agent waits for signals: the `signal_tgids` map's value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignalledJvm {
+    /// The signal the agent's handler waits for.
+    pub signal: u32,
+    /// Explicit padding, 0.
+    pub padding: u32,
+    /// Where its code heaps start: a sample whose pc is in them gets that
+    /// pc alone as its native stack (the unwinder would stop there, at
+    /// code no file holds), without searching the process's mappings.
+    pub code_cache_start: u64,
+    /// Where they end; `code_cache_start` if the agent did not say.
+    pub code_cache_end: u64,
+}
+
 /// The fixed start of every ring-buffer record.
 ///
 /// A sample or off-CPU record is followed by `kernel_frames` then `user_frames` return

@@ -429,6 +429,7 @@ mod tests {
             signalled: false,
             exiting: false,
             kernel_thread: false,
+            in_code_cache: false,
             cgroup_key: None,
             exe_file: None,
             age: None,

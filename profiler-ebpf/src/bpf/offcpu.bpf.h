@@ -281,7 +281,8 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 {
 	struct sample_record *record = offcpu_record(state);
 	struct stoke_process_mappings *process;
-	__u32 tgid = task->tgid, *signal, stop = STOKE_STOP_FRAME_POINTERS;
+	__u32 tgid = task->tgid, stop = STOKE_STOP_FRAME_POINTERS;
+	struct stoke_signalled_jvm *jvm;
 	long kernel_bytes, user_bytes;
 
 	if (!record)
@@ -304,9 +305,9 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 	user_bytes = frame_bytes_bounded(user_bytes);
 	if (user_bytes < 0)
 		return;
-	signal = bpf_map_lookup_elem(&signal_tgids, &tgid);
-	if (signal) {
-		if (bpf_send_signal_thread(*signal) == 0)
+	jvm = bpf_map_lookup_elem(&signal_tgids, &tgid);
+	if (jvm) {
+		if (bpf_send_signal_thread(jvm->signal) == 0)
 			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
 		else
 			count(STOKE_COUNTER_SIGNAL_FAILED);

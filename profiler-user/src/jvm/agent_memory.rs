@@ -14,6 +14,7 @@
 
 use std::{
     fs::File,
+    ops::Range,
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::fs::{FileExt, MetadataExt},
@@ -249,6 +250,20 @@ impl AgentMemory {
             };
         }
         (cookie != 0).then_some(Trap { cookie, handler })
+    }
+
+    /// Where the JVM's code heaps are, as its agent says (a range of its
+    /// own address space, trusted only for its own samples); empty if the
+    /// agent did not say.
+    pub fn code_cache(&self) -> Range<u64> {
+        let header = self.header();
+        let start = header.code_cache_start.load(Ordering::Acquire);
+        let end = header.code_cache_end.load(Ordering::Acquire);
+        if start < end {
+            start..end
+        } else {
+            0..0
+        }
     }
 
     /// What the agent says it is doing; `Failed` for a value it cannot mean.

@@ -523,7 +523,12 @@ impl JavaProfiler {
         match attached.result {
             Ok(memory) => {
                 self.attach_retries.remove(&pid);
-                if let Err(refused) = sampler.allow_signals(pid, SIGNAL as u32, attached.began_ns) {
+                if let Err(refused) = sampler.allow_signals(
+                    pid,
+                    SIGNAL as u32,
+                    memory.code_cache(),
+                    attached.began_ns,
+                ) {
                     self.coverage.agent_answered(pid, false);
                     if matches!(refused, SignalsRefused::Ended) {
                         // The agent found was the image's before an exec

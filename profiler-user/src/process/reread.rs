@@ -35,9 +35,13 @@ struct Reread {
 
 impl Rereads {
     /// Whether `sample` of the process of `image` calls for its mappings
-    /// to be read now: it ran code outside them, and the process's last
-    /// read is long enough ago. Saying yes counts as a read.
+    /// to be read now: it ran code outside them (not in a JVM's code
+    /// cache, which holds none), and the process's last read is long
+    /// enough ago. Saying yes counts as a read.
     pub fn due(&mut self, image: &ProcessImage, sample: &Sample) -> bool {
+        if sample.in_code_cache {
+            return false;
+        }
         let outside = |pc: &u64| image.locate(*pc).is_none();
         // The innermost pc is the thread's own; the last one, where the
         // unwinder stopped at code it did not know.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use profiler_common::{
     unwind::StopReason, RecordHeader, RecordKind, MAX_FRAMES, RECORD_HEADER_SIZE, SAMPLE_EXITING,
-    SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED,
+    SAMPLE_IN_CODE_CACHE, SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED,
 };
 
 use super::comm::Comm;
@@ -51,6 +51,8 @@ pub struct Sample {
     pub exiting: bool,
     /// The thread is one of the kernel's own.
     pub kernel_thread: bool,
+    /// The user pc is in the code cache of a JVM whose agent answers.
+    pub in_code_cache: bool,
     /// A key of the process's cgroups in every hierarchy, shared by the
     /// processes in the same ones, if the kernel said.
     pub cgroup_key: Option<u64>,
@@ -84,6 +86,7 @@ impl Sample {
             signalled: true,
             exiting: false,
             kernel_thread: false,
+            in_code_cache: false,
             cgroup_key: None,
             exe_file: None,
             age: None,
@@ -140,6 +143,7 @@ impl Record {
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
                     exiting: header.flags & SAMPLE_EXITING != 0,
                     kernel_thread: header.flags & SAMPLE_KERNEL_THREAD != 0,
+                    in_code_cache: header.flags & SAMPLE_IN_CODE_CACHE != 0,
                     cgroup_key: (header.cgroup_key != 0).then_some(header.cgroup_key),
                     exe_file: (header.exe_inode != 0)
                         .then(|| (device_of(header.exe_device), header.exe_inode)),

@@ -3,6 +3,7 @@
 
 use std::{
     io,
+    ops::Range,
     os::fd::{AsRawFd, OwnedFd},
     time::Duration,
 };
@@ -16,7 +17,7 @@ use aya::{
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
-use profiler_common::{Counter, COUNTER_COUNT};
+use profiler_common::{Counter, SignalledJvm, COUNTER_COUNT};
 use tracing::debug;
 
 use super::{
@@ -396,15 +397,25 @@ impl Sampler {
     /// Lets the sampler signal process `pid` (a JVM whose agent waits for
     /// `signal`) at every sample of one of its threads, unless the process
     /// exec'd or exited since `since_ns` (CLOCK_MONOTONIC), when its attach
-    /// began: then it is another program, or another process, by now.
+    /// began: then it is another program, or another process, by now. Its
+    /// samples in `code_cache` take the pc alone as their native stack.
     pub fn allow_signals(
         &mut self,
         pid: u32,
         signal: u32,
+        code_cache: Range<u64>,
         since_ns: u64,
     ) -> Result<(), SignalsRefused> {
+        let jvm = SignalledJvm {
+            signal,
+            padding: 0,
+            code_cache_start: code_cache.start,
+            code_cache_end: code_cache.end.max(code_cache.start),
+        };
+        // SAFETY: SignalledJvm is repr(C) plain data without padding.
+        let value: [u8; size_of::<SignalledJvm>()] = unsafe { std::mem::transmute(jvm) };
         self.signal_map()
-            .and_then(|mut map| Ok(map.insert(pid, signal, 0)?))
+            .and_then(|mut map| Ok(map.insert(pid, value, 0)?))
             .map_err(|error| SignalsRefused::Map(format!("{error:#}")))?;
         // The BPF side takes the process out of the map at every later exec
         // or exit: only those before the insert need looking up.
@@ -429,7 +440,9 @@ impl Sampler {
         }
     }
 
-    fn signal_map(&mut self) -> Result<BpfHashMap<&mut MapData, u32, u32>> {
+    fn signal_map(
+        &mut self,
+    ) -> Result<BpfHashMap<&mut MapData, u32, [u8; size_of::<SignalledJvm>()]>> {
         let map = self
             .ebpf
             .map_mut("signal_tgids")

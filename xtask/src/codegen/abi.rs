@@ -30,6 +30,7 @@ const TYPES: &[(&str, &str)] = &[
     ("Mapping", "stoke_mapping"),
     ("ProcessMappings", "stoke_process_mappings"),
     ("StopReason", "stoke_stop"),
+    ("SignalledJvm", "stoke_signalled_jvm"),
 ];
 
 /// What C does not need: a Rust-only size, the unwinder's root names.
