@@ -324,7 +324,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
 	__u32 cpu_slot = SLOT_CPU;
 	struct sample_record *record;
-	struct stoke_process_mappings *process = NULL;
+	struct stoke_process_mappings *process;
 	struct task_struct *task;
 	struct stoke_regs *user;
 	struct stoke_signalled_jvm *jvm = NULL;
@@ -378,7 +378,6 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	/* Kernel threads have no user stack, nor Java frames. */
 	if (!(task->flags & PF_KTHREAD)) {
 		jvm = cpu_java_stacks ? bpf_map_lookup_elem(&signal_tgids, &tgid) : NULL;
-		process = bpf_map_lookup_elem(&unwind_processes, &tgid);
 		if (in_kernel) {
 			/* The user registers saved when the thread entered the
 			 * kernel (direct loads, which the verifier makes safe:
@@ -401,7 +400,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 			user_bytes = sizeof(__u64);
 		}
 		record->header.flags |= SAMPLE_IN_CODE_CACHE_FLAGS;
-	} else if (process) {
+	} else if ((process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
 		user_bytes = unwind_user(pc, sp, bp, process, kernel_bytes, &stop, SLOT_CPU);
 		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {

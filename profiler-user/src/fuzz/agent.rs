@@ -364,10 +364,10 @@ fn agent() {
                 }
                 for java in javas {
                     assert!(java.frames.len() <= MAX_JAVA_FRAMES);
-                    let kinds = symbols.kinds(java.pc, &java.frames);
-                    assert_eq!(kinds.len(), java.frames.len());
-                    for (frame, kind) in java.frames.iter().zip(&kinds) {
-                        check_name(&symbols.frame_name(frame, *kind, true));
+                    let stack = symbols.with_kinds(java.pc, &java.frames);
+                    assert_eq!(stack.len(), java.frames.len());
+                    for (frame, with_kind) in java.frames.iter().zip(&stack) {
+                        check_name(&symbols.frame_name(frame, with_kind.kind, true));
                         check_name(&symbols.frame_name(frame, FrameKind::Inlined, false));
                     }
                     if let Some(name) = symbols.code_name(java.pc) {

@@ -641,6 +641,10 @@ impl JavaProfiler {
         cut_short: &mut Vec<(u32, u64)>,
     ) -> (Sample, Vec<JavaStackFrame>) {
         let summary = &mut self.summary;
+        let in_code_cache = match &outcome {
+            Outcome::Paired(sample, _) | Outcome::Unpaired(sample, _) => sample.in_code_cache,
+        };
+        summary.samples_in_code_cache += u64::from(in_code_cache);
         let (sample, java) = match outcome {
             Outcome::Paired(sample, java) => (sample, java),
             Outcome::Unpaired(sample, why) => {

@@ -234,20 +234,28 @@ impl JavaSymbols {
         }
     }
 
-    /// How a Java stack taken at `pc` ran, frame by frame (AsyncGetCallTrace
-    /// itself does not say). From the outermost frame in: a frame is inlined
-    /// when the compiled code its caller runs in inlined the call (the
-    /// caller's method and bytecode index and the callee match an edge the
-    /// JIT reported for that code); otherwise compiled when its method has
-    /// compiled code, interpreted when not. The innermost frame, unless
-    /// inlined, runs where `pc` is.
-    pub fn kinds(&self, pc: u64, frames: &[JavaFrame]) -> Vec<FrameKind> {
-        let mut kinds = vec![FrameKind::Interpreted; frames.len()];
+    /// The frames of a Java stack taken at `pc`, with how each ran
+    /// (AsyncGetCallTrace itself does not say). From the outermost frame
+    /// in: a frame is inlined when the compiled code its caller runs in
+    /// inlined the call (the caller's method and bytecode index and the
+    /// callee match an edge the JIT reported for that code); otherwise
+    /// compiled when its method has compiled code, interpreted when not.
+    /// The innermost frame, unless inlined, runs where `pc` is. Built in
+    /// one vector: this runs at every Java sample.
+    pub fn with_kinds(&self, pc: u64, frames: &[JavaFrame]) -> Vec<JavaStackFrame> {
+        let mut stack: Vec<JavaStackFrame> = frames
+            .iter()
+            .map(|frame| JavaStackFrame {
+                method_id: frame.method_id,
+                bci: frame.bci,
+                kind: FrameKind::Interpreted,
+            })
+            .collect();
         // The method whose compiled code the frame being looked at runs in.
         let mut running_in = None;
-        for index in (0..frames.len()).rev() {
-            let frame = &frames[index];
-            let inlined = match (running_in, frames.get(index + 1)) {
+        for index in (0..stack.len()).rev() {
+            let frame = stack[index];
+            let inlined = match (running_in, stack.get(index + 1)) {
                 (Some(compiled), Some(caller)) => self.inlines(
                     compiled,
                     &InlineEdge {
@@ -258,7 +266,7 @@ impl JavaSymbols {
                 ),
                 _ => false,
             };
-            kinds[index] = if inlined {
+            stack[index].kind = if inlined {
                 FrameKind::Inlined
             } else if self.compiled.contains_key(&frame.method_id) {
                 running_in = Some(frame.method_id);
@@ -276,26 +284,12 @@ impl JavaSymbols {
             Some(CodeBlob::Compiled { .. }) => Some(FrameKind::Compiled),
             _ => None,
         };
-        if let (Some(innermost), Some(kind)) = (kinds.first_mut(), at_pc) {
-            if *innermost != FrameKind::Inlined || kind == FrameKind::Interpreted {
-                *innermost = kind;
+        if let (Some(innermost), Some(kind)) = (stack.first_mut(), at_pc) {
+            if innermost.kind != FrameKind::Inlined || kind == FrameKind::Interpreted {
+                innermost.kind = kind;
             }
         }
-        kinds
-    }
-
-    /// The frames of a Java stack taken at `pc`, with their kinds
-    /// ([`Self::kinds`]).
-    pub fn with_kinds(&self, pc: u64, frames: &[JavaFrame]) -> Vec<JavaStackFrame> {
-        frames
-            .iter()
-            .zip(self.kinds(pc, frames))
-            .map(|(frame, kind)| JavaStackFrame {
-                method_id: frame.method_id,
-                bci: frame.bci,
-                kind,
-            })
-            .collect()
+        stack
     }
 
     /// A number that changes whenever the kinds of frames may have.
@@ -418,6 +412,16 @@ fn line_of(lines: &[(u32, u32)], bci: i32) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl JavaSymbols {
+        /// How each frame of a stack taken at `pc` ran.
+        fn kinds(&self, pc: u64, frames: &[JavaFrame]) -> Vec<FrameKind> {
+            self.with_kinds(pc, frames)
+                .iter()
+                .map(|frame| frame.kind)
+                .collect()
+        }
+    }
 
     fn symbols() -> JavaSymbols {
         let lines = [0u32, 3, 10, 4].map(u32::to_le_bytes).concat();

@@ -211,6 +211,10 @@ fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
             "Samples of non-Java JVM threads".to_owned(),
             java.non_java_samples.to_string(),
         ),
+        (
+            "Samples in JIT code".to_owned(),
+            java.samples_in_code_cache.to_string(),
+        ),
     ]);
     lines.extend(java.native_only.iter().map(|(reason, samples)| {
         (
