@@ -2,7 +2,10 @@
 //! after the recording, once symbolization has named every distinct address
 //! ([`AddressNames`]), folds the named stacks into a [`Profile`].
 
-use std::sync::Arc;
+use std::{
+    hash::{Hash, Hasher},
+    sync::Arc,
+};
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -47,7 +50,7 @@ pub enum GroupBy {
 }
 
 /// A sample's stack before symbolization, with what names its context.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 struct RawStack {
     image: ImageId,
     /// The thread, with `-t`; 0 otherwise.
@@ -65,6 +68,42 @@ struct RawStack {
     parked: bool,
     /// Why the user stack ends there.
     stop: StopReason,
+}
+
+/// Compared at every sample counted (the one it adds up with): the Java
+/// frames first, which tell a JVM's stacks apart, and the short address
+/// lists word by word, where a derived comparison calls memcmp for each
+/// (12% of stoke's CPU on a JVM sampled at 999 Hz, most of them empty).
+impl PartialEq for RawStack {
+    fn eq(&self, other: &Self) -> bool {
+        fn same(a: &[u64], b: &[u64]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a == b)
+        }
+        self.image == other.image
+            && self.tid == other.tid
+            && self.stop == other.stop
+            && self.parked == other.parked
+            && self.java == other.java
+            && same(&self.user, &other.user)
+            && same(&self.kernel, &other.kernel)
+            && self.top == other.top
+    }
+}
+
+impl Eq for RawStack {}
+
+/// Every field [`PartialEq`] compares.
+impl Hash for RawStack {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.image.hash(state);
+        self.tid.hash(state);
+        self.stop.hash(state);
+        self.parked.hash(state);
+        self.java.hash(state);
+        self.user.hash(state);
+        self.kernel.hash(state);
+        self.top.hash(state);
+    }
 }
 
 /// Counts one event's stacks during a recording: CPU samples, or the
