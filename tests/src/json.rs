@@ -62,9 +62,6 @@ pub struct JavaSummary {
     pub java_samples: u64,
     /// Samples of JVM threads that run no Java (GC, compiler, native).
     pub non_java_samples: u64,
-    /// Samples of JVM threads in their JVM's code cache, whose native stack
-    /// the sampler left at the pc.
-    pub samples_in_code_cache: u64,
     /// Samples of JVM threads that kept only their native stack, by reason.
     pub native_only: BTreeMap<String, u64>,
     /// Java stacks the agents sent that were dropped on arrival, by reason.

@@ -393,6 +393,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		}
 	}
 	if (task->flags & PF_KTHREAD) {
+		/* No user stack to take. */
 	} else if (in_code_cache(jvm, pc)) {
 		slot = kernel_bytes / sizeof(__u64);
 		if (slot < 2 * STOKE_MAX_FRAMES) {
