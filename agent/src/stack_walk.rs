@@ -177,9 +177,12 @@ unsafe fn layout() -> Option<Layout> {
     }
     let count = usize::try_from(int(array + array_len)).ok()?.min(16);
     let data = word(array + array_data) as usize;
-    let heaps = (0..count)
-        .map(|index| {
-            let heap = word(data + index * 8) as usize;
+    let addresses: Vec<usize> = (0..count)
+        .map(|index| word(data + index * 8) as usize)
+        .collect();
+    let heaps = addresses
+        .iter()
+        .map(|&heap| {
             Some(Heap {
                 low: heap + heap_memory + space_low,
                 high: heap + heap_memory + space_high,
@@ -190,15 +193,12 @@ unsafe fn layout() -> Option<Layout> {
             })
         })
         .collect::<Option<Vec<_>>>()?;
-    let reserved = |index: usize, boundary: usize| {
-        word(word(data + index * 8) as usize + heap_memory + boundary)
+    let reserved = |boundary: usize| {
+        addresses
+            .iter()
+            .map(move |&heap| word(heap + heap_memory + boundary))
     };
-    let code_cache = (0..count)
-        .map(|index| reserved(index, space_low_boundary))
-        .min()?
-        ..(0..count)
-            .map(|index| reserved(index, space_high_boundary))
-            .max()?;
+    let code_cache = reserved(space_low_boundary).min()?..reserved(space_high_boundary).max()?;
     let queue = word(interpreter) as usize;
     if queue == 0 {
         return None;

@@ -55,6 +55,12 @@ pub fn check_pids(pids: &[u32]) -> Result<()> {
         if *pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
             bail!("no process with pid {pid}: check it is still running (ps -p {pid})");
         }
+        if procfs::has_exited(*pid) {
+            bail!(
+                "process {pid} has exited (a zombie its parent has not reaped): \
+                 profile a running process"
+            );
+        }
     }
     Ok(())
 }

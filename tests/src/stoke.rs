@@ -222,6 +222,15 @@ impl Stoke {
         assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
     }
 
+    /// Waits for a `-p` recording whose `-d` outlasts its targets: it must
+    /// succeed, ending when they exit (a zombie not yet reaped counts as
+    /// exited), within `timeout` of its start.
+    pub fn wait_targets_exit(self, timeout: Duration) -> StokeOutput {
+        let output = self.wait(timeout);
+        output.assert_success();
+        output
+    }
+
     /// Waits for a recording that is expected to succeed and to last
     /// `seconds` (its `-d`): at most `seconds + 60` s from its start, then
     /// asserts exit status 0, no panic, and that it did not stop before

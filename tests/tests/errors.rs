@@ -178,6 +178,30 @@ fn pid_of_exited_process_is_reported() {
 }
 
 #[test]
+fn pid_of_zombie_is_reported() {
+    require_root();
+    let mut child = Command::new("true").spawn().expect("running true");
+    let zombie = child.id();
+    // Waited for without reaping: its /proc entry stays, but nothing of it
+    // runs, and a recording of it would have no sample.
+    // SAFETY: waitid with a valid out-pointer, on our own child.
+    let waited = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PID,
+            zombie,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    assert_eq!(waited, 0, "waiting for true");
+    assert!(Path::new(&format!("/proc/{zombie}")).exists());
+    let (output, _dir) = refused("zombiepid", &args!["-p", zombie]);
+    child.wait().unwrap();
+    output.assert_user_error(&["exited", &zombie.to_string()]);
+}
+
+#[test]
 fn unwritable_output_is_reported() {
     require_root();
     assert!(!Path::new("/nonexistent-dir").exists());

@@ -110,10 +110,11 @@ fn a_sigtrap_handler_put_in_the_agents_place_gets_no_signal_of_stoke() {
     command.arg("5").arg(JDK_17.libjvm()).arg(java.classes());
     let mut running = Running::start(command, "jvm_trap_handler", &host.comm());
     let out = dir.join("trap.json");
-    let stoke = Stoke::spawn(&record_args(&args!["-p", running.pid()], 499, 8.0, &out));
+    // Longer than the program lives: the recording ends at its exit.
+    let stoke = Stoke::spawn(&record_args(&args!["-p", running.pid()], 499, 60.0, &out));
     running.wait_for_line("replaced", Duration::from_secs(30));
     let count = running.wait_for_line("sigtrap ", Duration::from_secs(30));
-    let output = stoke.wait_recording(8.0);
+    let output = stoke.wait_targets_exit(Duration::from_secs(50));
     println!("{}", output.stderr);
     let (timed, java) = timed_and_java(&read_json(&out));
     println!("{timed} threads timed, {java} samples with Java frames; {count}");

@@ -3,7 +3,8 @@
 //! the recording began are sampled, no SIGTRAP of those events ever
 //! reaches a program that does not take it, and a target that execs
 //! (which removes events that may signal) is sampled after the exec too;
-//! and a CPU that runs no target takes no timer interrupt of stoke's.
+//! no end of stoke's, on time or killed, leaves an event that signals; and
+//! a CPU that runs no target takes no timer interrupt of stoke's.
 
 use std::{process::Command, thread, time::Duration};
 
@@ -52,6 +53,50 @@ fn threads_started_during_a_recording_are_sampled_and_never_trapped() {
     );
 }
 
+/// Rounds of [`a_target_outlives_stoke_ended_or_killed`], half of them
+/// killing stoke.
+const OUTLIVE_ROUNDS: usize = 10;
+
+/// A target's events carry `sigtrap`, which the kernel sends at any
+/// overflow the sampler's program does not see (the default action of
+/// SIGTRAP ends the process): the program must stay on the events for as
+/// long as they live, whether stoke stops on time or is killed. At
+/// 20 kHz an overflow falls in a window of microseconds in most rounds:
+/// with the program linked to the events (a link lets go of it before the
+/// kernel removes the event), the target died in the first round, and
+/// within 1 to 8 kills at 999 Hz.
+#[test]
+fn a_target_outlives_stoke_ended_or_killed() {
+    let (dir, workload) = prepare("outlive", "short_burn");
+    let mut running = workload.spawn(&["120"]);
+    for round in 0..OUTLIVE_ROUNDS {
+        let out = dir.join(format!("round{round}.folded"));
+        let select = args!["-p", running.pid()];
+        let mut stoke = Stoke::spawn(&record_args(&select, 20_000, 60.0, &out));
+        stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(20));
+        thread::sleep(Duration::from_millis(100));
+        let (signal, how) = if round % 2 == 0 {
+            (libc::SIGKILL, "killed")
+        } else {
+            (libc::SIGINT, "stopped by SIGINT")
+        };
+        stoke.signal(signal);
+        let output = stoke.wait(Duration::from_secs(30));
+        if signal == libc::SIGINT {
+            output.assert_success();
+        }
+        // The kernel sends a pending SIGTRAP when the target next returns
+        // to user mode: well within this.
+        thread::sleep(Duration::from_millis(50));
+        assert!(
+            running.is_alive(),
+            "the target ended ({}) after stoke was {how} in round {round}: an event \
+             overflowed without the sampler's program",
+            running.wait_exit(Duration::ZERO)
+        );
+    }
+}
+
 #[test]
 fn a_target_that_execs_is_sampled_after_the_exec() {
     let (before, after) = samples_around_exec("target_exec", &[]);
@@ -87,7 +132,15 @@ fn samples_around_exec(name: &str, flags: &[&str]) -> (u64, u64) {
     arguments.extend(args![1.5, then.exe().display(), 2.5]);
     let running = workload.spawn(&arguments);
     let pid = running.pid();
-    record_to(&args!["-p", pid], 499, 4.5, &out);
+    // Longer than the target lives: the recording ends when it exits (a
+    // zombie until this test reaps it), soon after its 4 s.
+    let output = Stoke::spawn(&record_args(&args!["-p", pid], 499, 60.0, &out))
+        .wait_targets_exit(Duration::from_secs(50));
+    assert!(
+        output.elapsed < Duration::from_secs(10),
+        "stoke ended {:?} after its start, its target 4 s after: it should stop when the target exits",
+        output.elapsed
+    );
 
     let stacks = read_folded(&out);
     let before = stacks_of(&stacks, &running.root_frame());

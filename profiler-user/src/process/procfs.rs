@@ -80,14 +80,33 @@ const MAX_STAT: u64 = 4096;
 /// the command name, which holds any bytes, spaces and parentheses
 /// included.
 fn stat_field(pid: u32, number: usize) -> Option<u64> {
-    let (stat, _) = read_bounded(format!("/proc/{pid}/stat"), MAX_STAT).ok()?;
-    let after_name = &stat[stat.iter().rposition(|&byte| byte == b')')? + 1..];
-    std::str::from_utf8(after_name)
-        .ok()?
+    stat_after_name(pid)?
         .split_whitespace()
         .nth(number.checked_sub(3)?)?
         .parse()
         .ok()
+}
+
+/// `/proc/PID/stat` from field 3 on, after the command name; `None` if
+/// the process is gone.
+fn stat_after_name(pid: u32) -> Option<String> {
+    let (mut stat, _) = read_bounded(format!("/proc/{pid}/stat"), MAX_STAT).ok()?;
+    stat.drain(..=stat.iter().rposition(|&byte| byte == b')')?);
+    String::from_utf8(stat).ok()
+}
+
+/// Whether process `pid` has ended: gone, or a zombie its parent has not
+/// reaped yet (whose /proc entry stays, though no thread of it runs). A
+/// main thread that ended before the others is a zombie too, but the
+/// process still counts them (field 20).
+pub fn has_exited(pid: u32) -> bool {
+    let Some(stat) = stat_after_name(pid) else {
+        return true;
+    };
+    let mut fields = stat.split_whitespace();
+    let state = fields.next();
+    let threads: Option<u64> = fields.nth(16).and_then(|threads| threads.parse().ok());
+    matches!(state, Some("Z" | "X")) && threads.is_some_and(|threads| threads <= 1)
 }
 
 /// The kernel's flag of its own threads, in `/proc/PID/stat`'s flags.
@@ -176,5 +195,29 @@ mod tests {
         assert!(is_kernel_thread(2));
         assert!(!is_kernel_thread(std::process::id()));
         assert!(!is_kernel_thread(u32::MAX));
+    }
+
+    #[test]
+    fn a_zombie_has_exited_and_a_running_process_has_not() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("spawning sleep");
+        let pid = child.id();
+        assert!(!has_exited(pid), "a sleeping process is alive");
+        child.kill().expect("killing sleep");
+        // Waited for without reaping: it stays a zombie, /proc entry and all.
+        // SAFETY: waitid with a valid out-pointer, on our own child.
+        let waited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        assert_eq!(waited, 0);
+        assert!(Path::new(&format!("/proc/{pid}")).exists());
+        assert!(has_exited(pid), "a zombie has exited");
+        child.wait().expect("reaping sleep");
+        assert!(has_exited(pid));
+        // This process's main thread runs (it may wait for the test's).
+        assert!(!has_exited(std::process::id()));
     }
 }

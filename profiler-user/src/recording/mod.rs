@@ -8,7 +8,6 @@ mod events;
 mod setup;
 
 use std::{
-    path::Path,
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant, SystemTime},
 };
@@ -27,7 +26,7 @@ use crate::{
         profiler::{JavaProfiler, JavaResults},
         running, MergedSample,
     },
-    process::ProcessRegistry,
+    process::{procfs, ProcessRegistry},
     profile::{Profile, RecordingSummary},
     progress::Progress,
     sample::{
@@ -546,8 +545,5 @@ fn end_process(
 
 /// With `-p`, once every target has exited there is nothing left to sample.
 fn all_exited(pids: &[u32]) -> bool {
-    !pids.is_empty()
-        && pids
-            .iter()
-            .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    !pids.is_empty() && pids.iter().all(|&pid| procfs::has_exited(pid))
 }

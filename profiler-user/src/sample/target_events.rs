@@ -7,7 +7,7 @@
 //! ([`super::thread_timers`]) once its agent takes SIGTRAP: until then
 //! the sampler's program sends none.
 
-use std::{collections::HashMap, os::fd::OwnedFd};
+use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 use aya::Ebpf;
@@ -15,7 +15,7 @@ use tracing::debug;
 
 use super::{
     sampler::is_permission_denied,
-    thread_event::{self, OpenError, ThreadEvent},
+    thread_event::{self, Attach, OpenError, OpenEvent, ThreadEvent},
 };
 use crate::process::procfs::thread_ids;
 
@@ -41,8 +41,8 @@ pub struct TargetEvents {
 struct Target {
     /// The `sig_data` of its events, if they carry `sigtrap`.
     cookie: Option<u64>,
-    /// By thread: the event and the sampler's link to it.
-    events: HashMap<u32, (OwnedFd, OwnedFd)>,
+    /// By thread: its event.
+    events: HashMap<u32, OpenEvent>,
 }
 
 impl TargetEvents {
@@ -82,8 +82,8 @@ impl TargetEvents {
                     continue;
                 }
                 match self.open(ebpf, tid, &mut target) {
-                    Ok(fds) => {
-                        target.events.insert(tid, fds);
+                    Ok(event) => {
+                        target.events.insert(tid, event);
                         opened += 1;
                     }
                     // Ended since it was listed.
@@ -105,16 +105,15 @@ impl TargetEvents {
 
     /// An event on `tid`; without `sigtrap` if the kernel refuses it (a
     /// ptrace policy forbidding even root), for all the target's threads.
-    fn open(
-        &self,
-        ebpf: &Ebpf,
-        tid: u32,
-        target: &mut Target,
-    ) -> Result<(OwnedFd, OwnedFd), OpenError> {
+    fn open(&self, ebpf: &Ebpf, tid: u32, target: &mut Target) -> Result<OpenEvent, OpenError> {
+        // The program takes every event of a `-p` recording as a thread's
+        // own, so it needs no link: attached to the event, it stays for
+        // as long as the event can send SIGTRAP, even if stoke is killed.
         let event = |trap_cookie| ThreadEvent {
             period_ns: self.period_ns,
             trap_cookie,
             inherit: true,
+            attach: Attach::Event,
         };
         match thread_event::open(ebpf, tid, event(target.cookie)) {
             Err(OpenError::Refused(error))

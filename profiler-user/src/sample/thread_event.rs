@@ -1,7 +1,16 @@
-//! A cpu-clock perf event on one thread, linked to the CPUs' sampler with
-//! [`OWN_TIMER_COOKIE`] (so the program verified once serves every kind
-//! of event): what JVM threads' own timers ([`super::thread_timers`]) and
-//! the `-p` targets' events ([`super::target_events`]) are made of.
+//! A cpu-clock perf event on one thread, sampled by the CPUs' sampler
+//! (the program verified once serves every kind of event): what JVM
+//! threads' own timers ([`super::thread_timers`]) and the `-p` targets'
+//! events ([`super::target_events`]) are made of.
+//!
+//! An event with `sigtrap` must never overflow without the program, which
+//! alone refuses the signal to a thread with no handler for it (the
+//! default action ends the process). A BPF link lets go of the program
+//! before the kernel removes the event, so a linked event is disabled
+//! before it is closed; one attached to the event itself keeps it until
+//! the event is gone, even when stoke is killed. Linked events time the
+//! threads of JVMs whose agent takes their SIGTRAP, so one that a killed
+//! stoke's links let through is taken as stoke's, not fatal.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
@@ -9,7 +18,8 @@ use anyhow::{Context, Result};
 use aya::{programs::PerfEvent, Ebpf};
 use aya_obj::generated::{
     bpf_attach_type, bpf_attr, bpf_cmd, perf_event_attr, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK,
-    perf_type_id::PERF_TYPE_SOFTWARE, PERF_EVENT_IOC_PERIOD, PERF_FLAG_FD_CLOEXEC,
+    perf_type_id::PERF_TYPE_SOFTWARE, PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_PERIOD,
+    PERF_EVENT_IOC_SET_BPF, PERF_FLAG_FD_CLOEXEC,
 };
 use profiler_common::OWN_TIMER_COOKIE;
 
@@ -28,6 +38,36 @@ pub struct ThreadEvent {
     /// The threads the thread starts get events of their own (its
     /// children processes do not).
     pub inherit: bool,
+    /// How the sampler is attached to the event.
+    pub attach: Attach,
+}
+
+/// How the sampler is attached to an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attach {
+    /// By a link with [`OWN_TIMER_COOKIE`], by which the program tells the
+    /// event from a CPU's (both may sample the thread).
+    Link,
+    /// To the event itself, for as long as it lives: where the program
+    /// takes every event as the thread's own.
+    Event,
+}
+
+/// An open event, sampling; closed when dropped.
+pub struct OpenEvent {
+    event: OwnedFd,
+    link: Option<OwnedFd>,
+}
+
+impl Drop for OpenEvent {
+    fn drop(&mut self) {
+        if self.link.is_some() {
+            // The link lets go of the program before the kernel removes
+            // the event: stopped first, it cannot overflow in between.
+            // SAFETY: an ioctl without argument on the event we own.
+            unsafe { libc::ioctl(self.event.as_raw_fd(), PERF_EVENT_IOC_DISABLE as _, 0) };
+        }
+    }
 }
 
 /// Why an event could not be opened.
@@ -36,20 +76,20 @@ pub enum OpenError {
     /// The kernel refused: the thread is gone, or a privilege is missing.
     #[error("perf_event_open: {0}")]
     Refused(std::io::Error),
-    /// The sampler could not be linked to the event.
+    /// The sampler could not be attached to the event.
     #[error(transparent)]
     Link(#[from] anyhow::Error),
 }
 
-/// The event on thread `tid` and the sampler's link to it, sampling.
+/// The event on thread `tid`, sampling.
 ///
 /// An event starts with a period it never reaches and gets its own once
-/// linked: a thread the event's thread starts meanwhile inherits an event
-/// without the program (the kernel copies the parent's at the thread's
-/// start), which with `sigtrap` would send SIGTRAP on its own, with
-/// nothing to refuse it. The period is the parent's alone, so such a
-/// thread goes unsampled instead; one started later gets both.
-pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<(OwnedFd, OwnedFd), OpenError> {
+/// the sampler is attached: a thread the event's thread starts meanwhile
+/// inherits an event without the program (the kernel copies the parent's
+/// at the thread's start), which with `sigtrap` would send SIGTRAP on its
+/// own, with nothing to refuse it. The period is the parent's alone, so
+/// such a thread goes unsampled instead; one started later gets both.
+pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<OpenEvent, OpenError> {
     // SAFETY: a zeroed perf_event_attr is valid; fields set below.
     let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
     attr.type_ = PERF_TYPE_SOFTWARE as u32;
@@ -82,25 +122,56 @@ pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<(OwnedFd, Owned
     }
     // SAFETY: a descriptor the kernel just returned, owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let link = link(ebpf, &fd)?;
+    let opened = OpenEvent {
+        link: match event.attach {
+            Attach::Link => Some(link(ebpf, &fd)?),
+            Attach::Event => {
+                attach(ebpf, &fd)?;
+                None
+            }
+        },
+        event: fd,
+    };
     let mut period = event.period_ns;
     // SAFETY: an ioctl on the event we own, the period read from our stack.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_PERIOD as _, &mut period) } != 0 {
+    if unsafe {
+        libc::ioctl(
+            opened.event.as_raw_fd(),
+            PERF_EVENT_IOC_PERIOD as _,
+            &mut period,
+        )
+    } != 0
+    {
         return Err(OpenError::Link(anyhow::anyhow!(
             "setting the event's period: {}",
             std::io::Error::last_os_error()
         )));
     }
-    Ok((fd, link))
+    Ok(opened)
 }
 
-/// Links the CPUs' sampler to `event` with [`OWN_TIMER_COOKIE`].
-fn link(ebpf: &Ebpf, event: &OwnedFd) -> Result<OwnedFd> {
+/// The descriptor of the CPUs' sampler.
+fn sampler_fd(ebpf: &Ebpf) -> Result<i32> {
     let program: &PerfEvent = ebpf
         .program("sample_cpu")
         .context("no sample_cpu program")?
         .try_into()?;
-    let program_fd = program.fd()?.as_fd().as_raw_fd();
+    Ok(program.fd()?.as_fd().as_raw_fd())
+}
+
+/// Attaches the CPUs' sampler to `event` itself, until it is closed.
+fn attach(ebpf: &Ebpf, event: &OwnedFd) -> Result<()> {
+    let program_fd = sampler_fd(ebpf)?;
+    // SAFETY: an ioctl on the event we own, with a program descriptor.
+    if unsafe { libc::ioctl(event.as_raw_fd(), PERF_EVENT_IOC_SET_BPF as _, program_fd) } != 0 {
+        anyhow::bail!("attaching the sampler: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Links the CPUs' sampler to `event` with [`OWN_TIMER_COOKIE`].
+fn link(ebpf: &Ebpf, event: &OwnedFd) -> Result<OwnedFd> {
+    let program_fd = sampler_fd(ebpf)?;
     // SAFETY: a zeroed bpf_attr is valid; the link_create fields set below.
     let mut link: bpf_attr = unsafe { std::mem::zeroed() };
     link.link_create.__bindgen_anon_1.prog_fd = program_fd as u32;

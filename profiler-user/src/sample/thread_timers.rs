@@ -8,7 +8,7 @@
 //! to have the signal sent. The CPUs' events leave the timed threads alone
 //! (`timed_threads`).
 
-use std::{collections::HashMap, os::fd::OwnedFd};
+use std::collections::HashMap;
 
 use anyhow::{Context, Result};
 use aya::{
@@ -16,7 +16,7 @@ use aya::{
     Ebpf,
 };
 
-use super::thread_event::{self, ThreadEvent};
+use super::thread_event::{self, Attach, OpenEvent, ThreadEvent};
 use crate::process::procfs;
 
 /// Whether this kernel runs a perf event's BPF program before its
@@ -84,9 +84,9 @@ const MAX_TIMED: usize = 8192;
 /// The per-thread events stoke holds.
 #[derive(Default)]
 pub struct ThreadTimers {
-    /// By thread: its process, and its event and the sampler's link to it
-    /// (`None` for a `-p` target's thread, whose event is the target's).
-    events: HashMap<u32, (u32, Option<(OwnedFd, OwnedFd)>)>,
+    /// By thread: its process, and its event (`None` for a `-p` target's
+    /// thread, whose event is the target's).
+    events: HashMap<u32, (u32, Option<OpenEvent>)>,
     /// Threads that could not be timed (gone, refused by the kernel, their
     /// SIGTRAP not caught or traced), with their process: not tried again
     /// while it lives (a thread id reused by another process is).
@@ -176,13 +176,16 @@ impl ThreadTimers {
             period_ns: period_ns.unwrap_or_default(),
             trap_cookie: Some(trap.cookie),
             inherit: false,
+            // The CPUs' events sample the thread too: the link's cookie
+            // tells the program which is its own.
+            attach: Attach::Link,
         };
         match period_ns
             .map(|_| thread_event::open(ebpf, tid, event))
             .transpose()
         {
-            Ok(fds) => {
-                self.events.insert(tid, (pid, fds));
+            Ok(event) => {
+                self.events.insert(tid, (pid, event));
             }
             Err(_) => {
                 let _ = timed_threads(ebpf)?.remove(&tid);
