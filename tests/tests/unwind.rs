@@ -257,7 +257,8 @@ fn a_library_loaded_after_the_first_sample_is_named_and_unwound() {
         &[NO_FRAME_POINTER_FLAGS, &["-shared", "-fPIC"]].concat(),
     );
     assert_no_frame_pointers(library.exe(), &["late_work", "late_leaf"]);
-    let running = workload.spawn(&args![1.0, library.exe().display(), 3.0]);
+    // It outlives the recording, which would end at its exit.
+    let running = workload.spawn(&args![1.0, library.exe().display(), 5.0]);
     let root = running.root_frame();
     let out = dir.join("dlopen-late.folded");
     // Until stoke drains the ring next and the library's table is in
@@ -288,7 +289,7 @@ fn a_library_loaded_after_the_first_sample_is_named_and_unwound() {
     );
     assert!(
         late > 900,
-        "only {late} samples named late_leaf (3 s of one busy thread at 499 Hz): the library's \
+        "only {late} samples named late_leaf (3.5 s of one busy thread at 499 Hz): the library's \
          code went unnamed\n{}",
         describe(mine.iter().copied(), 10)
     );
