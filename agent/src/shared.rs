@@ -10,6 +10,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Mutex,
     },
+    time::Duration,
 };
 
 use profiler_common::jvm::{
@@ -303,6 +304,32 @@ impl SharedMemory {
         header
             .activity
             .store(Activity::Idle as u32, Ordering::Release);
+    }
+
+    /// How often stoke has rung the doorbell, wrapping.
+    pub fn doorbell(&self) -> u32 {
+        self.header().doorbell.load(Ordering::Acquire)
+    }
+
+    /// Waits until stoke rings the doorbell past `rung` (at once if it
+    /// already has) or `timeout` passes.
+    pub fn wait_for_doorbell(&self, rung: u32, timeout: Duration) {
+        let timeout = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+        };
+        // SAFETY: FUTEX_WAIT on a word of a shared mapping with a relative
+        // timeout, woken by stoke's FUTEX_WAKE on the same word of the same
+        // memfd. A signal or a changed word only ends the wait early.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.header().doorbell.as_ptr(),
+                libc::FUTEX_WAIT,
+                rung,
+                &timeout,
+            );
+        }
     }
 
     /// Waits, taking no CPU, until a stoke wakes the idle agent; then opens

@@ -26,7 +26,7 @@ use crate::java_events::{JavaEventSlot, JAVA_EVENT_SLOTS};
 /// The first eight bytes of the header: "STOKEJVM".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
 /// Bumped on any change to this layout.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// The name the agent gives its memfd; `/proc/PID/fd` shows it as
 /// `/memfd:stoke-agent (deleted)`.
 pub const MEMFD_NAME: &str = "stoke-agent";
@@ -219,6 +219,12 @@ pub struct Header {
     pub code_cache_start: AtomicU64,
     /// See `code_cache_start`.
     pub code_cache_end: AtomicU64,
+    /// Rung by stoke (incremented, then its futex woken) once it has
+    /// written requests or changed the Java events it wants. The agent's
+    /// worker waits on this word between its periodic checks: it answers
+    /// at once, and otherwise wakes a few times a second, not at a fixed
+    /// short period that would take the JVM's CPUs from its threads.
+    pub doorbell: AtomicU32,
 }
 
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent

@@ -483,16 +483,18 @@ fn an_agent_no_stoke_reads_goes_idle_and_the_next_stoke_wakes_it() {
     let mut jvm = workload.spawn_with_options(&[option], &["60"]);
     let pid = jvm.pid();
     let handlers_before = status_field(&format!("/proc/{pid}/status"), "SigCgt:");
-
-    assert_java_recording(&jvm, &dir, "first");
-    let stopped = Instant::now();
-    let active_bytes = agent_memory_bytes(pid);
-    let worker = jvm
-        .threads()
-        .into_iter()
-        .find(|(_, name)| name == "stoke-agent")
-        .map(|(tid, _)| tid)
-        .expect("the agent's worker thread");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let worker = loop {
+        let found = jvm
+            .threads()
+            .into_iter()
+            .find(|(_, name)| name == "stoke-agent");
+        if let Some((tid, _)) = found {
+            break tid;
+        }
+        assert!(Instant::now() < deadline, "no agent worker thread");
+        thread::sleep(Duration::from_millis(50));
+    };
     let switches = || {
         status_field(
             &format!("/proc/{pid}/task/{worker}/status"),
@@ -501,6 +503,27 @@ fn an_agent_no_stoke_reads_goes_idle_and_the_next_stoke_wakes_it() {
         .parse::<u64>()
         .expect("a count")
     };
+
+    // Active, the worker answers stoke's doorbell and otherwise looks
+    // around every 0.1 s: about 10 wake-ups a second, not a hundred (each
+    // takes a CPU from the JVM's threads).
+    let (woken, started) = (switches(), Instant::now());
+    assert_java_recording(&jvm, &dir, "first");
+    let stopped = Instant::now();
+    let wakeups =
+        |since: u64, from: Instant| (switches() - since) as f64 / from.elapsed().as_secs_f64();
+    let recording_rate = wakeups(woken, started);
+    let active_bytes = agent_memory_bytes(pid);
+    let (woken, after) = (switches(), Instant::now());
+    thread::sleep(Duration::from_secs(1));
+    let active_rate = wakeups(woken, after);
+    println!(
+        "agent worker: {recording_rate:.1} wake-ups/s while recording, {active_rate:.1}/s after"
+    );
+    assert!(
+        recording_rate <= 30.0 && active_rate <= 20.0,
+        "the active agent's worker woke {recording_rate:.1} times a second while stoke recorded, {active_rate:.1} after"
+    );
 
     // Idle: the event log's memory goes back, within the idle time and the
     // worker's 0.1 s look, plus slack for a loaded host.

@@ -341,7 +341,22 @@ impl AgentMemory {
         header
             .requests_written
             .store(written.wrapping_add(taken as u64), Ordering::Release);
+        if taken > 0 {
+            self.ring_doorbell();
+        }
         taken
+    }
+
+    /// Tells the agent's worker that requests or wanted Java events wait.
+    pub(super) fn ring_doorbell(&self) {
+        let doorbell = &self.header().doorbell;
+        doorbell.fetch_add(1, Ordering::Release);
+        // SAFETY: FUTEX_WAKE on a word of a shared mapping; the agent's
+        // worker waits on the same word of the same memfd. Whatever the
+        // process wrote there, a wake only ends waits on that word.
+        unsafe {
+            libc::syscall(libc::SYS_futex, doorbell.as_ptr(), libc::FUTEX_WAKE, 1);
+        }
     }
 
     /// A number that moves whenever the agent takes requests or appends

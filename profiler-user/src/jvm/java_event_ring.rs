@@ -43,6 +43,7 @@ impl AgentMemory {
             .lock_threshold_ns
             .store(lock_threshold_ns, Ordering::Relaxed);
         header.java_events_wanted.store(wanted, Ordering::Release);
+        self.ring_doorbell();
     }
 
     /// Java events the agent dropped, ever, because the ring was full.

@@ -53,9 +53,9 @@ const FINAL_NAMES_WAIT: Duration = Duration::from_secs(2);
 const MAX_WARNINGS: usize = 20;
 
 /// How long the agents may make no progress at all with the last names
-/// before stoke stops waiting for them: a live agent answers every 10 ms,
-/// and one that answers nothing (a process posing as a JVM) must not hold
-/// the recording's end back.
+/// before stoke stops waiting for them: a live agent answers at once (stoke
+/// rings its doorbell), and one that answers nothing (a process posing as
+/// a JVM) must not hold the recording's end back.
 const FINAL_NAMES_STALL: Duration = Duration::from_millis(300);
 
 /// Samples cut short after one method before its class is recompiled.
