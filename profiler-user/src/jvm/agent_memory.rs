@@ -16,7 +16,7 @@ use std::{
     fs::File,
     ops::Range,
     os::{
-        fd::{AsRawFd, FromRawFd, OwnedFd},
+        fd::{AsFd, AsRawFd, OwnedFd},
         unix::fs::{FileExt, MetadataExt},
     },
     ptr::NonNull,
@@ -24,7 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::sample::thread_timers::Trap;
+use crate::{process::pidfd, sample::thread_timers::Trap};
 use anyhow::{bail, Context, Result};
 use profiler_common::jvm::{
     self, Activity, AgentState, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE,
@@ -99,7 +99,7 @@ impl AgentMemory {
         // The pidfd first: the descriptor table read below is this
         // process's, even if the pid is reused meanwhile (its fds are gone
         // then, and pidfd_getfd fails).
-        let Ok(pidfd) = pidfd_open(pid) else {
+        let Ok(pidfd) = pidfd::open(pid) else {
             return Ok(None);
         };
         let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
@@ -112,7 +112,7 @@ impl AgentMemory {
                 continue;
             };
             if is_agent {
-                let taken = pidfd_getfd(&pidfd, number)
+                let taken = pidfd::get_fd(pidfd.as_fd(), number)
                     .with_context(|| format!("taking the agent memory of JVM {pid}"))?;
                 let file = own_description(&taken)
                     .with_context(|| format!("checking the agent memory of JVM {pid}"))?;
@@ -429,28 +429,6 @@ fn kill_after_drained() -> Option<u64> {
     std::env::var(KILL_AFTER_DRAINED).ok()?.parse().ok()
 }
 
-fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-    // SAFETY: pidfd_open takes a pid and flags, no pointers.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// A copy of descriptor `number` of the process `pidfd` pins.
-fn pidfd_getfd(pidfd: &OwnedFd, number: i32) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_getfd takes descriptors and flags, no pointers.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), number, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 /// Checks that `taken` is an agent memfd, then opens it anew: the copy
 /// shares the agent's open file description, and the exclusive lock must
 /// be this stoke's own.
@@ -498,6 +476,8 @@ fn own_description(taken: &OwnedFd) -> Result<File> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::FromRawFd;
+
     use super::*;
 
     /// A memfd named `name`, of `size` bytes, with `seals`.

@@ -4,7 +4,8 @@
 //! its mappings through one bounded reader of `/proc/PID/maps` ([`maps`],
 //! which asks the kernel for the executable ones alone where it can:
 //! [`maps_query`]),
-//! small /proc files through another ([`procfs`]), its container or
+//! small /proc files through another ([`procfs`]), held by a pidfd where
+//! it must not be mistaken for another ([`pidfd`]), its container or
 //! service ([`identity`]) from its cgroup ([`cgroup`]) and the container
 //! runtimes' files ([`runtime_metadata`]). The recording owns the registry
 //! and lends it to the stages that need a process's mappings: the unwind
@@ -16,6 +17,7 @@ pub mod identity;
 pub mod image;
 pub mod maps;
 mod maps_query;
+pub mod pidfd;
 pub mod procfs;
 pub mod registry;
 mod reread;

@@ -6,6 +6,7 @@
 
 mod events;
 mod setup;
+mod targets;
 
 use std::{
     sync::atomic::{AtomicBool, Ordering},
@@ -15,8 +16,8 @@ use std::{
 use anyhow::Result;
 use profiler_common::Counter;
 
-use self::events::EventAggregators;
 pub use self::setup::{announce, check_sampling, raise_open_file_limit, stop_on_signals};
+use self::{events::EventAggregators, targets::Targets};
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
@@ -26,7 +27,7 @@ use crate::{
         profiler::{JavaProfiler, JavaResults},
         running, MergedSample,
     },
-    process::{procfs, ProcessRegistry},
+    process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
     progress::Progress,
     sample::{
@@ -104,7 +105,8 @@ pub struct Recording {
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
     names: AddressNames,
-    pids: Vec<u32>,
+    /// The `-p` targets.
+    targets: Targets,
     /// What to count, each once, in `-e` order: a profile each.
     events: Vec<Event>,
     frequency_hz: u64,
@@ -174,7 +176,7 @@ impl Recording {
             java,
             symbolizer,
             names: AddressNames::default(),
-            pids: args.pids.clone(),
+            targets: Targets::watch(&args.pids),
             events,
             frequency_hz: args.frequency,
             malformed: 0,
@@ -215,7 +217,7 @@ impl Recording {
             if remaining.is_some_and(|left| left.is_zero()) {
                 break Stopped::TimeUp;
             }
-            if all_exited(&self.pids) {
+            if self.targets.all_exited() {
                 break Stopped::TargetsExited;
             }
             if let Some(progress) = progress.as_ref().filter(|progress| progress.is_shown()) {
@@ -234,8 +236,10 @@ impl Recording {
             } else {
                 DRAIN_INTERVAL
             };
-            self.sampler
-                .wait(remaining.map_or(interval, |left| left.min(interval)));
+            self.sampler.wait(
+                remaining.map_or(interval, |left| left.min(interval)),
+                self.targets.exit_signals(),
+            );
         };
         if let Some(progress) = progress {
             progress.finish();
@@ -541,9 +545,4 @@ fn end_process(
     }
     java.process_ended(tgid);
     ended.push(tgid);
-}
-
-/// With `-p`, once every target has exited there is nothing left to sample.
-fn all_exited(pids: &[u32]) -> bool {
-    !pids.is_empty() && pids.iter().all(|&pid| procfs::has_exited(pid))
 }

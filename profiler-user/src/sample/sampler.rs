@@ -4,7 +4,7 @@
 use std::{
     io,
     ops::Range,
-    os::fd::{AsRawFd, OwnedFd},
+    os::fd::{AsRawFd, BorrowedFd, OwnedFd},
     time::Duration,
 };
 
@@ -340,17 +340,27 @@ impl Sampler {
         self.offcpu_user_stacks
     }
 
-    /// Waits until the sampler wakes the reader or `timeout` passes.
-    pub fn wait(&self, timeout: Duration) {
-        let mut poll_fd = libc::pollfd {
-            fd: self.ring.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+    /// Waits until the sampler wakes the reader, one of `also` turns
+    /// readable, or `timeout` passes.
+    pub fn wait<'fd>(&self, timeout: Duration, also: impl Iterator<Item = BorrowedFd<'fd>>) {
+        let mut poll_fds: Vec<libc::pollfd> = std::iter::once(self.ring.as_raw_fd())
+            .chain(also.map(|fd| fd.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
         let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: one valid pollfd for the duration of the call. EINTR (a
+        // SAFETY: valid pollfds for the duration of the call. EINTR (a
         // signal asking us to stop) only ends the wait early, as wanted.
-        unsafe { libc::poll(&mut poll_fd, 1, millis) };
+        unsafe {
+            libc::poll(
+                poll_fds.as_mut_ptr(),
+                poll_fds.len() as libc::nfds_t,
+                millis,
+            )
+        };
     }
 
     /// With off-CPU time recorded, starts sending the waits still going on

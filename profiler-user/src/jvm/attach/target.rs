@@ -5,7 +5,7 @@ use std::{
     fs::File,
     io,
     os::{
-        fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd},
+        fd::{AsFd, AsRawFd, OwnedFd},
         unix::fs::OpenOptionsExt,
     },
     time::Duration,
@@ -18,7 +18,7 @@ use super::{
 use crate::{
     process::{
         maps::{self as proc_maps, MapsEntry},
-        procfs,
+        pidfd, procfs,
     },
     rootfs::openat2,
 };
@@ -85,15 +85,7 @@ impl TargetHandle {
 
     /// Waits up to `timeout` for the process to exit; true if it did.
     pub(super) fn wait_for_exit(&self, timeout: Duration) -> bool {
-        let mut poll = libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let millis = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: polling one descriptor we own; a pidfd turns readable
-        // when its process exits.
-        unsafe { libc::poll(&mut poll, 1, millis) > 0 }
+        pidfd::wait_for_exit(self.pidfd.as_fd(), timeout)
     }
 
     /// Refuses SIGQUIT to anything it could kill or disturb: a process that
@@ -173,23 +165,15 @@ impl TargetHandle {
 }
 
 fn pidfd_open(pid: u32) -> Result<OwnedFd, AttachError> {
-    let raw_pid = libc::pid_t::try_from(pid).map_err(|_| AttachError::Gone { pid })?;
-    // SAFETY: pidfd_open takes a pid and flags, no pointers.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0) };
-    if fd < 0 {
-        let error = io::Error::last_os_error();
-        return Err(match error.raw_os_error() {
-            Some(libc::ESRCH) => AttachError::Gone { pid },
-            Some(libc::ENOSYS) => AttachError::KernelTooOld { what: "pidfd_open" },
-            _ => AttachError::Io {
-                pid,
-                step: "open a pidfd",
-                source: error,
-            },
-        });
-    }
-    // SAFETY: a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    pidfd::open(pid).map_err(|error| match error.raw_os_error() {
+        Some(libc::ESRCH) | None => AttachError::Gone { pid },
+        Some(libc::ENOSYS) => AttachError::KernelTooOld { what: "pidfd_open" },
+        _ => AttachError::Io {
+            pid,
+            step: "open a pidfd",
+            source: error,
+        },
+    })
 }
 
 /// What stoke needs from `/proc/PID/status`.
