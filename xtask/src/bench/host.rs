@@ -242,11 +242,13 @@ pub fn drop_page_cache() -> Result<()> {
 }
 
 /// perf opens tracepoints (`events`, for the error) through tracefs,
-/// which a fresh host does not mount (stoke needs none).
-pub fn mount_tracefs(events: &str) -> Result<()> {
-    let tracing = Path::new("/sys/kernel/tracing");
+/// which a fresh host does not mount (stoke needs none). Mounted only if
+/// it was not, and unmounted when the returned guard drops: the bench
+/// leaves the host as it found it (tests of a fresh host run after it).
+pub fn mount_tracefs(events: &str) -> Result<Tracefs> {
+    let tracing = Path::new(TRACING);
     if tracing.join("events").is_dir() {
-        return Ok(());
+        return Ok(Tracefs { mounted: false });
     }
     let status = Command::new("mount")
         .args(["-t", "tracefs", "nodev"])
@@ -258,5 +260,22 @@ pub fn mount_tracefs(events: &str) -> Result<()> {
         "could not mount tracefs on {} for perf's {events}",
         tracing.display()
     );
-    Ok(())
+    Ok(Tracefs { mounted: true })
+}
+
+const TRACING: &str = "/sys/kernel/tracing";
+
+/// tracefs, for perf's tracepoints, while this lives.
+#[must_use = "tracefs is unmounted when this drops"]
+pub struct Tracefs {
+    /// The bench mounted it (and unmounts it).
+    mounted: bool,
+}
+
+impl Drop for Tracefs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(TRACING).status();
+        }
+    }
 }

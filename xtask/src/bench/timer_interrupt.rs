@@ -65,7 +65,7 @@ pub fn traced_phase(
     jvm: &mut Process,
     recording: Option<&Recording>,
 ) -> Result<TimerCost> {
-    mount_tracefs(EVENTS)?;
+    let _tracefs = mount_tracefs(EVENTS)?;
     let options = Options {
         paused: true,
         perf_event: Some(EVENTS),

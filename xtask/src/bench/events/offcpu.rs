@@ -101,7 +101,7 @@ struct Run {
 
 /// The off-CPU section's text and targets.
 pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
-    mount_tracefs("sched:sched_switch")?;
+    let _tracefs = mount_tracefs("sched:sched_switch")?;
     let round_trips = calibrate(bench)?;
     let mut runs: Vec<Vec<Run>> = PROFILERS.iter().map(|_| Vec::new()).collect();
     for round in 0..bench.settings.rounds {
