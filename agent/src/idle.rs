@@ -52,12 +52,14 @@ impl IdleWatch {
         }
     }
 
-    /// Looks (at most every 0.1 s) whether a stoke holds the memory. When
+    /// Looks (at most every 0.1 s, or at once when a stoke `rang` the
+    /// doorbell: it holds the memory, and may want events on now) whether
+    /// a stoke holds the memory. When
     /// none has for the idle time, goes idle and returns only once a stoke
     /// woke the agent, with true: the caller then forgets what it told the
     /// last stoke, replays its code map, and says it is active.
-    pub fn idled(&mut self, shared: &SharedMemory) -> bool {
-        if self.last_check.elapsed() < CHECK_PERIOD {
+    pub fn idled(&mut self, shared: &SharedMemory, rang: bool) -> bool {
+        if !rang && self.last_check.elapsed() < CHECK_PERIOD {
             return false;
         }
         self.last_check = Instant::now();
@@ -78,7 +80,7 @@ impl IdleWatch {
     }
 
     /// Whether a stoke held the memory at the last look (at most 0.1 s
-    /// ago).
+    /// ago, or since the doorbell last rang).
     pub fn stoke_reads(&self) -> bool {
         self.reading
     }

@@ -238,13 +238,14 @@ fn worker(shared: &'static SharedMemory) {
     let mut rung = shared.doorbell();
     loop {
         shared.wait_for_doorbell(rung, WORKER_PERIOD);
+        let before = rung;
         // Read before the work: a ring during it ends the next wait at once.
         rung = shared.doorbell();
         if !handler::is_installed() {
             shared.set_state(AgentState::HandlerLost);
         }
         handler::check_trap(shared);
-        if idle.idled(shared) {
+        if idle.idled(shared, rung != before) {
             // The stoke that woke the agent asks for every name again, and
             // needs the code map anew.
             described.clear();
