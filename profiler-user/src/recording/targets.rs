@@ -12,11 +12,11 @@ use std::{
 use crate::process::{pidfd, procfs};
 
 /// The processes a `-p` recording samples.
-#[derive(Default)]
 pub struct Targets {
+    /// Those not seen to have exited yet.
     running: Vec<Target>,
-    /// Targets seen to have exited.
-    exited: usize,
+    /// Whether there were any (none for the whole host).
+    any: bool,
 }
 
 struct Target {
@@ -44,15 +44,16 @@ impl Targets {
                 pidfd: pidfd::open(pid).ok(),
             })
             .collect();
-        Self { running, exited: 0 }
+        Self {
+            running,
+            any: !pids.is_empty(),
+        }
     }
 
     /// Whether there were targets and every one has exited.
     pub fn all_exited(&mut self) -> bool {
-        let before = self.running.len();
         self.running.retain(|target| !target.has_exited());
-        self.exited += before - self.running.len();
-        self.exited > 0 && self.running.is_empty()
+        self.any && self.running.is_empty()
     }
 
     /// Descriptors that turn readable when a running target exits.
