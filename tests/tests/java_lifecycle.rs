@@ -114,9 +114,13 @@ fn jvm_started_mid_recording_gets_java_frames() {
                 running.pid()
             )
         });
+    // HotSpot takes agents ~50 ms after its start here; stoke looks at a
+    // starting JVM every 20 ms. 300-1250 ms when it looked at the next
+    // drain (every 250 ms) or signalled before HotSpot set its attach
+    // mechanism up.
     assert!(
-        (50..2000).contains(&ms),
-        "Java frames {ms} ms after the JVM's start (50-2000 ms expected)"
+        (20..400).contains(&ms),
+        "Java frames {ms} ms after the JVM's start (20-400 ms expected)"
     );
     let java = JavaReport::of(&profile);
     assert!(

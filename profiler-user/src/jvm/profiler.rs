@@ -72,17 +72,31 @@ const MAX_RECHECKS: u32 = 6;
 /// second of its start.
 const STARTING_AGE: Duration = Duration::from_secs(5);
 
-/// How often an attach is retried while the JVM is still starting: over
-/// 6.3 s ([`Recheck::attach_again`]).
-const MAX_ATTACH_RETRIES: u32 = 6;
+/// How often an attach is retried while the JVM is still starting, and a
+/// java launcher looked at for its libjvm.so: over 6.3 s
+/// ([`Recheck::soon`]).
+const MAX_SOON_LOOKS: u32 = 30;
+
+/// The first steps between looks at a starting JVM: HotSpot sets its
+/// attach mechanism up about 35 ms after its start and takes agents 10-20
+/// ms later, on this machine's 2 CPUs.
+const SOON_STEP: Duration = Duration::from_millis(20);
+
+/// Looks at a starting JVM before the step between them doubles.
+const SOON_LOOKS_PER_STEP: u32 = 5;
 
 /// When to look at a process again.
 #[derive(Clone, Copy, Debug)]
 enum Recheck {
     /// A JVM already handled, or a process that stayed no JVM.
     Never,
-    /// Not before `when`; `attempts` looks so far.
-    At { when: Instant, attempts: u32 },
+    /// Not before `when`; `attempts` looks so far; `soon` for a JVM
+    /// starting, which the recording wakes for ([`JavaProfiler::next_look`]).
+    At {
+        when: Instant,
+        attempts: u32,
+        soon: bool,
+    },
 }
 
 impl Recheck {
@@ -94,16 +108,24 @@ impl Recheck {
         Self::At {
             when: Instant::now() + Duration::from_millis(200 << attempts),
             attempts: attempts + 1,
+            soon: false,
         }
     }
 
-    /// After `attempts` (1 or more) attaches that found the JVM still
-    /// starting: again in 0.1, 0.2, 0.4... seconds (a JVM's listener may
-    /// answer 50-500 ms before the VM is live and takes agents).
-    fn attach_again(attempts: u32) -> Self {
+    /// After `attempts` looks at a JVM starting (a java launcher that has
+    /// not mapped libjvm.so yet, or a JVM too early for an attach): again
+    /// in 20 ms five times, then 40 ms five times, and so on, doubling;
+    /// never after [`MAX_SOON_LOOKS`]. A loaded host slows a JVM's start
+    /// by seconds; each step waited is time its samples keep no Java
+    /// frames.
+    fn soon(attempts: u32) -> Self {
+        if attempts >= MAX_SOON_LOOKS {
+            return Self::Never;
+        }
         Self::At {
-            when: Instant::now() + Duration::from_millis(100 << attempts.saturating_sub(1)),
+            when: Instant::now() + SOON_STEP * (1 << (attempts / SOON_LOOKS_PER_STEP)),
             attempts: attempts + 1,
+            soon: true,
         }
     }
 }
@@ -297,7 +319,8 @@ impl JavaProfiler {
         }
         let attempts = match self.considered.get(&pid) {
             None => 0,
-            Some(Recheck::Never) => return,
+            // A JVM starting is looked at on time ([`Self::look_at_starting`]).
+            Some(Recheck::Never | Recheck::At { soon: true, .. }) => return,
             Some(Recheck::At { when, .. }) if Instant::now() < *when => return,
             Some(Recheck::At { attempts, .. }) => *attempts,
         };
@@ -318,13 +341,72 @@ impl JavaProfiler {
                 self.ask_attach(pid);
             }
             Some(false) => {
-                self.considered.insert(pid, Recheck::after(attempts));
+                let launcher = image
+                    .mapped_names()
+                    .any(|name| attach::is_java_launcher(name.as_bytes()));
+                let recheck = if launcher {
+                    Recheck::soon(attempts)
+                } else {
+                    Recheck::after(attempts)
+                };
+                self.considered.insert(pid, recheck);
             }
             // No JVM to be.
             None => {
                 self.considered.insert(pid, Recheck::Never);
             }
         }
+    }
+
+    /// The JVMs starting whose next look has come ([`Recheck::soon`]),
+    /// looked at through `/proc`: at the moment it is due, no sample of
+    /// theirs may have come since the last drain. One that maps libjvm.so
+    /// now (a launcher's, or one an attach found too early) is attached.
+    fn look_at_starting(&mut self) {
+        let now = Instant::now();
+        let due: Vec<(u32, u32)> = self
+            .considered
+            .iter()
+            .filter_map(|(&pid, recheck)| match *recheck {
+                Recheck::At {
+                    when,
+                    attempts,
+                    soon: true,
+                } if when <= now => Some((pid, attempts)),
+                _ => None,
+            })
+            .collect();
+        for (pid, attempts) in due {
+            match maps_libjvm(pid) {
+                Some(true) => {
+                    self.considered.insert(pid, Recheck::Never);
+                    self.ask_attach(pid);
+                }
+                Some(false) => {
+                    self.considered.insert(pid, Recheck::soon(attempts));
+                }
+                // Gone: its exit record is on its way.
+                None => {
+                    self.considered.insert(pid, Recheck::Never);
+                }
+            }
+        }
+    }
+
+    /// When a JVM starting is next looked at, if one is: the caller should
+    /// take in what came then rather than at its next drain (a quarter of
+    /// a second of Java frames lost for each look).
+    pub fn next_look(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.considered
+            .values()
+            .filter_map(|recheck| match *recheck {
+                Recheck::At {
+                    when, soon: true, ..
+                } if when > now => Some(when),
+                _ => None,
+            })
+            .min()
     }
 
     /// Whether a JVM is being attached: its samples stay native until its
@@ -370,6 +452,7 @@ impl JavaProfiler {
             self.attaching.remove(&attached.pid);
             self.profile_attached(attached, sampler)?;
         }
+        self.look_at_starting();
         for (&pid, jvm) in &mut self.jvms {
             if jvm.signalled && jvm.memory.state() != AgentState::Ready {
                 sampler.forbid_signals(pid)?;
@@ -584,13 +667,12 @@ impl JavaProfiler {
                     .strip_prefix(&own_name)
                     .map_or(message.as_str(), |rest| rest.trim_start_matches([':', ' ']));
                 let (attempts, last) = self.attach_retries.entry(pid).or_default();
-                if starting && *attempts < MAX_ATTACH_RETRIES {
-                    // A JVM still starting has no SIGQUIT handler or no
-                    // JVMTI yet.
+                if starting && *attempts < MAX_SOON_LOOKS {
+                    // A JVM still starting has no SIGQUIT handler, no
+                    // attach mechanism or no JVMTI yet.
+                    self.considered.insert(pid, Recheck::soon(*attempts));
                     *attempts += 1;
                     *last = reason.to_owned();
-                    self.considered
-                        .insert(pid, Recheck::attach_again(*attempts));
                     return Ok(());
                 }
                 self.attach_retries.remove(&pid);

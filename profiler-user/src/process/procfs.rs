@@ -10,6 +10,9 @@ use std::{
     time::Duration,
 };
 
+/// A thread's `comm` file: 15 bytes of name and a newline.
+const COMM_LEN: u64 = 16;
+
 /// The largest `status` file read.
 pub const MAX_STATUS: u64 = 64 * 1024;
 
@@ -125,6 +128,15 @@ pub fn thread_ids(pid: u32, limit: usize) -> Vec<u32> {
         .collect()
 }
 
+/// Whether one of process `pid`'s first `limit` threads is named `name`
+/// (its `comm`, which the kernel cuts to 15 bytes); false if it is gone.
+pub fn has_thread_named(pid: u32, name: &[u8], limit: usize) -> bool {
+    thread_ids(pid, limit).into_iter().any(|tid| {
+        read_bounded(format!("/proc/{pid}/task/{tid}/comm"), COMM_LEN)
+            .is_ok_and(|(comm, _)| comm.strip_suffix(b"\n").unwrap_or(&comm) == name)
+    })
+}
+
 /// Whether process `pid` is one of the kernel's threads (kworker, ksoftirqd
 /// and the like); false if it is gone.
 pub fn is_kernel_thread(pid: u32) -> bool {
@@ -187,6 +199,22 @@ mod tests {
         // pid 1 started with the machine, long before this test.
         assert!(age(1).expect("init runs") > young);
         assert_eq!(age(u32::MAX), None);
+    }
+
+    #[test]
+    fn threads_are_found_by_name() {
+        let named = std::thread::Builder::new()
+            .name("stoke-test-named".to_owned())
+            .spawn(|| std::thread::sleep(Duration::from_millis(500)))
+            .expect("spawning a thread");
+        std::thread::sleep(Duration::from_millis(50));
+        let pid = std::process::id();
+        // The kernel keeps 15 bytes of the name.
+        assert!(has_thread_named(pid, b"stoke-test-name", 4096));
+        assert!(!has_thread_named(pid, b"stoke-test-named", 4096));
+        assert!(!has_thread_named(pid, b"stoke-test", 4096));
+        assert!(!has_thread_named(u32::MAX, b"stoke-test-name", 4096));
+        named.join().expect("the thread ends");
     }
 
     #[test]

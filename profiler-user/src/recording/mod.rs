@@ -236,6 +236,11 @@ impl Recording {
             } else {
                 DRAIN_INTERVAL
             };
+            let next_look = self
+                .java
+                .next_look()
+                .map(|look| look.saturating_duration_since(Instant::now()));
+            let interval = next_look.map_or(interval, |look| look.min(interval));
             self.sampler.wait(
                 remaining.map_or(interval, |left| left.min(interval)),
                 self.targets.exit_signals(),

@@ -351,7 +351,10 @@ impl Sampler {
                 revents: 0,
             })
             .collect();
-        let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // Rounded up: a wait for a moment due within the millisecond must
+        // not end before it.
+        let millis =
+            libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
         // SAFETY: valid pollfds for the duration of the call. EINTR (a
         // signal asking us to stop) only ends the wait early, as wanted.
         unsafe {

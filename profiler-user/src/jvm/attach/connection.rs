@@ -28,7 +28,8 @@ use crate::rootfs::openat2;
 /// How long a JVM gets to start its attach listener after SIGQUIT.
 const LISTENER_START_TIMEOUT: Duration = Duration::from_secs(5);
 /// The first wait for the listener's socket; later waits grow to `POLL_MAX`.
-const POLL_FIRST: Duration = Duration::from_millis(20);
+/// A JVM past its start makes it within a few milliseconds.
+const POLL_FIRST: Duration = Duration::from_millis(2);
 const POLL_MAX: Duration = Duration::from_millis(200);
 /// When SIGQUIT is sent again while the listener's socket is missing (see
 /// [`wait_for_socket`]); a listener starts within tens of milliseconds.

@@ -42,7 +42,7 @@ use std::{io, os::fd::AsFd, time::Duration};
 
 use profiler_common::jvm::AgentStartError;
 
-pub use self::target::is_libjvm;
+pub use self::target::{is_java_launcher, is_libjvm};
 use self::{
     connection::open_connection,
     credentials::as_target,
@@ -218,6 +218,8 @@ pub enum AttachError {
     AttachDisabled { pid: u32 },
     #[error("JVM {pid} would be killed by SIGQUIT ({reason}): not attaching")]
     SigquitUnsafe { pid: u32, reason: &'static str },
+    #[error("JVM {pid} is still starting: its attach mechanism is not set up yet")]
+    AttachNotSetUp { pid: u32 },
     #[error("JVM {pid} did not start its attach listener within {waited:?}")]
     ListenerTimeout { pid: u32, waited: Duration },
     #[error("JVM {pid} has no usable /tmp ({source}), where HotSpot keeps its attach socket: it cannot be attached")]
@@ -300,7 +302,7 @@ impl AttachError {
     /// succeed.
     pub fn jvm_starting(&self) -> bool {
         match self {
-            Self::SigquitUnsafe { .. } => true,
+            Self::SigquitUnsafe { .. } | Self::AttachNotSetUp { .. } => true,
             // The listener answers before the VM is live (JVMTI's start
             // phase); HotSpot refuses the load before opening the library.
             Self::AgentLoad { message, .. } => message.contains(NOT_LIVE_YET),

@@ -28,6 +28,17 @@ use crate::{
 /// limit).
 const MAX_ARGS: u64 = 4 * 1024 * 1024;
 
+/// The thread HotSpot starts after it set up its attach mechanism.
+const SET_UP_THREAD: &[u8] = b"Service Thread";
+
+/// A JVM older than this is past its start whatever its threads are named
+/// (HotSpot sets its attach mechanism up within tens of milliseconds).
+const SET_UP_AGE: Duration = Duration::from_secs(3);
+
+/// The most threads looked through for [`SET_UP_THREAD`] (a starting JVM
+/// has a few dozen).
+const SET_UP_THREADS_LOOKED: usize = 4096;
+
 /// Resolution of a name inside the JVM's `/tmp`: no symlink, no `/proc`
 /// magic link, nothing outside the directory.
 pub(super) const RESOLVE_SAFE: u64 =
@@ -91,7 +102,17 @@ impl TargetHandle {
     /// Refuses SIGQUIT to anything it could kill or disturb: a process that
     /// is not HotSpot, that has no SIGQUIT handler (the default action
     /// kills), that runs with -Xrs (the JVM then installs none), or that
-    /// disabled attach (SIGQUIT would print a thread dump).
+    /// disabled attach (SIGQUIT would print a thread dump); and, as
+    /// useless, to a JVM that has not set its attach mechanism up yet.
+    ///
+    /// HotSpot catches SIGQUIT early in its start, and only tens of
+    /// milliseconds later starts the thread that handles it and removes any
+    /// socket left under its attach name (`AttachListener::vm_start`),
+    /// then starts its Service Thread. A SIGQUIT before the removal is
+    /// handled once the thread runs, and the listener it starts can lose
+    /// its new socket to the removal: the attach then waits for a socket no
+    /// one makes until it signals again, 1 s later (1 of 12 JVMs attached
+    /// as they started, measured).
     pub(super) fn check_sigquit_safe(&self) -> Result<(), AttachError> {
         let pid = self.target.pid;
         if !maps_libjvm(pid)? {
@@ -99,7 +120,13 @@ impl TargetHandle {
         }
         let status = ProcStatus::read(pid)?;
         let (flags, cut) = self.vm_flags()?;
-        sigquit_verdict(pid, status.caught, flags, cut)
+        sigquit_verdict(pid, status.caught, flags, cut)?;
+        let set_up = procfs::age(pid).is_some_and(|age| age >= SET_UP_AGE)
+            || procfs::has_thread_named(pid, SET_UP_THREAD, SET_UP_THREADS_LOOKED);
+        if !set_up {
+            return Err(AttachError::AttachNotSetUp { pid });
+        }
+        Ok(())
     }
 
     /// Refuses a JVM started with -XX:+DisableAttachMechanism, before
@@ -250,6 +277,13 @@ pub(crate) fn hotspot_in_maps(
 /// Whether a mapped path is a libjvm.so, even one deleted by an upgrade since it was mapped.
 pub fn is_libjvm(path: &[u8]) -> bool {
     file_name(path) == b"libjvm.so"
+}
+
+/// Whether a mapped path is the java launcher's (`bin/java`, or the
+/// `libjli.so` every launcher links), which maps libjvm.so within
+/// milliseconds.
+pub fn is_java_launcher(path: &[u8]) -> bool {
+    matches!(file_name(path), b"java" | b"libjli.so")
 }
 
 /// The last component of a mapped path, without the ` (deleted)` mark.
