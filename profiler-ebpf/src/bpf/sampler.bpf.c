@@ -327,10 +327,10 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	struct stoke_process_mappings *process;
 	struct task_struct *task;
 	struct stoke_regs *user;
-	struct stoke_signalled_jvm *jvm = NULL;
+	struct stoke_signalled_jvm *jvm;
 	__u64 pc = 0, sp = 0, bp = 0;
-	__u32 stop = STOKE_STOP_FRAME_POINTERS, slot;
-	bool in_kernel, announcing, trap;
+	__u32 stop = STOKE_STOP_FRAME_POINTERS, slot, jvm_signal = 0;
+	bool in_kernel, announcing, trap, in_cache = false;
 	long kernel_bytes = 0, user_bytes = 0;
 
 	if (own_timer)
@@ -377,7 +377,6 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	record->header.flags |= task_flags(task);
 	/* Kernel threads have no user stack, nor Java frames. */
 	if (!(task->flags & PF_KTHREAD)) {
-		jvm = cpu_java_stacks ? bpf_map_lookup_elem(&signal_tgids, &tgid) : NULL;
 		if (in_kernel) {
 			/* The user registers saved when the thread entered the
 			 * kernel (direct loads, which the verifier makes safe:
@@ -391,10 +390,19 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 			sp = *(volatile __u64 *)&ctx->regs.sp;
 			bp = *(volatile __u64 *)&ctx->regs.bp;
 		}
+		/* What the JVM's entry says, as plain numbers: a map value
+		 * pointer, or NULL, kept across the unwinder would have the
+		 * verifier walk the unwinder once for each (1.8x its load
+		 * time). A JVM's signal is never 0. */
+		jvm = cpu_java_stacks ? bpf_map_lookup_elem(&signal_tgids, &tgid) : NULL;
+		if (jvm) {
+			jvm_signal = jvm->signal;
+			in_cache = in_code_cache(jvm, pc);
+		}
 	}
 	if (task->flags & PF_KTHREAD) {
 		/* No user stack to take. */
-	} else if (in_code_cache(jvm, pc)) {
+	} else if (in_cache) {
 		slot = kernel_bytes / sizeof(__u64);
 		if (slot < 2 * STOKE_MAX_FRAMES) {
 			record->frames[slot] = pc;
@@ -419,11 +427,11 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	/* The agent's handler takes the Java stack when the thread next
 	 * returns to user mode; the record's tid and time let userspace pair
 	 * the two. */
-	trap = own_timer && jvm && trap_reaches_agent(task, tid);
+	trap = own_timer && jvm_signal && trap_reaches_agent(task, tid);
 	if (trap) {
 		record->header.flags |= STOKE_SAMPLE_SIGNALLED;
-	} else if (jvm) {
-		if (bpf_send_signal_thread(jvm->signal) == 0)
+	} else if (jvm_signal) {
+		if (bpf_send_signal_thread(jvm_signal) == 0)
 			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
 		else
 			count(STOKE_COUNTER_SIGNAL_FAILED);
