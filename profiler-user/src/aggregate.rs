@@ -18,7 +18,7 @@ use crate::{
         MergedSample,
     },
     module_table::ModuleTable,
-    process::{identity::host_name, ImageId, ProcessImage, ProcessRegistry},
+    process::{identity::host_name, procfs, ImageId, ProcessImage, ProcessRegistry},
     profile::{
         clean_frame, FoldedStack, FrameModules, Labels, Profile, RecordingSummary, StackQuality,
     },
@@ -212,9 +212,11 @@ impl Aggregator {
         }
         let tid = if self.options.threads { tid } else { 0 };
         if self.options.threads {
+            // Read once per thread: a Java event, unlike a BPF sample,
+            // does not carry its thread's name.
             self.thread_names
                 .entry((image, tid))
-                .or_insert_with(|| thread_name(pid, tid));
+                .or_insert_with(|| procfs::thread_name(pid, tid));
         }
         let stack = RawStack {
             image,
@@ -382,13 +384,6 @@ impl Aggregator {
             .get(&(stack.image, stack.tid))
             .map_or("?", String::as_str)
     }
-}
-
-/// A thread's name, read once per thread (a Java event, unlike a BPF
-/// sample, does not carry it); `?` if the thread is gone.
-fn thread_name(pid: u32, tid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-        .map_or_else(|_| "?".into(), |name| name.trim_end().to_owned())
 }
 
 /// A process's labels: who it is and where it runs.

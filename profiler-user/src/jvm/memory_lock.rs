@@ -15,6 +15,8 @@ use std::{
 
 use anyhow::{anyhow, Result};
 
+use crate::process::procfs;
+
 /// How long a lock held by another process is tried for.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -71,7 +73,7 @@ fn refusal(holder: Option<u32>, jvm: u32) -> anyhow::Error {
         ),
         Some(pid) => anyhow!(
             "another stoke ({}, pid {pid}) is recording this JVM and takes its Java stacks: let it finish first",
-            comm(pid)
+            procfs::process_name(pid)
         ),
         None => anyhow!(
             "another stoke is recording this JVM and takes its Java stacks: let it finish first"
@@ -104,12 +106,6 @@ fn holder_in(locks: &str, dev: u64, ino: u64) -> Option<u32> {
             _ => None,
         }
     })
-}
-
-/// A process's name, for a message; `?` if it is gone.
-fn comm(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map_or_else(|_| "?".to_owned(), |name| name.trim_end().to_owned())
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use std::{
     time::Duration,
 };
 
-/// A thread's `comm` file: 15 bytes of name and a newline.
-const COMM_LEN: u64 = 16;
+/// Most bytes of a `comm` file read: the kernel's names are 15 bytes.
+const MAX_COMM: u64 = 64;
 
 /// The largest `status` file read.
 pub const MAX_STATUS: u64 = 64 * 1024;
@@ -128,12 +128,35 @@ pub fn thread_ids(pid: u32, limit: usize) -> Vec<u32> {
         .collect()
 }
 
+/// The name in a `comm` file (`/proc/PID/comm` or a thread's), less its
+/// line break; `None` if the process or thread is gone.
+pub fn read_comm(path: impl AsRef<Path>) -> Option<Vec<u8>> {
+    let (mut comm, _) = read_bounded(path, MAX_COMM).ok()?;
+    comm.truncate(comm.trim_ascii_end().len());
+    Some(comm)
+}
+
+/// A process's name for a message, `?` if it is gone.
+pub fn process_name(pid: u32) -> String {
+    read_comm(format!("/proc/{pid}/comm")).map_or_else(
+        || "?".to_owned(),
+        |name| String::from_utf8_lossy(&name).into_owned(),
+    )
+}
+
+/// A thread's name (which the kernel cuts to 15 bytes), `?` if it is gone.
+pub fn thread_name(pid: u32, tid: u32) -> String {
+    read_comm(format!("/proc/{pid}/task/{tid}/comm")).map_or_else(
+        || "?".to_owned(),
+        |name| String::from_utf8_lossy(&name).into_owned(),
+    )
+}
+
 /// Whether one of process `pid`'s first `limit` threads is named `name`
 /// (its `comm`, which the kernel cuts to 15 bytes); false if it is gone.
 pub fn has_thread_named(pid: u32, name: &[u8], limit: usize) -> bool {
     thread_ids(pid, limit).into_iter().any(|tid| {
-        read_bounded(format!("/proc/{pid}/task/{tid}/comm"), COMM_LEN)
-            .is_ok_and(|(comm, _)| comm.strip_suffix(b"\n").unwrap_or(&comm) == name)
+        read_comm(format!("/proc/{pid}/task/{tid}/comm")).is_some_and(|comm| comm == name)
     })
 }
 

@@ -24,7 +24,7 @@ use super::{
     identity::Identities,
     image::{base_name, FileOrigin, FileVersion, MappedFile, Mapping, MappingTarget, ProcessImage},
     maps::{self, MapsPath},
-    procfs::{self, read_bounded},
+    procfs,
     reread::{same_mappings, Rereads},
 };
 use foldhash::HashMap;
@@ -33,9 +33,6 @@ use crate::{
     rootfs::{self, Root},
     sample::ring_record::Sample,
 };
-
-/// Most bytes of `/proc/PID/comm` read: the kernel's names are 15 bytes.
-const MAX_COMM: u64 = 64;
 
 /// Index of a [`ProcessImage`] in its [`ProcessRegistry`].
 pub type ImageId = usize;
@@ -256,9 +253,9 @@ impl ProcessRegistry {
         let name = match known.process_name {
             // As /proc's comm reads, less its line break.
             Some(name) => name.trim_ascii_end().to_owned(),
-            None => read_bounded(format!("/proc/{pid}/comm"), MAX_COMM).map_or_else(
-                |_| known.thread_name.to_owned(),
-                |(comm, _)| String::from_utf8_lossy(comm.trim_ascii_end()).into_owned(),
+            None => procfs::read_comm(format!("/proc/{pid}/comm")).map_or_else(
+                || known.thread_name.to_owned(),
+                |comm| String::from_utf8_lossy(&comm).into_owned(),
             ),
         };
         let maps = maps::executable(pid);
