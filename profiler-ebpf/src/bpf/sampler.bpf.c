@@ -310,7 +310,7 @@ static __always_inline bool trap_reaches_agent(struct task_struct *task, __u32 t
  * pc, and its Java frames come from the agent. */
 static __always_inline bool in_code_cache(struct stoke_signalled_jvm *jvm, __u64 pc)
 {
-	return jvm && pc - jvm->code_cache_start < jvm->code_cache_end - jvm->code_cache_start;
+	return pc - jvm->code_cache_start < jvm->code_cache_end - jvm->code_cache_start;
 }
 
 /* A CPU sample of the current thread. From a CPU's event (`own_timer`

@@ -359,9 +359,10 @@ impl JavaProfiler {
     }
 
     /// The JVMs starting whose next look has come ([`Recheck::soon`]),
-    /// looked at through `/proc`: at the moment it is due, no sample of
-    /// theirs may have come since the last drain. One that maps libjvm.so
-    /// now (a launcher's, or one an attach found too early) is attached.
+    /// looked at on time, not at their next sample: at the moment it is
+    /// due, none may have come since the last drain. A JVM an attach found
+    /// too early is attached again; a launcher, once `/proc` shows it maps
+    /// libjvm.so.
     fn look_at_starting(&mut self) {
         let now = Instant::now();
         let due: Vec<(u32, u32)> = self
@@ -377,7 +378,13 @@ impl JavaProfiler {
             })
             .collect();
         for (pid, attempts) in due {
-            match maps_libjvm(pid) {
+            // The attach checks the maps itself.
+            let is_jvm = if self.attach_retries.contains_key(&pid) {
+                Some(true)
+            } else {
+                maps_libjvm(pid)
+            };
+            match is_jvm {
                 Some(true) => {
                     self.considered.insert(pid, Recheck::Never);
                     self.ask_attach(pid);
