@@ -52,10 +52,14 @@ pub struct UnknownExtension {
 
 impl Format {
     /// Picks the format for the output at `path`: `flag` (`--format`) if
-    /// given, otherwise the one its extension names.
+    /// given, otherwise the one its extension names; folded stacks, text for
+    /// pipes, on standard output.
     pub fn for_output(path: &Path, flag: Option<Format>) -> Result<Format, UnknownExtension> {
         if let Some(format) = flag {
             return Ok(format);
+        }
+        if output_file::is_standard_output(path) {
+            return Ok(Format::Folded);
         }
         let name = path
             .file_name()
@@ -149,6 +153,8 @@ pub(crate) mod tests {
             ("a.json", Format::Json),
             ("a.pb.gz", Format::Pprof),
             ("dir/host.PB.GZ", Format::Pprof),
+            ("-", Format::Folded),
+            ("/dev/stdout", Format::Folded),
         ] {
             assert_eq!(
                 Format::for_output(Path::new(path), None).unwrap(),

@@ -7,7 +7,7 @@ use std::{collections::HashSet, io::Write, path::PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::{write_profile, Format, OutputFile};
+use super::{output_file::Destination, write_profile, Format, OutputFile};
 use crate::{
     event::{self, Event},
     profile::Profile,
@@ -32,6 +32,15 @@ impl OutputPlan {
         let mut plan = Vec::with_capacity(paths.len());
         for path in paths {
             let format = Format::for_output(path, flag)?;
+            let destination = Destination::of(path)
+                .with_context(|| format!("cannot write the profile to {}", path.display()))?;
+            if !destination.is_file() && events.len() > 1 {
+                bail!(
+                    "-o {} takes one profile, and {} events are recorded: name a file, which gets a profile per event",
+                    path.display(),
+                    events.len()
+                );
+            }
             for &event in events {
                 let path = event::output_path(path, event, events.len() > 1);
                 if !seen.insert(path.clone()) {
@@ -94,7 +103,12 @@ impl Outputs {
         let names: Vec<String> = self
             .0
             .iter()
-            .map(|(path, ..)| path.display().to_string())
+            .map(
+                |(path, ..)| match super::output_file::is_standard_output(path) {
+                    true => "standard output".to_owned(),
+                    false => path.display().to_string(),
+                },
+            )
             .collect();
         names.join(", ")
     }
