@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("stoke: error: {}", one_line(&format!("{error:#}")));
+            eprintln!("stoke: error: {}", message(&error));
             ExitCode::FAILURE
         }
     }
@@ -69,4 +69,63 @@ fn main() -> ExitCode {
 /// Errors from the kernel (a verifier log) can span lines: keep one.
 fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The error and its causes on one line, each cause said once: an error
+/// whose message already names its source (`cannot open X: {source}`) is
+/// not followed by that source again.
+fn message(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = one_line(&cause.to_string());
+        if cause.is_empty() || text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use anyhow::Context;
+
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot create the agent's file in its /tmp: {source}")]
+    struct NamesItsSource {
+        source: io::Error,
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let denied = || io::Error::from_raw_os_error(libc::EACCES);
+        let error = anyhow::Error::new(NamesItsSource { source: denied() })
+            .context("JVM 42: cannot attach");
+        let text = message(&error);
+        assert_eq!(text.matches("Permission denied").count(), 1, "{text}");
+        assert!(
+            text.starts_with("JVM 42: cannot attach: cannot create"),
+            "{text}"
+        );
+        let error = Err::<(), _>(denied())
+            .context("cannot write x.svg")
+            .unwrap_err();
+        assert_eq!(
+            message(&error),
+            "cannot write x.svg: Permission denied (os error 13)"
+        );
+    }
+
+    #[test]
+    fn a_kernel_log_becomes_one_line() {
+        let error = anyhow::anyhow!("verifier said:\n0: r1 = 0\n\n1: exit");
+        assert_eq!(message(&error), "verifier said: 0: r1 = 0 1: exit");
+    }
 }
