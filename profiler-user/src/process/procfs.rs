@@ -83,17 +83,22 @@ const MAX_STAT: u64 = 4096;
 /// the command name, which holds any bytes, spaces and parentheses
 /// included.
 fn stat_field(pid: u32, number: usize) -> Option<u64> {
-    stat_after_name(pid)?
+    field_of(stat_after_name(&format!("/proc/{pid}/stat"))?, number)
+}
+
+/// Field `number` (from 1) of a stat file, given from field 3 on.
+fn field_of(after_name: String, number: usize) -> Option<u64> {
+    after_name
         .split_whitespace()
         .nth(number.checked_sub(3)?)?
         .parse()
         .ok()
 }
 
-/// `/proc/PID/stat` from field 3 on, after the command name; `None` if
-/// the process is gone.
-fn stat_after_name(pid: u32) -> Option<String> {
-    let (mut stat, _) = read_bounded(format!("/proc/{pid}/stat"), MAX_STAT).ok()?;
+/// A stat file (`/proc/PID/stat`, a thread's) from field 3 on, after the
+/// command name; `None` if the process is gone.
+fn stat_after_name(path: &str) -> Option<String> {
+    let (mut stat, _) = read_bounded(path, MAX_STAT).ok()?;
     stat.drain(..=stat.iter().rposition(|&byte| byte == b')')?);
     String::from_utf8(stat).ok()
 }
@@ -103,7 +108,7 @@ fn stat_after_name(pid: u32) -> Option<String> {
 /// main thread that ended before the others is a zombie too, but the
 /// process still counts them (field 20).
 pub fn has_exited(pid: u32) -> bool {
-    let Some(stat) = stat_after_name(pid) else {
+    let Some(stat) = stat_after_name(&format!("/proc/{pid}/stat")) else {
         return true;
     };
     let mut fields = stat.split_whitespace();
@@ -152,10 +157,11 @@ pub fn thread_name(pid: u32, tid: u32) -> String {
     )
 }
 
-/// Whether one of process `pid`'s first `limit` threads is named `name`
-/// (its `comm`, which the kernel cuts to 15 bytes); false if it is gone.
-pub fn has_thread_named(pid: u32, name: &[u8], limit: usize) -> bool {
-    thread_ids(pid, limit).into_iter().any(|tid| {
+/// The first of process `pid`'s first `limit` threads named `name` (its
+/// `comm`, which the kernel cuts to 15 bytes); `None` if none is, or the
+/// process is gone.
+pub fn thread_named(pid: u32, name: &[u8], limit: usize) -> Option<u32> {
+    thread_ids(pid, limit).into_iter().find(|tid| {
         read_comm(format!("/proc/{pid}/task/{tid}/comm")).is_some_and(|comm| comm == name)
     })
 }
@@ -168,8 +174,19 @@ pub fn is_kernel_thread(pid: u32) -> bool {
 
 /// How long process `pid` has been running; `None` if it is gone.
 pub fn age(pid: u32) -> Option<Duration> {
+    age_of(&format!("/proc/{pid}/stat"))
+}
+
+/// How long thread `tid` of process `pid` has been running; `None` if it
+/// is gone.
+pub fn thread_age(pid: u32, tid: u32) -> Option<Duration> {
+    age_of(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+/// The age of the task whose `stat` file is at `path`.
+fn age_of(path: &str) -> Option<Duration> {
     // Start time in clock ticks after boot.
-    let started_ticks = stat_field(pid, 22)?;
+    let started_ticks = field_of(stat_after_name(path)?, 22)?;
     // SAFETY: sysconf and clock_gettime with a valid out-pointer.
     let (ticks_per_second, now) = unsafe {
         let mut now: libc::timespec = std::mem::zeroed();
@@ -233,10 +250,12 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         let pid = std::process::id();
         // The kernel keeps 15 bytes of the name.
-        assert!(has_thread_named(pid, b"stoke-test-name", 4096));
-        assert!(!has_thread_named(pid, b"stoke-test-named", 4096));
-        assert!(!has_thread_named(pid, b"stoke-test", 4096));
-        assert!(!has_thread_named(u32::MAX, b"stoke-test-name", 4096));
+        let tid = thread_named(pid, b"stoke-test-name", 4096).expect("the named thread");
+        let age = thread_age(pid, tid).expect("the named thread's age");
+        assert!(age < Duration::from_secs(5), "{age:?}");
+        assert!(thread_named(pid, b"stoke-test-named", 4096).is_none());
+        assert!(thread_named(pid, b"stoke-test", 4096).is_none());
+        assert!(thread_named(u32::MAX, b"stoke-test-name", 4096).is_none());
         named.join().expect("the thread ends");
     }
 

@@ -35,9 +35,18 @@ const SET_UP_THREAD: &[u8] = b"Service Thread";
 /// (HotSpot sets its attach mechanism up within tens of milliseconds).
 const SET_UP_AGE: Duration = Duration::from_secs(3);
 
-/// The most threads looked through for [`SET_UP_THREAD`] (a starting JVM
-/// has a few dozen).
-const SET_UP_THREADS_LOOKED: usize = 4096;
+/// The most threads looked through for [`SET_UP_THREAD`] or
+/// [`LISTENER_THREAD`] (a starting JVM has a few dozen).
+const THREADS_LOOKED: usize = 4096;
+
+/// The thread that HotSpot's attach listener runs in.
+const LISTENER_THREAD: &[u8] = b"Attach Listener";
+
+/// A listener thread younger than this may still be making its socket
+/// (slowly, on a loaded host): no SIGQUIT is sent to its JVM meanwhile.
+/// Older and without a socket, it lost its socket (a `/tmp` cleaner, or
+/// HotSpot's own start-up removal), and SIGQUIT has HotSpot make another.
+const LISTENER_SETTLE: Duration = Duration::from_secs(5);
 
 /// Resolution of a name inside the JVM's `/tmp`: no symlink, no `/proc`
 /// magic link, nothing outside the directory.
@@ -122,7 +131,7 @@ impl TargetHandle {
         let (flags, cut) = self.vm_flags()?;
         sigquit_verdict(pid, status.caught, flags, cut)?;
         let set_up = procfs::age(pid).is_some_and(|age| age >= SET_UP_AGE)
-            || procfs::has_thread_named(pid, SET_UP_THREAD, SET_UP_THREADS_LOOKED);
+            || procfs::thread_named(pid, SET_UP_THREAD, THREADS_LOOKED).is_some();
         if !set_up {
             return Err(AttachError::AttachNotSetUp { pid });
         }
@@ -152,8 +161,19 @@ impl TargetHandle {
 
     /// SIGQUIT through the pidfd: a process that exited since the checks
     /// fails with ESRCH instead of a newcomer with the same pid getting it.
+    ///
+    /// Not sent while the JVM's attach listener is starting, which this or
+    /// another stoke asked for: HotSpot answers a SIGQUIT that arrives once
+    /// the listener made its socket with a thread dump on the JVM's
+    /// output. The caller waits for the socket as if it had signalled.
     pub(super) fn send_sigquit(&self) -> Result<(), AttachError> {
         let pid = self.target.pid;
+        let listener_starting = procfs::thread_named(pid, LISTENER_THREAD, THREADS_LOOKED)
+            .and_then(|tid| procfs::thread_age(pid, tid))
+            .is_some_and(|age| age < LISTENER_SETTLE);
+        if listener_starting {
+            return Ok(());
+        }
         // SAFETY: pidfd_send_signal on a pidfd we own, without siginfo.
         let result = unsafe {
             libc::syscall(
