@@ -45,6 +45,10 @@ pub const KILL_AFTER_DRAINED: &str = "STOKE_TEST_KILL_AFTER_DRAINED";
 /// says it is an idle agent.
 const WAKE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long an agent's memory may show no header yet: the agent writes it
+/// right after making the memory, which another stoke may find first.
+const HEADER_WAIT: Duration = Duration::from_secs(1);
+
 /// A Java stack the agent took in its signal handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JavaSample {
@@ -127,8 +131,17 @@ impl AgentMemory {
         // The header first, so that an agent of another stoke version is
         // told apart from a memfd of the wrong size.
         let mut head = [0u8; 12];
-        file.read_exact_at(&mut head, 0)
-            .context("reading the agent memory's header")?;
+        // An agent another stoke has just loaded may not have written its
+        // header yet: a zeroed one is read again for a moment.
+        let deadline = Instant::now() + HEADER_WAIT;
+        loop {
+            file.read_exact_at(&mut head, 0)
+                .context("reading the agent memory's header")?;
+            if head != [0; 12] || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let magic = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
         let version = u32::from_le_bytes(head[8..].try_into().expect("4 bytes"));
         if magic != MAGIC {

@@ -13,8 +13,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{anyhow, Result};
-
 use crate::process::procfs;
 
 /// How long a lock held by another process is tried for.
@@ -32,7 +30,7 @@ const MAX_LOCKS_BYTES: u64 = 4 << 20;
 /// `/proc/locks` is read at most twice: once when the lock has not come
 /// within [`LOCK_TIMEOUT`] (a JVM holding it gets until
 /// [`AGENT_HOLD_TIMEOUT`]), and once more at that later deadline.
-pub fn lock_exclusively(file: &File, jvm: u32) -> Result<()> {
+pub fn lock_exclusively(file: &File, jvm: u32) -> Result<(), LockRefused> {
     let started = Instant::now();
     let mut deadline = LOCK_TIMEOUT;
     loop {
@@ -61,23 +59,33 @@ fn try_lock(file: &File) -> bool {
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
+/// Why the agent memory's lock was not had.
+#[derive(Debug, thiserror::Error)]
+pub enum LockRefused {
+    #[error("this stoke already reads this JVM's agent memory")]
+    Ours,
+    #[error("the JVM's agent held its memory's lock for {} s (a JVM starved of CPU?): record again", AGENT_HOLD_TIMEOUT.as_secs())]
+    ByTheAgent,
+    /// Another stoke reads the agent, `pid` if `/proc/locks` names it
+    /// (not for a holder in another pid namespace).
+    #[error("another stoke ({}) is recording this JVM and takes its Java stacks", holder_name(*.pid))]
+    ByAnotherStoke { pid: Option<u32> },
+}
+
+/// The other stoke holding the lock, for a message.
+fn holder_name(pid: Option<u32>) -> String {
+    match pid {
+        Some(pid) => format!("{}, pid {pid}", procfs::process_name(pid)),
+        None => "not visible from here".to_owned(),
+    }
+}
+
 /// Why the lock held by `holder` (if `/proc/locks` named it) was not had.
-fn refusal(holder: Option<u32>, jvm: u32) -> anyhow::Error {
+fn refusal(holder: Option<u32>, jvm: u32) -> LockRefused {
     match holder {
-        Some(pid) if pid == std::process::id() => {
-            anyhow!("this stoke already reads this JVM's agent memory")
-        }
-        Some(pid) if pid == jvm => anyhow!(
-            "the JVM's agent held its memory's lock for {} s (a JVM starved of CPU?): record again",
-            AGENT_HOLD_TIMEOUT.as_secs()
-        ),
-        Some(pid) => anyhow!(
-            "another stoke ({}, pid {pid}) is recording this JVM and takes its Java stacks: let it finish first",
-            procfs::process_name(pid)
-        ),
-        None => anyhow!(
-            "another stoke is recording this JVM and takes its Java stacks: let it finish first"
-        ),
+        Some(pid) if pid == std::process::id() => LockRefused::Ours,
+        Some(pid) if pid == jvm => LockRefused::ByTheAgent,
+        pid => LockRefused::ByAnotherStoke { pid },
     }
 }
 
@@ -133,7 +141,7 @@ mod tests {
         assert!(said(Some(me)).contains("this stoke already reads"));
         assert!(said(Some(jvm)).contains("the JVM's agent held"));
         assert!(said(Some(me + 2)).contains(&format!("pid {}", me + 2)));
-        assert!(said(None).starts_with("another stoke is recording"));
+        assert!(said(None).starts_with("another stoke (not visible from here) is recording"));
     }
 
     /// The holder of a real lock on a real file: this process, through

@@ -22,7 +22,9 @@ use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach,
     coverage::{Coverage, MAX_JVMS_TIMED},
+    held::HeldJvms,
     java_events::{self, ClassNames, EventStacks, JavaEventSample, JavaEventSettings},
+    memory_lock::LockRefused,
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     thread_ids::ThreadIds,
@@ -175,6 +177,8 @@ pub struct JavaProfiler {
     /// Attaches retried because the JVM was still starting: how often, and
     /// the last failure, said at the end if no retry succeeds.
     attach_retries: HashMap<u32, (u32, String)>,
+    /// JVMs whose agent another stoke reads, attached again once it ends.
+    held: HeldJvms,
     jvms: HashMap<u32, Jvm>,
     /// JVMs whose process ended, released at the next
     /// [`Self::release_ended`].
@@ -229,6 +233,7 @@ impl JavaProfiler {
             attaching: HashSet::new(),
             coverage: Coverage::new(monotonic_ns()),
             attach_retries: HashMap::new(),
+            held: HeldJvms::default(),
             jvms: HashMap::new(),
             ended: Vec::new(),
             merger: Merger::default(),
@@ -460,6 +465,9 @@ impl JavaProfiler {
             self.profile_attached(attached, sampler)?;
         }
         self.look_at_starting();
+        for pid in self.held.due() {
+            self.ask_attach(pid);
+        }
         for (&pid, jvm) in &mut self.jvms {
             if jvm.signalled && jvm.memory.state() != AgentState::Ready {
                 sampler.forbid_signals(pid)?;
@@ -550,6 +558,7 @@ impl JavaProfiler {
         self.coverage.ended(pid);
         self.considered.remove(&pid);
         self.attach_retries.remove(&pid);
+        self.held.forget(pid);
         if self.jvms.contains_key(&pid) {
             self.ended.push(pid);
         }
@@ -590,9 +599,16 @@ impl JavaProfiler {
     /// Says why JVM `pid` keeps native stacks only, and keeps the reason
     /// for the summary; after [`MAX_WARNINGS`], only counts it.
     fn warn_native_only(&mut self, pid: u32, why: &str) {
+        self.warn(pid, why, "its stacks stay native-only");
+    }
+
+    /// Says why JVM `pid` has no Java stacks and what becomes of them, and
+    /// keeps the reason for the summary; after [`MAX_WARNINGS`], only
+    /// counts it.
+    fn warn(&mut self, pid: u32, why: &str, outcome: &str) {
         self.warnings += 1;
         if self.warnings <= MAX_WARNINGS {
-            eprintln!("stoke: warning: JVM {pid}: {why}; its stacks stay native-only");
+            eprintln!("stoke: warning: JVM {pid}: {why}; {outcome}");
             self.summary.not_attached.push((pid, why.to_owned()));
         }
     }
@@ -613,6 +629,10 @@ impl JavaProfiler {
         match attached.result {
             Ok(memory) => {
                 self.attach_retries.remove(&pid);
+                if self.held.forget(pid) {
+                    // Said to stay native while another stoke held it.
+                    self.summary.not_attached.retain(|(held, _)| *held != pid);
+                }
                 if let Err(refused) = sampler.allow_signals(
                     pid,
                     SIGNAL as u32,
@@ -673,6 +693,22 @@ impl JavaProfiler {
                 let reason = message
                     .strip_prefix(&own_name)
                     .map_or(message.as_str(), |rest| rest.trim_start_matches([':', ' ']));
+                if let Some(LockRefused::ByAnotherStoke { pid: holder }) = error.downcast_ref() {
+                    self.coverage.agent_answered(pid, false);
+                    match self.held.hold(pid, *holder) {
+                        Some(false) => return Ok(()),
+                        Some(true) => {
+                            let reason = reason.to_owned();
+                            self.warn(
+                                pid,
+                                &reason,
+                                "its stacks stay native-only until that stoke ends",
+                            );
+                            return Ok(());
+                        }
+                        None => {}
+                    }
+                }
                 let (attempts, last) = self.attach_retries.entry(pid).or_default();
                 if starting && *attempts < MAX_SOON_LOOKS {
                     // A JVM still starting has no SIGQUIT handler, no
