@@ -198,6 +198,23 @@ impl Drop for Image {
     }
 }
 
+impl Image {
+    /// Runs `command` in a container of this image, with `options` (mounts,
+    /// namespaces, capabilities) before the image, to its end at most
+    /// [`COMMAND_TIMEOUT`] later; the container is removed. Returns
+    /// (success, stdout, stderr).
+    pub fn run_to_end(&self, options: &[&str], command: &[&str]) -> (bool, String, String) {
+        let name = unique_name("once");
+        let mut args = vec!["run", "--rm", "--network", "none", "--name", &name];
+        args.extend_from_slice(options);
+        args.push(&self.name);
+        args.extend_from_slice(command);
+        let result = self.engine.try_output(&args);
+        let _ = self.engine.try_output(&["rm", "-f", &name]);
+        result
+    }
+}
+
 /// A container started here, detached, without network; removed (`rm -f`)
 /// on drop.
 #[derive(Debug)]
