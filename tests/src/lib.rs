@@ -29,6 +29,7 @@ pub mod json;
 mod paths;
 pub mod perf_script;
 mod pipes;
+mod receiver;
 mod running;
 mod source_lines;
 mod stacks;
@@ -44,7 +45,8 @@ pub use java::{
     JavaWorkload, Jdk, JDKS, JDK_17, TEMURIN_25,
 };
 pub use json::{read_json, JavaReport, JsonProfile};
-pub use paths::{crate_dir, stoke_bin, workloads_dir, workspace_root};
+pub use paths::{crate_dir, stoke_bin, tool_path, workloads_dir, workspace_root, PYTHON_PATH};
+pub use receiver::{Receiver, Request};
 pub use running::{Line, Running};
 pub use source_lines::{count_in_bodies, frame_location, function_lines, line_of, Located};
 pub use stacks::{

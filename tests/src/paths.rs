@@ -46,3 +46,12 @@ pub fn stoke_bin() -> PathBuf {
     );
     path
 }
+
+/// Where `cargo xtask setup` installs the Python packages the tests use
+/// (`PYTHONPATH` for the scripts of `tests/tools/`).
+pub const PYTHON_PATH: &str = "/opt/stoke-python";
+
+/// The path of `tests/tools/<name>`.
+pub fn tool_path(name: &str) -> PathBuf {
+    crate_dir().join("tools").join(name)
+}

@@ -8,113 +8,17 @@ use std::{
     fs,
     net::TcpListener,
     path::Path,
-    sync::{
-        atomic::{AtomicU16, Ordering},
-        Arc, Mutex,
-    },
+    sync::atomic::Ordering,
     thread,
     time::{Duration, Instant},
 };
 
 use stoke_tests::{
-    args, cpu_time, pprof_tags, prepare, run_tool, Running, Stoke, StokeOutput, TempDir,
+    args, cpu_time, pprof_tags, prepare, run_tool, Receiver, Running, Stoke, StokeOutput, TempDir,
 };
 
 /// Samples per second.
 const HZ: u32 = 99;
-
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-struct Request {
-    path: String,
-    query: HashMap<String, String>,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-    /// The status it was answered with.
-    status: u16,
-}
-
-impl Request {
-    fn seconds(&self, key: &str) -> u64 {
-        self.query[key].parse().expect("a UNIX time")
-    }
-}
-
-/// Pyroscope's ingest endpoint as far as stoke sees it: records every
-/// request, answers with the status set at the time.
-struct Receiver {
-    port: u16,
-    server: Arc<tiny_http::Server>,
-    requests: Arc<Mutex<Vec<Request>>>,
-    status: Arc<AtomicU16>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl Receiver {
-    fn start(port: u16, status: u16) -> Self {
-        let server =
-            Arc::new(tiny_http::Server::http(("127.0.0.1", port)).expect("listening on loopback"));
-        let port = server.server_addr().to_ip().expect("an IP address").port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let status = Arc::new(AtomicU16::new(status));
-        let thread = {
-            let (server, requests, status) = (server.clone(), requests.clone(), status.clone());
-            thread::spawn(move || {
-                for mut request in server.incoming_requests() {
-                    let mut body = Vec::new();
-                    request.as_reader().read_to_end(&mut body).expect("a body");
-                    let (path, query) =
-                        request.url().split_once('?').unwrap_or((request.url(), ""));
-                    let status = status.load(Ordering::SeqCst);
-                    requests.lock().unwrap().push(Request {
-                        path: path.to_owned(),
-                        query: form_urlencoded::parse(query.as_bytes())
-                            .into_owned()
-                            .collect(),
-                        headers: request
-                            .headers()
-                            .iter()
-                            .map(|h| (h.field.to_string().to_lowercase(), h.value.to_string()))
-                            .collect(),
-                        body,
-                        status,
-                    });
-                    let _ = request.respond(tiny_http::Response::empty(status));
-                }
-            })
-        };
-        Receiver {
-            port,
-            server,
-            requests,
-            status,
-            thread: Some(thread),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// The requests answered 200.
-    fn accepted(&self) -> Vec<Request> {
-        let requests = self.requests.lock().unwrap();
-        requests
-            .iter()
-            .filter(|r| r.status == 200)
-            .cloned()
-            .collect()
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
 
 /// A port nothing listens on (yet).
 fn free_port() -> u16 {
@@ -305,7 +209,7 @@ fn a_failing_then_recovering_backend_loses_nothing_within_the_queue() {
     receiver.status.store(200, Ordering::SeqCst);
     thread::sleep(Duration::from_secs(3));
     let output = stop(stoke);
-    let requests = receiver.requests.lock().unwrap().clone();
+    let requests = receiver.requests();
     let refused = requests.iter().filter(|r| r.status == 500).count();
     let accepted = receiver.accepted();
     let froms: Vec<u64> = accepted.iter().map(|r| r.seconds("from")).collect();
@@ -344,7 +248,7 @@ fn an_outage_longer_than_the_queue_drops_the_oldest_and_counts_them() {
     receiver.status.store(200, Ordering::SeqCst);
     thread::sleep(Duration::from_secs(3));
     let output = stop(stoke);
-    let requests = receiver.requests.lock().unwrap().clone();
+    let requests = receiver.requests();
     let refused: Vec<u64> = requests
         .iter()
         .filter(|r| r.status == 500)

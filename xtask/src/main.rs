@@ -42,6 +42,13 @@ const PACKAGES: &[&str] = &[
     "strace",
 ];
 
+/// PyPI packages the tests use, installed apart from the system's Python
+/// under [`stoke_tests::PYTHON_PATH`].
+const PYTHON_PACKAGES: &[&str] = &[
+    // OpenTelemetry's own decoder of OTLP profiles (tests/tests/otlp.rs).
+    "opentelemetry-proto==1.45.2",
+];
+
 #[derive(Parser)]
 #[command(about = "Stoke's development tasks")]
 struct Cli {
@@ -117,7 +124,12 @@ fn setup() -> Result<()> {
     run(Command::new("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(PACKAGES)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    run(Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "--upgrade", "--target"])
+        .arg(stoke_tests::PYTHON_PATH)
+        .args(PYTHON_PACKAGES)
+        .env("PIP_ROOT_USER_ACTION", "ignore"))
 }
 
 fn vmlinux() -> Result<()> {

@@ -46,6 +46,12 @@ pub struct ExportArgs {
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
 
+    /// Push every profile as OpenTelemetry's profiles signal (OTLP/HTTP,
+    /// protobuf) to this collector: its base URL, to which
+    /// `/v1development/profiles` is appended (e.g. http://otel-collector:4318).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+
     /// Also write every profile as DIR/SERVICE/UNTIL.pb.gz (UNTIL: the
     /// interval's end in UNIX seconds).
     #[arg(long, value_name = "DIR")]
@@ -66,9 +72,19 @@ pub struct ExportArgs {
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
     pub pyroscope: Option<PyroscopeSettings>,
+    pub otlp: Option<OtlpSettings>,
     pub output_dir: Option<PathBuf>,
     pub keep: usize,
     pub queue: usize,
+}
+
+/// How to reach an OTLP collector.
+#[derive(Debug, Clone)]
+pub(super) struct OtlpSettings {
+    /// The profiles endpoint: the base URL and `/v1development/profiles`.
+    pub url: String,
+    /// Resource attributes after each profile's own labels.
+    pub labels: Vec<(String, String)>,
 }
 
 /// How to reach Pyroscope.
@@ -86,13 +102,23 @@ impl ExportArgs {
     /// Checks the flags: at least one destination, a usable URL and
     /// credentials, and a directory that exists or could be made.
     pub(super) fn settings(&self) -> anyhow::Result<Settings> {
-        if self.pyroscope.is_none() && self.output_dir.is_none() {
-            bail!("nowhere to send profiles: give --pyroscope URL, --output-dir DIR, or both");
+        if self.pyroscope.is_none() && self.otlp.is_none() && self.output_dir.is_none() {
+            bail!("nowhere to send profiles: give --pyroscope URL, --otlp URL, --output-dir DIR, or several");
         }
         let pyroscope = self
             .pyroscope
             .as_deref()
             .map(|url| self.pyroscope_settings(url))
+            .transpose()?;
+        let otlp = self
+            .otlp
+            .as_deref()
+            .map(|url| {
+                anyhow::Ok(OtlpSettings {
+                    url: format!("{}/v1development/profiles", base_url("--otlp", url)?),
+                    labels: self.labels.clone(),
+                })
+            })
             .transpose()?;
         if let Some(dir) = &self.output_dir {
             std::fs::create_dir_all(dir)
@@ -100,6 +126,7 @@ impl ExportArgs {
         }
         Ok(Settings {
             pyroscope,
+            otlp,
             output_dir: self.output_dir.clone(),
             keep: self.keep.get(),
             queue: self.queue.get(),
@@ -107,15 +134,7 @@ impl ExportArgs {
     }
 
     fn pyroscope_settings(&self, url: &str) -> anyhow::Result<PyroscopeSettings> {
-        let uri: ureq::http::Uri = url
-            .parse()
-            .with_context(|| format!("--pyroscope {url}: not a URL"))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            bail!("--pyroscope {url}: not an http:// or https:// URL with a host");
-        }
-        if uri.query().is_some() {
-            bail!("--pyroscope {url}: give the server's base URL, without a query");
-        }
+        let base = base_url("--pyroscope", url)?;
         let mut headers = Vec::new();
         if let Some(credentials) = &self.basic_auth {
             if !credentials.contains(':') {
@@ -137,11 +156,26 @@ impl ExportArgs {
             ));
         }
         Ok(PyroscopeSettings {
-            ingest_url: format!("{}/ingest", url.trim_end_matches('/')),
+            ingest_url: format!("{base}/ingest"),
             headers,
             labels: self.labels.clone(),
         })
     }
+}
+
+/// A server's base URL given with `flag`, without its trailing `/`: an
+/// http:// or https:// URL with a host and no query.
+fn base_url<'a>(flag: &str, url: &'a str) -> anyhow::Result<&'a str> {
+    let uri: ureq::http::Uri = url
+        .parse()
+        .with_context(|| format!("{flag} {url}: not a URL"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        bail!("{flag} {url}: not an http:// or https:// URL with a host");
+    }
+    if uri.query().is_some() {
+        bail!("{flag} {url}: give the server's base URL, without a query");
+    }
+    Ok(url.trim_end_matches('/'))
 }
 
 /// `value`, if it can be sent in an HTTP header as is.

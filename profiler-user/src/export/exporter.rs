@@ -13,7 +13,9 @@ use anyhow::Context;
 use super::{
     args::ExportArgs,
     directory::Directory,
-    pyroscope::{Pyroscope, Timeouts},
+    http::Timeouts,
+    otlp::Otlp,
+    pyroscope::Pyroscope,
     queue::Queue,
     worker::{self, Backoff, Destination},
     Batch,
@@ -40,6 +42,8 @@ pub struct DeliveryStats {
 pub struct ExportStats {
     /// Pushes to Pyroscope, with `--pyroscope`.
     pub pyroscope: Option<DeliveryStats>,
+    /// Pushes to an OTLP collector, with `--otlp`.
+    pub otlp: Option<DeliveryStats>,
     /// Files written, with `--output-dir`.
     pub output_dir: Option<DeliveryStats>,
 }
@@ -74,6 +78,7 @@ const GRACE: Duration = Duration::from_millis(200);
 /// Delivers batches of profiles in the background.
 pub struct Exporter {
     pyroscope: Option<Channel>,
+    otlp: Option<Channel>,
     output_dir: Option<Channel>,
 }
 
@@ -101,6 +106,16 @@ impl Exporter {
                 )
             })
             .transpose()?;
+        let otlp = settings
+            .otlp
+            .map(|otlp| {
+                Channel::start(
+                    settings.queue,
+                    Otlp::new(otlp, timing.timeouts),
+                    timing.backoff,
+                )
+            })
+            .transpose()?;
         let output_dir = settings
             .output_dir
             .map(|dir| {
@@ -113,6 +128,7 @@ impl Exporter {
             .transpose()?;
         Ok(Self {
             pyroscope,
+            otlp,
             output_dir,
         })
     }
@@ -129,6 +145,7 @@ impl Exporter {
     pub fn stats(&self) -> ExportStats {
         ExportStats {
             pyroscope: self.pyroscope.as_ref().map(|channel| channel.queue.stats()),
+            otlp: self.otlp.as_ref().map(|channel| channel.queue.stats()),
             output_dir: self
                 .output_dir
                 .as_ref()
@@ -143,7 +160,7 @@ impl Exporter {
         for channel in self.channels() {
             channel.queue.finish(deadline);
         }
-        for channel in [&mut self.pyroscope, &mut self.output_dir]
+        for channel in [&mut self.pyroscope, &mut self.otlp, &mut self.output_dir]
             .into_iter()
             .flatten()
         {
@@ -162,7 +179,10 @@ impl Exporter {
     }
 
     fn channels(&self) -> impl Iterator<Item = &Channel> {
-        self.pyroscope.iter().chain(&self.output_dir)
+        self.pyroscope
+            .iter()
+            .chain(&self.otlp)
+            .chain(&self.output_dir)
     }
 }
 
@@ -203,6 +223,7 @@ impl fmt::Display for ExportStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts = [
             ("pyroscope", self.pyroscope),
+            ("otlp", self.otlp),
             ("output-dir", self.output_dir),
         ];
         let mut first = true;
@@ -236,6 +257,7 @@ mod tests {
         };
         let stats = ExportStats {
             pyroscope: Some(pushed),
+            otlp: None,
             output_dir: Some(DeliveryStats::default()),
         };
         assert_eq!(

@@ -1,6 +1,7 @@
 //! Delivering the profiles of `stoke continuous`: each interval's batch of
 //! gzipped pprof bodies, one per service, pushed to Grafana Pyroscope's
-//! `/ingest` and/or written as files under `--output-dir`.
+//! `/ingest`, to an OpenTelemetry collector as OTLP profiles, and/or
+//! written as files under `--output-dir`.
 //!
 //! Recording must never wait on a backend: [`Exporter::submit`] only queues.
 //! Each destination has its own bounded queue and worker thread, so a
@@ -9,12 +10,15 @@
 //! by job: [`args`] (the flags, checked into a [`args::Settings`]),
 //! [`queue`] (the bounded queue and its counters), [`worker`] (delivery,
 //! retries with backoff, the deadline of [`Exporter::finish`]),
-//! [`pyroscope`] (one ingest request) and [`directory`] (one file, and
+//! [`http`] (what the HTTP destinations share), [`pyroscope`] (one ingest
+//! request), [`otlp`] (one OTLP request) and [`directory`] (one file, and
 //! rotation).
 
 mod args;
 mod directory;
 mod exporter;
+mod http;
+mod otlp;
 mod pyroscope;
 mod queue;
 mod worker;

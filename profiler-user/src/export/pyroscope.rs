@@ -8,18 +8,11 @@ use std::time::Duration;
 
 use super::{
     args::PyroscopeSettings,
+    http::{self, Timeouts},
     unix_seconds,
     worker::{Delivery, Destination},
     Batch, ServiceProfile,
 };
-
-/// Connect and total timeouts of one request: a backend that hangs holds
-/// the worker no longer than this.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Timeouts {
-    pub connect: Duration,
-    pub request: Duration,
-}
 
 /// The Pyroscope destination.
 pub(super) struct Pyroscope {
@@ -30,16 +23,7 @@ pub(super) struct Pyroscope {
 
 impl Pyroscope {
     pub fn new(settings: PyroscopeSettings, timeouts: Timeouts) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_connect(Some(timeouts.connect))
-            .timeout_global(Some(timeouts.request))
-            // Statuses are sorted below: retried, or refused.
-            .http_status_as_error(false)
-            // A redirected POST would arrive as a GET without its profile.
-            .max_redirects(0)
-            .user_agent(concat!("stoke/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+        let agent = http::agent(timeouts);
         Self {
             agent,
             settings,
@@ -81,39 +65,7 @@ impl Destination for Pyroscope {
             .timeout_global(Some(timeout))
             .build()
             .send(&profile.pprof[..]);
-        let mut response = match result {
-            Ok(response) => response,
-            Err(error) => {
-                return Delivery::Failed(format!("{}: {error}", self.settings.ingest_url))
-            }
-        };
-        let status = response.status();
-        if status.is_success() {
-            return Delivery::Delivered;
-        }
-        // The answer's first line says why; a long one is cut.
-        let answer = response
-            .body_mut()
-            .with_config()
-            .limit(4096)
-            .read_to_string()
-            .unwrap_or_default();
-        let reason = answer
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(200)
-            .collect::<String>();
-        let detail = format!("{}: HTTP {status}: {reason}", self.settings.ingest_url);
-        if status.is_server_error() || status == ureq::http::StatusCode::TOO_MANY_REQUESTS {
-            Delivery::Failed(detail)
-        } else {
-            Delivery::Refused {
-                kind: format!("HTTP {}", status.as_u16()),
-                detail,
-            }
-        }
+        http::judge(result, &self.settings.ingest_url)
     }
 }
 

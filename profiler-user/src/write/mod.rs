@@ -4,6 +4,7 @@ mod flamegraph;
 mod folded;
 mod html;
 mod json;
+pub mod otlp;
 mod output_file;
 mod outputs;
 pub mod pprof;
@@ -38,12 +39,14 @@ pub enum Format {
     /// pprof's profile.proto, gzipped, for `go tool pprof`, Pyroscope and
     /// other pprof tools.
     Pprof,
+    /// OpenTelemetry's profiles signal (OTLP `ProfilesData`, protobuf).
+    Otlp,
 }
 
 /// The output path's extension names no format and `--format` was not given.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot tell the output format of {}: name it .svg, .html, .folded, .txt, .json or .pb.gz, or pass --format",
+    "cannot tell the output format of {}: name it .svg, .html, .folded, .txt, .json, .pb.gz or .otlp.pb, or pass --format",
     .path.display()
 )]
 pub struct UnknownExtension {
@@ -68,6 +71,9 @@ impl Format {
             .unwrap_or_default();
         if name.ends_with(".pb.gz") {
             return Ok(Format::Pprof);
+        }
+        if name.ends_with(".otlp.pb") {
+            return Ok(Format::Otlp);
         }
         let extension = path
             .extension()
@@ -97,6 +103,7 @@ pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> 
         Format::Txt => summary::write(profile, &mut out)?,
         Format::Json => json::write(profile, &mut out)?,
         Format::Pprof => pprof::write(profile, &mut out)?,
+        Format::Otlp => otlp::write(profile, &mut out)?,
     }
     out.flush()?;
     Ok(())
@@ -153,6 +160,7 @@ pub(crate) mod tests {
             ("a.json", Format::Json),
             ("a.pb.gz", Format::Pprof),
             ("dir/host.PB.GZ", Format::Pprof),
+            ("host.otlp.pb", Format::Otlp),
             ("-", Format::Folded),
             ("/dev/stdout", Format::Folded),
         ] {

@@ -196,6 +196,7 @@ fn files_are_written_while_pyroscope_is_down() {
     let ExportStats {
         pyroscope,
         output_dir,
+        ..
     } = exporter.finish(Instant::now() + Duration::from_millis(100));
     let files = output_dir.unwrap();
     assert_eq!((files.delivered, files.dropped), (4, 0));
@@ -218,6 +219,6 @@ fn without_a_destination_start_fails_in_one_line() {
     let error = super::Exporter::start(&args(None, None, 1)).err().unwrap();
     assert_eq!(
         format!("{error:#}"),
-        "nowhere to send profiles: give --pyroscope URL, --output-dir DIR, or both"
+        "nowhere to send profiles: give --pyroscope URL, --otlp URL, --output-dir DIR, or several"
     );
 }

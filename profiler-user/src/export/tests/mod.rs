@@ -15,7 +15,7 @@ use std::{
 
 use super::{
     exporter::{DeliveryStats, ExportStats, Timing},
-    pyroscope::Timeouts,
+    http::Timeouts,
     worker::Backoff,
     Batch, ExportArgs, Exporter, ServiceProfile,
 };
@@ -37,6 +37,7 @@ fn timing() -> Timing {
 fn args(pyroscope: Option<&str>, output_dir: Option<&Path>, queue: usize) -> ExportArgs {
     ExportArgs {
         pyroscope: pyroscope.map(str::to_owned),
+        otlp: None,
         basic_auth: None,
         bearer_token: None,
         tenant: None,

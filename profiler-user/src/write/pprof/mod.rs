@@ -44,10 +44,15 @@ pub fn encode<'a>(
     profile: &'a Profile,
     stacks: impl IntoIterator<Item = &'a FoldedStack>,
 ) -> Vec<u8> {
-    let bytes = Builder::new(&profile.modules)
-        .build(profile, stacks)
-        .encode_to_vec();
-    gzip(&bytes)
+    gzip(&build(profile, stacks).encode_to_vec())
+}
+
+/// `stacks` (some or all of `profile`'s) as a pprof profile message.
+pub fn build<'a>(
+    profile: &'a Profile,
+    stacks: impl IntoIterator<Item = &'a FoldedStack>,
+) -> proto::Profile {
+    Builder::new(&profile.modules).build(profile, stacks)
 }
 
 thread_local! {
