@@ -40,6 +40,8 @@ const PACKAGES: &[&str] = &[
     "chromium-driver",
     // A debugger's ptrace for tests/tests/java_thread_timers.rs.
     "strace",
+    // Node.js, whose JIT writes perf maps (tests/tests/jit_perf_map.rs).
+    "nodejs",
 ];
 
 /// PyPI packages the tests use, installed apart from the system's Python

@@ -377,8 +377,13 @@ static long unwind_step(__u32 index, void *context)
 	pc = state->exact ? state->pc : state->pc - 1;
 	state->exact = 0;
 	mapping = find_mapping(walk->process, pc, &walk->last_mapping);
-	if (!mapping)
-		return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
+	if (!mapping) {
+		/* Code outside any file: a JIT's, whose runtime may keep frame
+		 * pointers (V8 does; a JVM's code cache never gets here). */
+		if (!frame_pointer_step(state))
+			return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
+		return 0;
+	}
 	row = mapping->rows_count ? find_row(mapping, pc) : NULL;
 	rule = row ? row->rule : STOKE_ROW_NO_CFI;
 	kind = row_kind(rule);

@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
-use profiler_common::unwind::StopReason;
 
 use super::image::{Mapping, ProcessImage};
 use crate::sample::ring_record::Sample;
@@ -42,11 +41,9 @@ impl Rereads {
         if sample.in_code_cache {
             return false;
         }
-        let outside = |pc: &u64| image.locate(*pc).is_none();
-        // The innermost pc is the thread's own; the last one, where the
-        // unwinder stopped at code it did not know.
-        let ran_outside = sample.user.first().is_some_and(outside)
-            || (sample.stop == StopReason::UnknownCode && sample.user.last().is_some_and(outside));
+        // Any frame: the unwinder steps through code it has no mapping of
+        // by frame pointers, or stops there.
+        let ran_outside = sample.user.iter().any(|pc| image.locate(*pc).is_none());
         if !ran_outside || image.kernel_thread {
             return false;
         }

@@ -11,6 +11,7 @@
 pub mod copy;
 pub mod kernel_names;
 pub mod names;
+pub mod perf_map;
 pub mod prepared;
 pub mod read_parts;
 

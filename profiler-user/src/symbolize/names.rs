@@ -1,10 +1,10 @@
 //! Names every distinct address of a recording once: kernel addresses in one
 //! batch, each mapped file's offsets in one batch, JIT code from the JVM
-//! agents' code maps.
+//! agents' code maps or the runtimes' perf maps.
 
 use std::{collections::BTreeMap, ops::Range};
 
-use super::{Frames, Named, Symbolizer};
+use super::{perf_map::PerfMaps, Frames, Named, Symbolizer};
 use crate::{
     jvm::symbols::JavaSymbols,
     process::{image::FileVersion, MappedFile, MappingTarget, ProcessImage},
@@ -81,6 +81,8 @@ pub struct AddressNames {
     names: usize,
     /// Intervals ended ([`AddressNames::forget_unused`] calls).
     interval: u64,
+    /// The perf maps of processes with code outside any file.
+    perf_maps: PerfMaps,
 }
 
 impl AddressNames {
@@ -92,15 +94,21 @@ impl AddressNames {
     ) {
         let mut kernel_addresses = HashSet::new();
         let mut file_offsets: HashMap<FileVersion, (&MappedFile, HashSet<u64>)> = HashMap::new();
+        let mut jit_processes = HashSet::new();
         for stack in stacks {
             kernel_addresses.extend(
                 call_sites(stack.kernel).filter(|address| !self.kernel.contains_key(address)),
             );
             for address in call_sites(stack.user) {
-                let Some((mapping, offset)) = stack.image.locate(address) else {
-                    continue;
+                let file = match stack.image.locate(address) {
+                    Some((mapping, offset)) => match &mapping.target {
+                        MappingTarget::File(file) => Some((file, offset)),
+                        MappingTarget::Named(_) => None,
+                    },
+                    None => None,
                 };
-                let MappingTarget::File(file) = &mapping.target else {
+                let Some((file, offset)) = file else {
+                    jit_processes.insert(stack.image.pid);
                     continue;
                 };
                 let kept = self.files.entry(file.version).or_default();
@@ -120,6 +128,9 @@ impl AddressNames {
                     .1
                     .insert(offset);
             }
+        }
+        for pid in jit_processes {
+            self.perf_maps.refresh(pid);
         }
         let kernel_addresses: Vec<u64> = kernel_addresses.into_iter().collect();
         self.names += kernel_addresses.len();
@@ -156,6 +167,7 @@ impl AddressNames {
         let interval = self.interval;
         self.files
             .retain(|_, file| interval - file.last_used < KEPT_UNUSED_INTERVALS);
+        self.perf_maps.forget_ended();
         self.interval += 1;
         self.names = self.kernel.len()
             + self
@@ -193,7 +205,8 @@ impl AddressNames {
 
     /// The frames of a user call site (see [`call_site`]) of `image`: its
     /// file's symbols, else the JIT's method (`java` has what the process's
-    /// JVM agent told), else the mapping's name.
+    /// JVM agent told, the perf map what its runtime wrote), else the
+    /// mapping's name.
     pub fn user(&self, image: &ProcessImage, address: u64, java: Option<&JavaSymbols>) -> Frames {
         let located = image.locate(address);
         if let Some((mapping, offset)) = located {
@@ -201,7 +214,9 @@ impl AddressNames {
                 return self.files[&file.version].names[&offset].clone();
             }
         }
-        let jit = java.and_then(|java| java.code_name(address));
+        let jit = java
+            .and_then(|java| java.code_name(address))
+            .or_else(|| self.perf_maps.name(image.pid, address));
         let name = match (jit, located) {
             (Some(name), _) => name,
             (None, Some((mapping, offset))) => match &mapping.target {
