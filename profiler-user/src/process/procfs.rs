@@ -172,6 +172,18 @@ pub fn is_kernel_thread(pid: u32) -> bool {
     stat_field(pid, 9).is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
 
+/// The system call thread `tid` of process `pid` is blocked in (its
+/// number); `None` if it runs, or is gone.
+pub fn thread_syscall(pid: u32, tid: u32) -> Option<i64> {
+    let (text, _) = read_bounded(format!("/proc/{pid}/task/{tid}/syscall"), MAX_STAT).ok()?;
+    std::str::from_utf8(&text)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// How long process `pid` has been running; `None` if it is gone.
 pub fn age(pid: u32) -> Option<Duration> {
     age_of(&format!("/proc/{pid}/stat"))
@@ -253,6 +265,11 @@ mod tests {
         let tid = thread_named(pid, b"stoke-test-name", 4096).expect("the named thread");
         let age = thread_age(pid, tid).expect("the named thread's age");
         assert!(age < Duration::from_secs(5), "{age:?}");
+        assert_eq!(
+            thread_syscall(pid, tid),
+            Some(libc::SYS_clock_nanosleep),
+            "asleep"
+        );
         assert!(thread_named(pid, b"stoke-test-named", 4096).is_none());
         assert!(thread_named(pid, b"stoke-test", 4096).is_none());
         assert!(thread_named(u32::MAX, b"stoke-test-name", 4096).is_none());

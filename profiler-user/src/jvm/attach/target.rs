@@ -42,10 +42,9 @@ const THREADS_LOOKED: usize = 4096;
 /// The thread that HotSpot's attach listener runs in.
 const LISTENER_THREAD: &[u8] = b"Attach Listener";
 
-/// A listener thread younger than this may still be making its socket
-/// (slowly, on a loaded host): no SIGQUIT is sent to its JVM meanwhile.
-/// Older and without a socket, it lost its socket (a `/tmp` cleaner, or
-/// HotSpot's own start-up removal), and SIGQUIT has HotSpot make another.
+/// How long a listener thread may take to make its socket and wait in
+/// `accept` (slowly, on a loaded host); past it, one never seen waiting
+/// there does not hold SIGQUIT back.
 const LISTENER_SETTLE: Duration = Duration::from_secs(5);
 
 /// Resolution of a name inside the JVM's `/tmp`: no symlink, no `/proc`
@@ -165,14 +164,21 @@ impl TargetHandle {
     /// Not sent while the JVM's attach listener is starting, which this or
     /// another stoke asked for: HotSpot answers a SIGQUIT that arrives once
     /// the listener made its socket with a thread dump on the JVM's
-    /// output. The caller waits for the socket as if it had signalled.
+    /// output. The caller waits for the socket as if it had signalled. A
+    /// listener waiting in `accept` while its socket is missing lost it (a
+    /// `/tmp` cleaner, HotSpot's own start-up removal): SIGQUIT then has
+    /// HotSpot make another, with no dump.
     pub(super) fn send_sigquit(&self) -> Result<(), AttachError> {
         let pid = self.target.pid;
-        let listener_starting = procfs::thread_named(pid, LISTENER_THREAD, THREADS_LOOKED)
-            .and_then(|tid| procfs::thread_age(pid, tid))
-            .is_some_and(|age| age < LISTENER_SETTLE);
-        if listener_starting {
-            return Ok(());
+        if let Some(tid) = procfs::thread_named(pid, LISTENER_THREAD, THREADS_LOOKED) {
+            let accepting = matches!(
+                procfs::thread_syscall(pid, tid),
+                Some(libc::SYS_accept | libc::SYS_accept4)
+            );
+            let settled = procfs::thread_age(pid, tid).is_none_or(|age| age >= LISTENER_SETTLE);
+            if !accepting && !settled {
+                return Ok(());
+            }
         }
         // SAFETY: pidfd_send_signal on a pidfd we own, without siginfo.
         let result = unsafe {
