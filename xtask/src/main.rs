@@ -38,6 +38,8 @@ const PACKAGES: &[&str] = &[
     // tests (tests/tests/html.rs).
     "chromium",
     "chromium-driver",
+    // Prometheus, which scrapes `--metrics-addr` in tests/tests/metrics.rs.
+    "prometheus",
     // A debugger's ptrace for tests/tests/java_thread_timers.rs.
     "strace",
 ];
