@@ -3,6 +3,7 @@
 mod bench;
 mod codegen;
 mod fuzz;
+mod jdk11;
 
 use std::{
     path::{Path, PathBuf},
@@ -119,7 +120,8 @@ fn setup() -> Result<()> {
     run(Command::new("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(PACKAGES)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    jdk11::install()
 }
 
 fn vmlinux() -> Result<()> {
