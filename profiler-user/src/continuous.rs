@@ -15,6 +15,7 @@ use tracing::info;
 use crate::{
     cli::{ContinuousArgs, ServiceFrom},
     export::{Batch, Exporter, ServiceProfile},
+    metrics::Metrics,
     profile::{FoldedStack, Profile},
     recording::{
         announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording, Stopped,
@@ -41,6 +42,14 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
         .init();
     check_sampling(&args.sampling)?;
     let exporter = Exporter::start(&args.export)?;
+    let metrics = args
+        .metrics_addr
+        .as_deref()
+        .map(Metrics::serve)
+        .transpose()?;
+    if let Some(metrics) = &metrics {
+        metrics.set_export(exporter.probe());
+    }
     raise_open_file_limit();
     let stop = stop_on_signals()?;
     let mut recording = Recording::start(&args.sampling)?;
@@ -58,6 +67,11 @@ pub fn run(args: &ContinuousArgs) -> Result<()> {
             .first()
             .map(|profile| profile.summary.clone())
             .unwrap_or_default();
+        if let Some(metrics) = &metrics {
+            metrics.add_interval(&summary);
+            let (java, native_only) = recording.java_counts();
+            metrics.set_java(java, native_only);
+        }
         info!(
             "interval: {} samples ({} lost; {} exec/exit records lost), {} processes, {services} profiles, named and encoded in {:.0} ms; {}",
             summary.samples,

@@ -17,6 +17,7 @@ mod event;
 mod export;
 mod heap;
 mod jvm;
+mod metrics;
 mod module_table;
 mod preflight;
 mod process;

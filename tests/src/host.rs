@@ -60,3 +60,11 @@ pub fn cpu_time(pid: u32) -> Duration {
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }
+
+/// A port on 127.0.0.1 nothing listens on (yet).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}

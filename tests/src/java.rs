@@ -27,6 +27,14 @@ pub const JDK_17: Jdk = Jdk {
     home: "/usr/lib/jvm/java-17-openjdk-amd64",
 };
 
+/// Debian bullseye's OpenJDK 11, extracted by `cargo xtask setup` (bookworm
+/// has no JDK 11).
+pub const JDK_11: Jdk = Jdk {
+    label: "jdk11",
+    name: "JDK 11",
+    home: "/opt/stoke-jdk11/usr/lib/jvm/java-11-openjdk-amd64",
+};
+
 /// Eclipse Temurin 25.
 pub const TEMURIN_25: Jdk = Jdk {
     label: "temurin25",
@@ -35,7 +43,7 @@ pub const TEMURIN_25: Jdk = Jdk {
 };
 
 /// Every JDK under test.
-pub const JDKS: [Jdk; 2] = [JDK_17, TEMURIN_25];
+pub const JDKS: [Jdk; 3] = [JDK_11, JDK_17, TEMURIN_25];
 
 impl Jdk {
     /// The path of `bin/<tool>` in this JDK.

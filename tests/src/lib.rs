@@ -5,7 +5,7 @@
 //! compiled at test time with `cc`, and assert on the profiles it writes.
 //! The Java tests (`java_*.rs`) run Java programs from
 //! `tests/workloads/java/`, compiled at test time with the `javac` of each
-//! JDK under test ([`JDK_17`], [`TEMURIN_25`]) and started with no JVM
+//! JDK under test ([`JDK_11`], [`JDK_17`], [`TEMURIN_25`]) and started with no JVM
 //! option, so that stoke has to attach to them as they run.
 //!
 //! The binary is taken from the `STOKE_BIN` environment variable, or else
@@ -39,10 +39,10 @@ mod temp_dir;
 mod workload;
 
 pub use go_pprof::{go_pprof, pprof_tags};
-pub use host::{cpu_time, pid_max, require_root, run_tool};
+pub use host::{cpu_time, free_port, pid_max, require_root, run_tool};
 pub use java::{
     agent_paths, is_java_frame, java_method, java_workloads_dir, prepare_java, prepare_java_host,
-    JavaWorkload, Jdk, JDKS, JDK_17, TEMURIN_25,
+    JavaWorkload, Jdk, JDKS, JDK_11, JDK_17, TEMURIN_25,
 };
 pub use json::{read_json, JavaReport, JsonProfile};
 pub use paths::{crate_dir, stoke_bin, tool_path, workloads_dir, workspace_root, PYTHON_PATH};

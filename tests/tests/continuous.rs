@@ -6,7 +6,6 @@
 use std::{
     collections::HashMap,
     fs,
-    net::TcpListener,
     path::Path,
     sync::atomic::Ordering,
     thread,
@@ -14,19 +13,12 @@ use std::{
 };
 
 use stoke_tests::{
-    args, cpu_time, pprof_tags, prepare, run_tool, Receiver, Running, Stoke, StokeOutput, TempDir,
+    args, cpu_time, free_port, pprof_tags, prepare, run_tool, Receiver, Running, Stoke,
+    StokeOutput, TempDir,
 };
 
 /// Samples per second.
 const HZ: u32 = 99;
-
-/// A port nothing listens on (yet).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// The samples of a gzipped pprof body and of the functions in it, by
 /// `go tool pprof -raw` (Debian's golang-go).
@@ -313,9 +305,33 @@ fn a_backend_down_at_start_gets_the_profiles_when_it_comes_up() {
     );
 }
 
+/// Writes a profile named as stoke names them in `dir`, last written two
+/// days ago.
+fn two_days_old(dir: &Path, names: &[&str]) {
+    fs::create_dir_all(dir).unwrap();
+    for name in names {
+        let path = dir.join(name);
+        fs::write(&path, "old").unwrap();
+        let file = fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(std::time::SystemTime::now() - Duration::from_secs(2 * 86400))
+            .unwrap();
+    }
+}
+
+/// Each service keeps its newest `--keep` files; a service whose newest is
+/// older than the retention (a day by default) has its directory removed,
+/// unless something other than stoke's profiles is in it.
 #[test]
 fn an_output_directory_keeps_the_last_files_of_each_service() {
     let out = TempDir::new("continuous-dir");
+    two_days_old(
+        &out.path().join("stopped"),
+        &["1700000000.pb.gz", "1700000010.pb.gz"],
+    );
+    two_days_old(
+        &out.path().join("not-stokes"),
+        &["1700000000.pb.gz", "notes.txt"],
+    );
     let (dir, _running, stoke) = start(
         "continuous-files",
         &args![
@@ -329,6 +345,16 @@ fn an_output_directory_keeps_the_last_files_of_each_service() {
     );
     thread::sleep(Duration::from_secs(5));
     stop(stoke);
+    let mut services: Vec<_> = fs::read_dir(out.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    services.sort();
+    assert_eq!(services, ["busy_other", "not-stokes"]);
+    assert_eq!(
+        fs::read_dir(out.path().join("not-stokes")).unwrap().count(),
+        2
+    );
     let service = out.path().join("busy_other");
     let files: Vec<_> = fs::read_dir(&service)
         .unwrap_or_else(|e| panic!("{}: {e}", service.display()))

@@ -1,4 +1,4 @@
-//! `stoke attach` against real JVMs (JDK 17 and Temurin 25): the attach
+//! `stoke attach` against real JVMs (JDK 11, JDK 17 and Temurin 25): the attach
 //! protocol as a recording uses it, driven one command at a time. A fresh
 //! JVM gets its listener started (trigger file, SIGQUIT) and its socket
 //! reused; a stale socket is replaced; agents are installed into the JVM's
@@ -21,7 +21,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use stoke_tests::{
-    require_root, JavaWorkload, Jdk, Running, Stoke, StokeOutput, Workload, JDK_17, TEMURIN_25,
+    require_root, JavaWorkload, Jdk, Running, Stoke, StokeOutput, Workload, JDK_11, JDK_17,
+    TEMURIN_25,
 };
 
 const NOBODY: u32 = 65534;
@@ -35,6 +36,9 @@ const STOKE_TIMEOUT: Duration = Duration::from_secs(60);
 
 macro_rules! on_each_jdk {
     ($($test:ident),* $(,)?) => {
+        mod jdk11 {
+            $( #[test] fn $test() { super::$test(stoke_tests::JDK_11) } )*
+        }
         mod jdk17 {
             $( #[test] fn $test() { super::$test(stoke_tests::JDK_17) } )*
         }
@@ -459,9 +463,12 @@ extern "C" fn remove_fixtures() {
 }
 
 fn fixtures(jdk: Jdk) -> &'static Fixtures {
+    static JDK_11_FIXTURES: OnceLock<Fixtures> = OnceLock::new();
     static JDK_17_FIXTURES: OnceLock<Fixtures> = OnceLock::new();
     static TEMURIN_25_FIXTURES: OnceLock<Fixtures> = OnceLock::new();
-    let cell = if jdk == JDK_17 {
+    let cell = if jdk == JDK_11 {
+        &JDK_11_FIXTURES
+    } else if jdk == JDK_17 {
         &JDK_17_FIXTURES
     } else {
         assert_eq!(jdk, TEMURIN_25);

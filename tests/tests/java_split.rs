@@ -1,6 +1,6 @@
 //! Two Java methods at a known 70:30 split of CPU time, in a JVM started
 //! with no option and attached by stoke while it runs, come out at 70 ± 3 %
-//! on both JDKs, with merged stacks rooted at the workload's `main`:
+//! on every JDK, with merged stacks rooted at the workload's `main`:
 //! `java [PID];JavaSplit.main_[0];JavaSplit.seventy_[j];...`; with
 //! `--lines`, each Java frame names its source line.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use stoke_tests::{
     args, assert_all_of_process, assert_share, count_in_bodies, describe, frame_location,
     function_lines, java_method, java_workloads_dir, line_of, prepare_java, read_folded, record_to,
-    samples_where, stacks_of_thread, total_samples, Jdk, Located, JDK_17, TEMURIN_25,
+    samples_where, stacks_of_thread, total_samples, Jdk, Located, JDK_11, JDK_17, TEMURIN_25,
 };
 
 const MAIN: &str = "JavaSplit.main";
@@ -175,6 +175,11 @@ fn summary_count(summary: &str, label: &str) -> u64 {
         .find_map(|line| line.strip_prefix(label))
         .and_then(|count| count.trim().parse().ok())
         .unwrap_or_else(|| panic!("no `{label}` count in the summary:\n{summary}"))
+}
+
+#[test]
+fn java_seventy_thirty_split_on_jdk_11() {
+    seventy_thirty_on(JDK_11);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 mod bench;
 mod codegen;
 mod fuzz;
+mod jdk11;
 
 use std::{
     path::{Path, PathBuf},
@@ -38,6 +39,8 @@ const PACKAGES: &[&str] = &[
     // tests (tests/tests/html.rs).
     "chromium",
     "chromium-driver",
+    // Prometheus, which scrapes `--metrics-addr` in tests/tests/metrics.rs.
+    "prometheus",
     // A debugger's ptrace for tests/tests/java_thread_timers.rs.
     "strace",
     // Node.js, whose JIT writes perf maps (tests/tests/jit_perf_map.rs).
@@ -131,7 +134,8 @@ fn setup() -> Result<()> {
         .args(["-m", "pip", "install", "--quiet", "--upgrade", "--target"])
         .arg(stoke_tests::PYTHON_PATH)
         .args(PYTHON_PACKAGES)
-        .env("PIP_ROOT_USER_ACTION", "ignore"))
+        .env("PIP_ROOT_USER_ACTION", "ignore"))?;
+    jdk11::install()
 }
 
 fn vmlinux() -> Result<()> {

@@ -2,7 +2,7 @@
 //! their checking: every mistake is found at start, in one line, not at the
 //! first push an interval later.
 
-use std::{num::NonZeroUsize, path::PathBuf};
+use std::{num::NonZeroUsize, path::PathBuf, time::Duration};
 
 use anyhow::{bail, Context};
 use base64::Engine;
@@ -62,6 +62,13 @@ pub struct ExportArgs {
     #[arg(long, value_name = "N", default_value = "60")]
     pub keep: NonZeroUsize,
 
+    /// How long --output-dir keeps the files of a service that stopped (a
+    /// container removed): once its newest file is older, its directory
+    /// is removed, if it holds only stoke's profiles. Seconds, or a number
+    /// and s, m, h or d.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "24h")]
+    pub retention: Duration,
+
     /// Batches (intervals) held per destination while it cannot take them:
     /// beyond N, the oldest is dropped and counted.
     #[arg(long, value_name = "N", default_value = "10")]
@@ -75,6 +82,7 @@ pub(super) struct Settings {
     pub otlp: Option<OtlpSettings>,
     pub output_dir: Option<PathBuf>,
     pub keep: usize,
+    pub retention: Duration,
     pub queue: usize,
 }
 
@@ -129,6 +137,7 @@ impl ExportArgs {
             otlp,
             output_dir: self.output_dir.clone(),
             keep: self.keep.get(),
+            retention: self.retention,
             queue: self.queue.get(),
         })
     }

@@ -1,19 +1,18 @@
 //! Profiles as files: `DIR/SERVICE/UNTIL.pb.gz` (CPU) and
 //! `DIR/SERVICE/UNTIL.EVENT.pb.gz` (the other events), each appearing whole
 //! (see [`OutputFile`]), and per service and event only the newest `keep`
-//! of them. A
-//! service that stopped (a container removed) would keep its last `keep`
-//! files forever; once its newest is older than `keep` intervals, when
-//! they would all have rotated out had it run on, they are removed with its
-//! directory, so that the disk taken stays bounded however many services
-//! come and go. Only files named as stoke names them, and directories they
-//! leave empty, are ever removed.
+//! of them. A service that stopped (a container removed) would keep its
+//! last files forever: once the newest was written longer than the
+//! retention ago, its directory is removed, so that the disk taken stays
+//! bounded however many services come and go. Only regular files named as
+//! stoke names them are ever removed, and a stopped service's directory
+//! only when it holds nothing else; links are never followed.
 
 use std::{
     collections::HashMap,
     io::{self, Write},
     path::{Path, PathBuf},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use super::{
@@ -31,32 +30,34 @@ const SUFFIX: &str = ".pb.gz";
 pub(super) struct Directory {
     root: PathBuf,
     keep: usize,
+    /// How long the files of a service that stopped are kept.
+    retention: Duration,
     /// The batch whose end the stopped services were last looked for at.
     swept_until: u64,
 }
 
 impl Directory {
-    pub fn new(root: PathBuf, keep: usize) -> Self {
+    pub fn new(root: PathBuf, keep: usize, retention: Duration) -> Self {
         Self {
             root,
             keep,
+            retention,
             swept_until: 0,
         }
     }
 
-    /// Once per batch: removes the profiles of services whose newest is
-    /// older than `keep` intervals before this batch's end.
-    fn sweep_stopped(&mut self, batch: &Batch) -> io::Result<()> {
-        let until = unix_seconds(batch.until);
+    /// Once per batch: removes the directories of services whose newest
+    /// profile was written longer than the retention before `now`. A
+    /// directory that cannot be read is left for the next sweep.
+    fn sweep_stopped(&mut self, now: SystemTime) -> io::Result<()> {
+        let until = unix_seconds(now);
         if until == self.swept_until {
             return Ok(());
         }
         self.swept_until = until;
-        let interval = batch
-            .until
-            .duration_since(batch.from)
-            .map_or(1, |interval| interval.as_secs().max(1));
-        let oldest_kept = until.saturating_sub(interval.saturating_mul(self.keep as u64));
+        let Some(oldest_kept) = now.checked_sub(self.retention) else {
+            return Ok(());
+        };
         for entry in std::fs::read_dir(&self.root)? {
             let entry = entry?;
             // Not followed: a link someone put there leads elsewhere.
@@ -64,10 +65,9 @@ impl Directory {
                 continue;
             }
             let dir = entry.path();
-            let profiles = profiles_in(&dir)?;
-            if !profiles.is_empty() && profiles.iter().all(|profile| profile.0 < oldest_kept) {
+            if let Ok(Some(profiles)) = stopped_service(&dir, oldest_kept) {
                 remove_profiles(profiles)?;
-                // Kept when something else is in it.
+                // Kept if something came in meanwhile.
                 let _ = std::fs::remove_dir(&dir);
             }
         }
@@ -75,7 +75,7 @@ impl Directory {
     }
 
     fn write(&mut self, batch: &Batch, profile: &ServiceProfile) -> io::Result<()> {
-        self.sweep_stopped(batch)?;
+        self.sweep_stopped(batch.until)?;
         let dir = self.root.join(file_name(&profile.service));
         std::fs::create_dir_all(&dir)?;
         let event = match profile.event {
@@ -149,28 +149,54 @@ type Profile = (u64, Option<Event>, PathBuf);
 fn profiles_in(dir: &Path) -> io::Result<Vec<Profile>> {
     let mut profiles = Vec::new();
     for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(stem) = name.to_str().and_then(|name| name.strip_suffix(SUFFIX)) else {
-            continue;
-        };
-        let (seconds, event) = match stem.split_once('.') {
-            Some((seconds, event)) => {
-                let Some(event) = Event::from_name(event).filter(|&e| e != Event::Cpu) else {
-                    continue;
-                };
-                (seconds, Some(event))
-            }
-            None => (stem, None),
-        };
-        if seconds.is_empty() || !seconds.bytes().all(|byte| byte.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(seconds) = seconds.parse() {
-            profiles.push((seconds, event, entry.path()));
-        }
+        profiles.extend(profile(&entry?)?);
     }
     Ok(profiles)
+}
+
+/// The profiles of `dir` if it holds nothing else, at least one, all
+/// written before `oldest_kept`.
+fn stopped_service(dir: &Path, oldest_kept: SystemTime) -> io::Result<Option<Vec<Profile>>> {
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let Some(profile) = profile(&entry)? else {
+            return Ok(None);
+        };
+        // The entry's own time: a link is not a profile, never followed.
+        if entry.metadata()?.modified()? >= oldest_kept {
+            return Ok(None);
+        }
+        profiles.push(profile);
+    }
+    Ok((!profiles.is_empty()).then_some(profiles))
+}
+
+/// `entry` as a profile, if it is a regular file named as stoke names them.
+fn profile(entry: &std::fs::DirEntry) -> io::Result<Option<Profile>> {
+    let name = entry.file_name();
+    let Some(stem) = name.to_str().and_then(|name| name.strip_suffix(SUFFIX)) else {
+        return Ok(None);
+    };
+    let (seconds, event) = match stem.split_once('.') {
+        Some((seconds, event)) => {
+            let Some(event) = Event::from_name(event).filter(|&e| e != Event::Cpu) else {
+                return Ok(None);
+            };
+            (seconds, Some(event))
+        }
+        None => (stem, None),
+    };
+    if seconds.is_empty() || !seconds.bytes().all(|byte| byte.is_ascii_digit()) {
+        return Ok(None);
+    }
+    let Ok(seconds) = seconds.parse() else {
+        return Ok(None);
+    };
+    if !entry.file_type()?.is_file() {
+        return Ok(None);
+    }
+    Ok(Some((seconds, event, entry.path())))
 }
 
 fn remove_profiles(profiles: Vec<Profile>) -> io::Result<()> {
@@ -186,9 +212,9 @@ fn remove_profiles(profiles: Vec<Profile>) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::SystemTime;
-
     use super::*;
+
+    const DAY: Duration = Duration::from_secs(86400);
 
     fn names(dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -216,7 +242,7 @@ mod tests {
     #[test]
     fn rotation_keeps_exactly_the_newest_and_only_touches_profiles() {
         let root = tempfile::tempdir().unwrap();
-        let mut directory = Directory::new(root.path().to_owned(), 3);
+        let mut directory = Directory::new(root.path().to_owned(), 3, DAY);
         let service_dir = root.path().join("web");
         std::fs::create_dir(&service_dir).unwrap();
         for foreign in ["notes.txt", "12.pb.gz.bak", "x1.pb.gz"] {
@@ -253,38 +279,88 @@ mod tests {
         );
     }
 
+    /// Writes `files` in `dir`, last written `age` before `now`.
+    fn old_files(dir: &Path, files: &[&str], now: SystemTime, age: Duration) {
+        std::fs::create_dir_all(dir).unwrap();
+        for file in files {
+            let path = dir.join(file);
+            std::fs::write(&path, "old").unwrap();
+            let file = std::fs::File::options().write(true).open(path).unwrap();
+            file.set_modified(now - age).unwrap();
+        }
+    }
+
     #[test]
-    fn services_that_stopped_are_removed_once_their_files_would_have_rotated_out() {
+    fn services_stopped_longer_than_the_retention_go_and_nothing_else() {
         let root = tempfile::tempdir().unwrap();
-        let mut directory = Directory::new(root.path().to_owned(), 2);
-        let deliver = |directory: &mut Directory, until: u64, service: &str| {
-            let mut batch = batch(until, service);
-            batch.from = SystemTime::UNIX_EPOCH + Duration::from_secs(until - 10);
-            assert!(matches!(
-                directory.deliver(&batch, &batch.profiles[0], None),
-                Delivery::Delivered
-            ));
-        };
-        for until in [100, 110] {
-            deliver(&mut directory, until, "gone");
-            deliver(&mut directory, until, "other");
-        }
-        std::fs::write(root.path().join("other").join("notes.txt"), "").unwrap();
-        std::fs::create_dir(root.path().join("empty")).unwrap();
-        for until in [120, 130] {
-            deliver(&mut directory, until, "web");
-        }
-        // At 130, 110 is two intervals back: still within what --keep 2 keeps.
-        assert_eq!(names(root.path()), ["empty", "gone", "other", "web"]);
-        deliver(&mut directory, 140, "web");
-        assert_eq!(names(root.path()), ["empty", "other", "web"]);
-        assert_eq!(names(&root.path().join("other")), ["notes.txt"]);
+        let outside = tempfile::tempdir().unwrap();
+        let (hour, now) = (Duration::from_secs(3600), SystemTime::now());
+        let mut directory = Directory::new(root.path().to_owned(), 5, hour);
+        let profiles = [
+            "1700000000.pb.gz",
+            "1700000010.pb.gz",
+            "1700000010.offcpu.pb.gz",
+        ];
+        let at = |name: &str| root.path().join(name);
+        old_files(&at("gone"), &profiles, now, 2 * hour);
+        old_files(&at("recent"), &profiles, now, hour / 2);
+        // The newest file counts, whatever its name says.
+        old_files(&at("one-recent"), &profiles[..2], now, 2 * hour);
+        old_files(&at("one-recent"), &["1600000000.pb.gz"], now, hour / 2);
+        old_files(&at("mixed"), &profiles, now, 2 * hour);
+        old_files(&at("mixed"), &["notes.txt"], now, 2 * hour);
+        old_files(outside.path(), &profiles, now, 2 * hour);
+        std::os::unix::fs::symlink(outside.path(), at("linked-dir")).unwrap();
+        std::fs::create_dir(at("linked-file")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join(profiles[0]),
+            at("linked-file").join(profiles[0]),
+        )
+        .unwrap();
+        std::fs::create_dir_all(at("nested").join(profiles[0])).unwrap();
+        std::fs::create_dir(at("empty")).unwrap();
+        old_files(root.path(), &["1700000000.pb.gz"], now, 2 * hour);
+
+        let mut batch = batch(unix_seconds(now), "web");
+        batch.until = now;
+        assert!(matches!(
+            directory.deliver(&batch, &batch.profiles[0], None),
+            Delivery::Delivered
+        ));
+        assert_eq!(
+            names(root.path()),
+            [
+                "1700000000.pb.gz",
+                "empty",
+                "linked-dir",
+                "linked-file",
+                "mixed",
+                "nested",
+                "one-recent",
+                "recent",
+                "web"
+            ]
+        );
+        assert_eq!(names(&at("mixed")).len(), 4);
+        assert_eq!(names(&at("recent")).len(), 3);
+        assert_eq!(names(outside.path()).len(), 3);
+
+        // An hour later, only what was written since stays.
+        let mut later = batch.clone();
+        later.until = now + hour;
+        assert!(matches!(
+            directory.deliver(&later, &later.profiles[0], None),
+            Delivery::Delivered
+        ));
+        let left = names(root.path());
+        assert!(!left.contains(&"recent".to_owned()) && !left.contains(&"one-recent".to_owned()));
+        assert!(left.contains(&"web".to_owned()) && left.contains(&"mixed".to_owned()));
     }
 
     #[test]
     fn each_event_has_its_files_and_its_rotation() {
         let root = tempfile::tempdir().unwrap();
-        let mut directory = Directory::new(root.path().to_owned(), 1);
+        let mut directory = Directory::new(root.path().to_owned(), 1, DAY);
         for until in [1_700_000_001, 1_700_000_002] {
             for event in [Event::Cpu, Event::Offcpu] {
                 let mut batch = batch(until, "web");
@@ -308,7 +384,7 @@ mod tests {
         assert_eq!(file_name("."), "_");
         assert_eq!(file_name("web api"), "web_api");
         let root = tempfile::tempdir().unwrap();
-        let mut directory = Directory::new(root.path().to_owned(), 1);
+        let mut directory = Directory::new(root.path().to_owned(), 1, DAY);
         let batch = batch(7, "../escape");
         assert!(matches!(
             directory.deliver(&batch, &batch.profiles[0], None),
@@ -322,7 +398,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let file = root.path().join("file");
         std::fs::write(&file, "").unwrap();
-        let mut directory = Directory::new(file, 1);
+        let mut directory = Directory::new(file, 1, DAY);
         let batch = batch(7, "web");
         assert!(matches!(
             directory.deliver(&batch, &batch.profiles[0], None),

@@ -48,6 +48,23 @@ pub struct ExportStats {
     pub output_dir: Option<DeliveryStats>,
 }
 
+/// The destinations' counters and queues, read while the exporter runs
+/// (`--metrics-addr`).
+#[derive(Clone)]
+pub struct ExportProbe {
+    queues: Vec<(&'static str, Arc<Queue>)>,
+}
+
+impl ExportProbe {
+    /// Per destination given: its name, its counters, the batches queued.
+    pub fn destinations(&self) -> Vec<(&'static str, DeliveryStats, usize)> {
+        self.queues
+            .iter()
+            .map(|(name, queue)| (*name, queue.stats(), queue.len()))
+            .collect()
+    }
+}
+
 /// The timings of delivery; tests shorten them.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Timing {
@@ -121,7 +138,7 @@ impl Exporter {
             .map(|dir| {
                 Channel::start(
                     settings.queue,
-                    Directory::new(dir, settings.keep),
+                    Directory::new(dir, settings.keep, settings.retention),
                     timing.backoff,
                 )
             })
@@ -176,6 +193,21 @@ impl Exporter {
             }
         }
         self.stats()
+    }
+
+    /// The counters and queues, for reading from another thread.
+    pub fn probe(&self) -> ExportProbe {
+        let queues = [
+            ("pyroscope", &self.pyroscope),
+            ("otlp", &self.otlp),
+            ("output_dir", &self.output_dir),
+        ];
+        ExportProbe {
+            queues: queues
+                .into_iter()
+                .filter_map(|(name, channel)| Some((name, Arc::clone(&channel.as_ref()?.queue))))
+                .collect(),
+        }
     }
 
     fn channels(&self) -> impl Iterator<Item = &Channel> {

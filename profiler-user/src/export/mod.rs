@@ -31,7 +31,7 @@ use std::time::SystemTime;
 use crate::event::Event;
 
 pub use args::ExportArgs;
-pub use exporter::Exporter;
+pub use exporter::{DeliveryStats, ExportProbe, Exporter};
 
 /// One service's profile of one interval.
 #[derive(Debug, Clone)]

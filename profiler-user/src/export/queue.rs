@@ -170,6 +170,11 @@ impl Queue {
         self.lock().stats
     }
 
+    /// The batches waiting.
+    pub fn len(&self) -> usize {
+        self.lock().batches.len()
+    }
+
     /// Called by the worker as it returns.
     pub fn worker_done(&self) {
         self.lock().worker_done = true;

@@ -526,6 +526,12 @@ impl JavaProfiler {
         }
     }
 
+    /// The counts so far, and how many JVMs were said to keep native
+    /// stacks only.
+    pub fn counts(&self) -> (&JavaSummary, usize) {
+        (&self.summary, self.warnings)
+    }
+
     /// Waits, at most `longest`, until the agents named every method asked
     /// about, or stop making progress with them.
     pub fn await_names(&mut self, longest: Duration) {

@@ -28,7 +28,7 @@ use crate::{
         running, MergedSample,
     },
     process::ProcessRegistry,
-    profile::{Profile, RecordingSummary},
+    profile::{JavaSummary, Profile, RecordingSummary},
     progress::Progress,
     sample::{
         ring_record::Record,
@@ -412,6 +412,11 @@ impl Recording {
         self.names.forget_unused();
         self.symbolizer.end_interval();
         Ok(profiles)
+    }
+
+    /// The JVMs' counts so far, and how many JVMs keep native stacks only.
+    pub fn java_counts(&self) -> (&JavaSummary, usize) {
+        self.java.counts()
     }
 
     /// Stops sampling, waits for the Java side's last answers, and names

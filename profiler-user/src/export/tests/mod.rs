@@ -44,6 +44,7 @@ fn args(pyroscope: Option<&str>, output_dir: Option<&Path>, queue: usize) -> Exp
         labels: Vec::new(),
         output_dir: output_dir.map(Path::to_owned),
         keep: NonZeroUsize::new(60).unwrap(),
+        retention: Duration::from_secs(86400),
         queue: NonZeroUsize::new(queue).unwrap(),
     }
 }

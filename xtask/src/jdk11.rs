@@ -1,0 +1,84 @@
+//! JDK 11 for the Java tests: bookworm has none, so Debian bullseye's
+//! OpenJDK 11 packages are downloaded (not installed: they would pull
+//! bullseye's libraries into the system) and extracted under
+//! [`ROOT`], where the JDK's home is `stoke_tests::JDK_11.home`.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result};
+
+use crate::run;
+
+/// Where the packages are extracted: their `usr/` and `etc/`.
+const ROOT: &str = "/opt/stoke-jdk11";
+
+/// The packages of a headless JDK 11: the JDK and the runtime it adds to.
+const PACKAGES: [&str; 2] = ["openjdk-11-jdk-headless", "openjdk-11-jre-headless"];
+
+/// Fetches and extracts JDK 11, unless it is there already.
+pub fn install() -> Result<()> {
+    let java = Path::new(stoke_tests::JDK_11.home).join("bin/java");
+    if java.exists() {
+        return Ok(());
+    }
+    add_apt_source(
+        "stoke-bullseye",
+        "deb http://deb.debian.org/debian bullseye main\n\
+         deb http://deb.debian.org/debian-security bullseye-security main\n",
+    )?;
+    let download = tempfile::tempdir()?;
+    // apt downloads as its own user, `_apt`, where it may.
+    std::fs::set_permissions(download.path(), std::fs::Permissions::from_mode(0o755))?;
+    run(Command::new("apt-get")
+        .args(["download", "-q"])
+        .args(PACKAGES)
+        .current_dir(download.path()))?;
+    for entry in std::fs::read_dir(download.path())? {
+        run(Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(entry?.path())
+            .arg(ROOT))?;
+    }
+    keep_links_inside(Path::new(ROOT), Path::new(ROOT))?;
+    run(Command::new(&java).arg("-version"))
+}
+
+/// Adds an apt source list `name` with `lines`, and reads the package lists
+/// anew, if it is not there yet.
+pub fn add_apt_source(name: &str, lines: &str) -> Result<()> {
+    let path = PathBuf::from(format!("/etc/apt/sources.list.d/{name}.list"));
+    if std::fs::read_to_string(&path).is_ok_and(|existing| existing == lines) {
+        return Ok(());
+    }
+    std::fs::write(&path, lines).with_context(|| format!("writing {}", path.display()))?;
+    run(Command::new("apt-get").args(["update", "-q"]))
+}
+
+/// Points the absolute links under `dir` (the JDK's `conf/` files link to
+/// `/etc/java-11-openjdk/`) at their targets under `root`, where the
+/// packages' files are, when they are there.
+fn keep_links_inside(dir: &Path, root: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let metadata = std::fs::symlink_metadata(&path)?;
+        if metadata.is_dir() {
+            keep_links_inside(&path, root)?;
+        } else if metadata.is_symlink() {
+            let target = std::fs::read_link(&path)?;
+            let Ok(relative) = target.strip_prefix("/") else {
+                continue;
+            };
+            let inside = root.join(relative);
+            if std::fs::symlink_metadata(&inside).is_ok() {
+                std::fs::remove_file(&path)?;
+                std::os::unix::fs::symlink(&inside, &path)
+                    .with_context(|| format!("linking {}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
