@@ -3,6 +3,7 @@
 mod flamegraph;
 mod folded;
 mod html;
+mod jfr;
 mod json;
 mod output_file;
 mod outputs;
@@ -38,12 +39,15 @@ pub enum Format {
     /// pprof's profile.proto, gzipped, for `go tool pprof`, Pyroscope and
     /// other pprof tools.
     Pprof,
+    /// A JDK Flight Recorder file, for `jfr`, Java Mission Control and
+    /// other JFR tools.
+    Jfr,
 }
 
 /// The output path's extension names no format and `--format` was not given.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot tell the output format of {}: name it .svg, .html, .folded, .txt, .json or .pb.gz, or pass --format",
+    "cannot tell the output format of {}: name it .svg, .html, .folded, .txt, .json, .pb.gz or .jfr, or pass --format",
     .path.display()
 )]
 pub struct UnknownExtension {
@@ -79,6 +83,7 @@ impl Format {
             Some("html" | "htm") => Ok(Format::Html),
             Some("txt") => Ok(Format::Txt),
             Some("json") => Ok(Format::Json),
+            Some("jfr") => Ok(Format::Jfr),
             _ => Err(UnknownExtension {
                 path: path.to_owned(),
             }),
@@ -97,6 +102,7 @@ pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> 
         Format::Txt => summary::write(profile, &mut out)?,
         Format::Json => json::write(profile, &mut out)?,
         Format::Pprof => pprof::write(profile, &mut out)?,
+        Format::Jfr => jfr::write(profile, &mut out)?,
     }
     out.flush()?;
     Ok(())
@@ -153,6 +159,7 @@ pub(crate) mod tests {
             ("a.json", Format::Json),
             ("a.pb.gz", Format::Pprof),
             ("dir/host.PB.GZ", Format::Pprof),
+            ("a.jfr", Format::Jfr),
             ("-", Format::Folded),
             ("/dev/stdout", Format::Folded),
         ] {

@@ -10,7 +10,7 @@
 //! into `textContent`, never into markup.
 
 mod data;
-mod kind;
+pub(super) mod kind;
 
 use std::io::{self, Write};
 
