@@ -91,14 +91,32 @@ impl Format {
     }
 }
 
-/// Writes `profile` to `out` as `format`.
-pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> anyhow::Result<()> {
+/// How SVG and HTML flame graphs are drawn (`--title`, `--minwidth`,
+/// `--reverse`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GraphOptions {
+    /// The title instead of Stoke's own.
+    pub title: Option<String>,
+    /// Frames narrower than this percent of the graph's width are left out.
+    pub min_width: f64,
+    /// Callers of each leaf function, leaf at the top (an icicle graph).
+    pub reverse: bool,
+}
+
+/// Writes `profile` to `out` as `format`, its flame graphs drawn as
+/// `graph` says.
+pub fn write_profile(
+    profile: &Profile,
+    format: Format,
+    graph: &GraphOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     // The writers emit many small pieces; callers hand in unbuffered files.
     let mut out = BufWriter::new(out);
     match format {
         Format::Folded => folded::write(profile, &mut out)?,
-        Format::Svg => flamegraph::write(profile, &mut out)?,
-        Format::Html => html::write(profile, &mut out)?,
+        Format::Svg => flamegraph::write(profile, graph, &mut out)?,
+        Format::Html => html::write(profile, graph, &mut out)?,
         Format::Txt => summary::write(profile, &mut out)?,
         Format::Json => json::write(profile, &mut out)?,
         Format::Pprof => pprof::write(profile, &mut out)?,
@@ -196,7 +214,7 @@ pub(crate) mod tests {
             Format::Json,
         ] {
             let mut out = Vec::new();
-            write_profile(&profile, format, &mut out).unwrap();
+            write_profile(&profile, format, &GraphOptions::default(), &mut out).unwrap();
             assert!(
                 String::from_utf8(out).unwrap().contains("main"),
                 "{format:?}"
