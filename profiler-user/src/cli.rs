@@ -4,7 +4,13 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{aggregate::GroupBy, event::Event, export::ExportArgs, write::Format};
+use crate::{
+    aggregate::GroupBy,
+    event::Event,
+    export::ExportArgs,
+    profile::FrameFilter,
+    write::{Format, GraphOptions},
+};
 
 /// Stoke: a system-wide CPU profiler. Samples every CPU with eBPF and shows
 /// kernel and native frames merged into one stack, for every process.
@@ -211,7 +217,7 @@ pub struct RecordArgs {
     pub duration: Option<Duration>,
 
     /// Where to write the profile; its extension picks the format (.svg,
-    /// .html, .folded, .txt, .json, .pb.gz). Give it several times to write
+    /// .html, .folded, .txt, .json, .pb.gz, .jfr). Give it several times to write
     /// several files from one recording.
     #[arg(
         short = 'o',
@@ -224,6 +230,58 @@ pub struct RecordArgs {
     /// Output format, overriding the extension of a single -o.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
+
+    /// Which frames to keep and how to draw flame graphs.
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+/// Which frames outputs keep, and how flame graphs are drawn.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// Keep only user frames: a sample in the kernel counts in the user
+    /// function that entered it.
+    #[arg(long, conflicts_with = "all_kernel")]
+    pub all_user: bool,
+
+    /// Keep only kernel frames (`_[k]`), under the process and thread
+    /// frames: a sample in user code counts in those alone.
+    #[arg(long)]
+    pub all_kernel: bool,
+
+    /// The title of SVG and HTML flame graphs.
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+
+    /// Leave out of SVG and HTML flame graphs the frames narrower than this
+    /// percent of the graph's width.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent, default_value = "0")]
+    pub minwidth: f64,
+
+    /// Draw SVG and HTML flame graphs reversed: each leaf function a root,
+    /// its callers below it, top down (an icicle graph).
+    #[arg(long)]
+    pub reverse: bool,
+}
+
+impl ViewArgs {
+    /// The frames `--all-user` or `--all-kernel` keep, if either is given.
+    pub fn frame_filter(&self) -> Option<FrameFilter> {
+        match (self.all_user, self.all_kernel) {
+            (true, _) => Some(FrameFilter::User),
+            (_, true) => Some(FrameFilter::Kernel),
+            _ => None,
+        }
+    }
+
+    /// How flame graphs are drawn.
+    pub fn graph(&self) -> GraphOptions {
+        GraphOptions {
+            title: self.title.clone(),
+            min_width: self.minwidth,
+            reverse: self.reverse,
+        }
+    }
 }
 
 /// Arguments of `stoke report`.
@@ -262,7 +320,7 @@ pub struct ConvertArgs {
     pub input: PathBuf,
 
     /// Where to write it; its extension picks the format (.svg, .html,
-    /// .folded, .txt, .json, .pb.gz). Give it several times for several
+    /// .folded, .txt, .json, .pb.gz, .jfr). Give it several times for several
     /// files.
     #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
     pub outputs: Vec<PathBuf>,
@@ -270,6 +328,10 @@ pub struct ConvertArgs {
     /// Output format, overriding the extension of a single -o.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
+
+    /// Which frames to keep and how to draw flame graphs.
+    #[command(flatten)]
+    pub view: ViewArgs,
 }
 
 /// Arguments of `stoke diff`.
@@ -370,6 +432,13 @@ fn parse_alloc_interval(text: &str) -> Result<u64, String> {
         ));
     }
     Ok(bytes)
+}
+
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(percent) if (0.0..=100.0).contains(&percent) => Ok(percent),
+        _ => Err(format!("'{text}' is not a percentage between 0 and 100")),
+    }
 }
 
 /// A duration: seconds (fractions allowed), or a number with a unit, `s`,

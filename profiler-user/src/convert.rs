@@ -10,10 +10,13 @@ use crate::{cli::ConvertArgs, event::Event, read::read_profile, write::OutputPla
 pub fn run(args: &ConvertArgs) -> Result<()> {
     // A folded file's counts are taken as CPU samples.
     let outputs = OutputPlan::new(&args.outputs, args.format, &[Event::Cpu])?;
-    let profile = read_profile(&args.input)?;
+    let mut profile = read_profile(&args.input)?;
+    if let Some(filter) = args.view.frame_filter() {
+        profile.filter_frames(filter);
+    }
     let outputs = outputs.create()?;
     let written = outputs.names();
-    outputs.write(std::slice::from_ref(&profile))?;
+    outputs.write(std::slice::from_ref(&profile), &args.view.graph())?;
     eprintln!(
         "stoke: {} stacks, {} samples, written to {written}",
         profile.stacks.len(),

@@ -1,7 +1,7 @@
 //! The finished profile: what aggregation produces and the writers consume.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -208,6 +208,47 @@ fn optional_seconds<S: Serializer>(
     }
 }
 
+/// Which code frames `--all-user` or `--all-kernel` keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameFilter {
+    /// User frames only: a sample in the kernel counts in the user
+    /// function that entered it.
+    User,
+    /// Kernel frames only: a sample in user code counts in its context
+    /// frames (the process, the thread) alone.
+    Kernel,
+}
+
+impl Profile {
+    /// Leaves out the code frames `filter` does not keep, and merges the
+    /// stacks that become the same.
+    pub fn filter_frames(&mut self, filter: FrameFilter) {
+        let mut merged: HashMap<Vec<Arc<str>>, usize> = HashMap::new();
+        let mut stacks: Vec<FoldedStack> = Vec::with_capacity(self.stacks.len());
+        for mut stack in std::mem::take(&mut self.stacks) {
+            let context = stack.context_frames.min(stack.frames.len());
+            let mut modules = Vec::with_capacity(stack.frames.len() - context);
+            let mut frames = stack.frames[..context].to_vec();
+            for (index, frame) in stack.frames[context..].iter().enumerate() {
+                if frame.ends_with("_[k]") == (filter == FrameFilter::Kernel) {
+                    frames.push(frame.clone());
+                    modules.push(stack.modules.get(index).copied().flatten());
+                }
+            }
+            match merged.get(&frames) {
+                Some(&at) => stacks[at].samples = stacks[at].samples.saturating_add(stack.samples),
+                None => {
+                    merged.insert(frames.clone(), stacks.len());
+                    stack.frames = frames;
+                    stack.modules = modules.into();
+                    stacks.push(stack);
+                }
+            }
+        }
+        self.stacks = stacks;
+    }
+}
+
 impl RecordingSummary {
     /// Samples taken but missing from the profile.
     pub fn lost(&self) -> u64 {
@@ -229,6 +270,42 @@ mod tests {
         assert!(
             Arc::ptr_eq(&clean_frame(clean.clone()), &clean),
             "clean names are kept as they are"
+        );
+    }
+
+    fn lines(profile: &Profile) -> Vec<String> {
+        let mut lines: Vec<String> = profile
+            .stacks
+            .iter()
+            .map(|stack| format!("{} {}", stack.frames.join(";"), stack.samples))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn frame_filters_keep_user_or_kernel_frames_and_merge_stacks() {
+        let profile = crate::write::tests::profile(&[
+            ("app [1];main;read;sys_read_[k];vfs_read_[k]", 5),
+            ("app [1];main;read;sys_read_[k]", 2),
+            ("app [1];main;read", 3),
+            ("app [1];main;work", 4),
+        ]);
+        let mut user = profile.clone();
+        user.filter_frames(FrameFilter::User);
+        assert_eq!(
+            lines(&user),
+            ["app [1];main;read 10", "app [1];main;work 4"]
+        );
+        let mut kernel = profile;
+        kernel.filter_frames(FrameFilter::Kernel);
+        assert_eq!(
+            lines(&kernel),
+            [
+                "app [1] 7",
+                "app [1];sys_read_[k] 2",
+                "app [1];sys_read_[k];vfs_read_[k] 5"
+            ]
         );
     }
 }

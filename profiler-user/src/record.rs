@@ -28,10 +28,15 @@ pub fn run(args: &RecordArgs) -> Result<()> {
     announce(&args.sampling, args.duration, recording.cpus());
     let until = args.duration.map(|duration| Instant::now() + duration);
     recording.sample_until(&stop, until, Some(args.duration))?;
-    let profiles = recording.finish()?;
+    let mut profiles = recording.finish()?;
+    if let Some(filter) = args.view.frame_filter() {
+        profiles
+            .iter_mut()
+            .for_each(|profile| profile.filter_frames(filter));
+    }
 
     let written = outputs.names();
-    outputs.write(&profiles)?;
+    outputs.write(&profiles, &args.view.graph())?;
     match profiles.as_slice() {
         [profile] => eprintln!("stoke: {}, written to {written}", headline(profile)),
         profiles => {

@@ -210,7 +210,7 @@ mod tests {
     fn stokes_own_pprof_reads_back_as_its_stacks() {
         let original = profile(&[("app [7];main;f_[k]", 3), ("app [7];main", 2)]);
         let mut bytes = Vec::new();
-        write_profile(&original, Format::Pprof, &mut bytes).unwrap();
+        write_profile(&original, Format::Pprof, &Default::default(), &mut bytes).unwrap();
         let read = read(&bytes[..], Path::new("p.pb.gz")).unwrap();
         let mut stacks: Vec<_> = read
             .stacks
@@ -310,7 +310,7 @@ mod tests {
         original.stacks[1].labels = labels(&[("pid", "9"), ("comm", "bash")]);
         original.stacks[2].context_frames = 0;
         let mut bytes = Vec::new();
-        write_profile(&original, Format::Pprof, &mut bytes).unwrap();
+        write_profile(&original, Format::Pprof, &Default::default(), &mut bytes).unwrap();
         let read = read(&bytes[..], Path::new("p.pb.gz")).unwrap();
         for stack in &original.stacks {
             let again = read

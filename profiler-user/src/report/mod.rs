@@ -83,7 +83,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 /// as the report embeds it.
 fn flame_graph(profile: &Profile) -> Result<String> {
     let mut html = Vec::new();
-    write_profile(profile, Format::Html, &mut html)?;
+    write_profile(profile, Format::Html, &Default::default(), &mut html)?;
     Ok(String::from_utf8_lossy(&html).into_owned())
 }
 

@@ -2,19 +2,26 @@
 
 use std::io::{self, Write};
 
-use inferno::flamegraph::{from_lines, Options};
+use inferno::flamegraph::{from_lines, Direction, Options};
 
-use super::folded;
+use super::{folded, GraphOptions};
 use crate::{
     event::Event,
     profile::{Profile, RecordingSummary},
 };
 
-/// Writes `profile` as a flame graph, or as a small SVG saying there is
-/// nothing to show when it holds no samples.
-pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
+/// Writes `profile` as a flame graph drawn as `graph` says, or as a small
+/// SVG saying there is nothing to show when it holds no samples.
+pub(super) fn write(
+    profile: &Profile,
+    graph: &GraphOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let subtitle = subtitle(profile);
-    let title = format!("Stoke {} profile", profile.event.title());
+    let title = match &graph.title {
+        Some(title) => title.clone(),
+        None => format!("Stoke {} profile", profile.event.title()),
+    };
     // inferno refuses to draw zero samples, but a quiet machine is a
     // legitimate recording, not a failure.
     if profile.stacks.iter().all(|stack| stack.samples == 0) {
@@ -24,6 +31,12 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     options.title = title;
     options.subtitle = Some(subtitle);
     options.count_name = profile.event.unit().into();
+    // inferno's minimum width is a percentage too.
+    options.min_width = options.min_width.max(graph.min_width);
+    if graph.reverse {
+        options.reverse_stack_order = true;
+        options.direction = Direction::Inverted;
+    }
     // Colors from name hashes rather than at random, so a function keeps
     // its color from one graph to the next and output is reproducible.
     options.hash = true;
@@ -75,8 +88,12 @@ mod tests {
     use crate::write::tests::profile;
 
     fn svg(profile: &Profile) -> String {
+        svg_with(profile, &GraphOptions::default())
+    }
+
+    fn svg_with(profile: &Profile, graph: &GraphOptions) -> String {
         let mut out = Vec::new();
-        write(profile, &mut out).unwrap();
+        write(profile, graph, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -98,5 +115,31 @@ mod tests {
         let svg = svg(&profile(&[]));
         assert!(svg.contains("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("No samples"));
+    }
+
+    #[test]
+    fn title_minwidth_and_reverse_change_the_graph() {
+        let profile = profile(&[
+            ("app;a;leaf", 495),
+            ("app;b;leaf", 495),
+            ("app;b;narrow", 10),
+        ]);
+        let plain = svg(&profile);
+        let leaves = |svg: &str| svg.matches("<title>leaf (").count();
+        assert_eq!(leaves(&plain), 2, "leaf under a and under b");
+        assert!(plain.contains("<title>narrow ("));
+        let graph = GraphOptions {
+            title: Some("My <title>".into()),
+            min_width: 2.0,
+            reverse: true,
+        };
+        let drawn = svg_with(&profile, &graph);
+        assert!(drawn.contains("My &lt;title&gt;"), "the title, escaped");
+        assert!(!drawn.contains("narrow"), "1% is under --minwidth 2");
+        assert_eq!(
+            leaves(&drawn),
+            1,
+            "reversed: leaf is one root, its callers above it"
+        );
     }
 }

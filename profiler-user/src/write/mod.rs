@@ -3,6 +3,7 @@
 mod flamegraph;
 mod folded;
 mod html;
+mod jfr;
 mod json;
 pub mod otlp;
 mod output_file;
@@ -41,12 +42,15 @@ pub enum Format {
     Pprof,
     /// OpenTelemetry's profiles signal (OTLP `ProfilesData`, protobuf).
     Otlp,
+    /// A JDK Flight Recorder file, for `jfr`, Java Mission Control and
+    /// other JFR tools.
+    Jfr,
 }
 
 /// The output path's extension names no format and `--format` was not given.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot tell the output format of {}: name it .svg, .html, .folded, .txt, .json, .pb.gz or .otlp.pb, or pass --format",
+    "cannot tell the output format of {}: name it .svg, .html, .folded, .txt, .json, .pb.gz, .otlp.pb or .jfr, or pass --format",
     .path.display()
 )]
 pub struct UnknownExtension {
@@ -85,6 +89,7 @@ impl Format {
             Some("html" | "htm") => Ok(Format::Html),
             Some("txt") => Ok(Format::Txt),
             Some("json") => Ok(Format::Json),
+            Some("jfr") => Ok(Format::Jfr),
             _ => Err(UnknownExtension {
                 path: path.to_owned(),
             }),
@@ -92,18 +97,37 @@ impl Format {
     }
 }
 
-/// Writes `profile` to `out` as `format`.
-pub fn write_profile(profile: &Profile, format: Format, out: &mut dyn Write) -> anyhow::Result<()> {
+/// How SVG and HTML flame graphs are drawn (`--title`, `--minwidth`,
+/// `--reverse`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GraphOptions {
+    /// The title instead of Stoke's own.
+    pub title: Option<String>,
+    /// Frames narrower than this percent of the graph's width are left out.
+    pub min_width: f64,
+    /// Callers of each leaf function, leaf at the top (an icicle graph).
+    pub reverse: bool,
+}
+
+/// Writes `profile` to `out` as `format`, its flame graphs drawn as
+/// `graph` says.
+pub fn write_profile(
+    profile: &Profile,
+    format: Format,
+    graph: &GraphOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     // The writers emit many small pieces; callers hand in unbuffered files.
     let mut out = BufWriter::new(out);
     match format {
         Format::Folded => folded::write(profile, &mut out)?,
-        Format::Svg => flamegraph::write(profile, &mut out)?,
-        Format::Html => html::write(profile, &mut out)?,
+        Format::Svg => flamegraph::write(profile, graph, &mut out)?,
+        Format::Html => html::write(profile, graph, &mut out)?,
         Format::Txt => summary::write(profile, &mut out)?,
         Format::Json => json::write(profile, &mut out)?,
         Format::Pprof => pprof::write(profile, &mut out)?,
         Format::Otlp => otlp::write(profile, &mut out)?,
+        Format::Jfr => jfr::write(profile, &mut out)?,
     }
     out.flush()?;
     Ok(())
@@ -161,6 +185,7 @@ pub(crate) mod tests {
             ("a.pb.gz", Format::Pprof),
             ("dir/host.PB.GZ", Format::Pprof),
             ("host.otlp.pb", Format::Otlp),
+            ("a.jfr", Format::Jfr),
             ("-", Format::Folded),
             ("/dev/stdout", Format::Folded),
         ] {
@@ -197,7 +222,7 @@ pub(crate) mod tests {
             Format::Json,
         ] {
             let mut out = Vec::new();
-            write_profile(&profile, format, &mut out).unwrap();
+            write_profile(&profile, format, &GraphOptions::default(), &mut out).unwrap();
             assert!(
                 String::from_utf8(out).unwrap().contains("main"),
                 "{format:?}"

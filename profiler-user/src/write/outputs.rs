@@ -7,7 +7,7 @@ use std::{collections::HashSet, io::Write, path::PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::{output_file::Destination, write_profile, Format, OutputFile};
+use super::{output_file::Destination, write_profile, Format, GraphOptions, OutputFile};
 use crate::{
     event::{self, Event},
     profile::Profile,
@@ -72,14 +72,15 @@ impl OutputPlan {
 
 impl Outputs {
     /// Writes to every output the profile of its event (one of
-    /// `profiles`), each named only once whole.
-    pub fn write(self, profiles: &[Profile]) -> Result<()> {
+    /// `profiles`), flame graphs drawn as `graph` says, each named only
+    /// once whole.
+    pub fn write(self, profiles: &[Profile], graph: &GraphOptions) -> Result<()> {
         self.write_with(|format, event, out| {
             let profile = profiles
                 .iter()
                 .find(|profile| profile.event == event)
                 .with_context(|| format!("no {} profile", event.name()))?;
-            write_profile(profile, format, out)
+            write_profile(profile, format, graph, out)
         })
     }
 
@@ -182,7 +183,10 @@ mod tests {
             format!("{}, {}", names[0].display(), names[1].display())
         );
         outputs
-            .write(&[super::super::tests::profile(&[("app;main", 2)])])
+            .write(
+                &[super::super::tests::profile(&[("app;main", 2)])],
+                &GraphOptions::default(),
+            )
             .unwrap();
         assert_eq!(std::fs::read_to_string(&names[0]).unwrap(), "app;main 2\n");
         assert_eq!(&std::fs::read(&names[1]).unwrap()[..2], [0x1f, 0x8b]);

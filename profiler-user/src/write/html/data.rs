@@ -7,7 +7,12 @@ use std::{collections::HashMap, io, sync::Arc};
 use serde::Serialize;
 
 use super::kind::{kinds, FrameKind};
-use crate::{diff::Diff, process::identity::host_name, profile::Profile, write::flamegraph};
+use crate::{
+    diff::Diff,
+    process::identity::host_name,
+    profile::Profile,
+    write::{flamegraph, GraphOptions},
+};
 
 /// Rows of the table of biggest changes in a diff.
 const CHANGES: usize = 30;
@@ -19,6 +24,10 @@ struct PageData<'a> {
     subtitle: String,
     /// What the values count: `samples`, `nanoseconds`, `bytes`.
     unit: &'static str,
+    /// Whether the page opens reversed (callers of each leaf, top down).
+    reversed: bool,
+    /// Frames narrower than this percent of the drawn width are not drawn.
+    minwidth: f64,
     /// Every distinct frame name once.
     names: Vec<&'a str>,
     /// Per name, its [`FrameKind`] as one digit.
@@ -52,8 +61,9 @@ struct Entry<'a> {
     before: f64,
 }
 
-/// The page data of `profile`, as JSON safe inside a `<script>` element.
-pub(super) fn json(profile: &Profile) -> io::Result<String> {
+/// The page data of `profile`, drawn as `graph` says, as JSON safe inside
+/// a `<script>` element.
+pub(super) fn json(profile: &Profile, graph: &GraphOptions) -> io::Result<String> {
     let summary = &profile.summary;
     let (title, subtitle) = if summary.cpus == 0 {
         // Not a recording (`stoke convert`): only the samples are known.
@@ -73,8 +83,11 @@ pub(super) fn json(profile: &Profile) -> io::Result<String> {
         samples: stack.samples,
         before: 0.0,
     });
+    let title = graph.title.clone().unwrap_or(title);
     let mut data = page_data(title, subtitle, entries.collect(), false);
     data.unit = profile.event.unit();
+    data.reversed = graph.reverse;
+    data.minwidth = graph.min_width;
     safe_json(&data)
 }
 
@@ -160,6 +173,8 @@ fn page_data<'a>(
         title,
         subtitle,
         unit: "samples",
+        reversed: false,
+        minwidth: 0.0,
         names,
         kinds: kind_of.iter().map(|kind| FrameKind::digit(*kind)).collect(),
         nodes,
@@ -235,12 +250,14 @@ mod tests {
         let profile = profile(&[("a;b", 4), ("c", 5), ("a;d;e", 6)]);
         let total: u64 = data(&profile).nodes.chunks(3).map(|node| node[2]).sum();
         assert_eq!(total, 15);
-        assert!(json(&profile).unwrap().contains("\"15 samples\""));
+        assert!(json(&profile, &GraphOptions::default())
+            .unwrap()
+            .contains("\"15 samples\""));
     }
 
     #[test]
     fn json_has_no_markup_characters() {
-        let json = json(&profile(&[("a;<b>&c", 1)])).unwrap();
+        let json = json(&profile(&[("a;<b>&c", 1)]), &GraphOptions::default()).unwrap();
         assert!(!json.contains(['<', '>', '&']), "{json}");
         assert!(json.contains("\\u003cb\\u003e\\u0026c"));
     }

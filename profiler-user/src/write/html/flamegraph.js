@@ -114,7 +114,7 @@ function draw() {
     if (x + total <= left || x >= left + span) continue;
     const from = Math.max((x - left) * scale, 0);
     const to = Math.min((x + total - left) * scale, width);
-    if (to - from < MIN_WIDTH) continue;
+    if (to - from < Math.max(MIN_WIDTH, (width * data.minwidth) / 100)) continue;
     const depth = tree.depth[node];
     const y = view.reversed ? depth * ROW : height - (depth + 1) * ROW;
     ctx.fillStyle = colour(node);
@@ -261,6 +261,9 @@ function saveView() {
       if (value.length > 0) params.set(key, value.join(';'));
     } else if (value === true) {
       params.set(key, '1');
+    } else if (value === false && key === 'reversed' && data.reversed) {
+      // Off where the page opens with it on (--reverse).
+      params.set(key, '0');
     } else if (value) {
       params.set(key, value);
     }
@@ -284,7 +287,7 @@ function loadView() {
   for (const key of VIEW_KEYS) {
     const value = params.get(key) || '';
     if (key === 'zoom') view.zoom = value ? value.split(';') : [];
-    else if (CHECKBOX_KEYS.includes(key)) view[key] = value === '1';
+    else if (CHECKBOX_KEYS.includes(key)) view[key] = params.has(key) ? value === '1' : key === 'reversed' && data.reversed;
     else view[key] = value;
     const input = element(key);
     if (!input) continue;

@@ -3,7 +3,7 @@
 
 /// The kinds of frame the page colours apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum FrameKind {
+pub(in crate::write) enum FrameKind {
     /// Native user code.
     Native,
     /// Kernel code: `_[k]`.
@@ -90,7 +90,8 @@ fn is_id(text: &str) -> bool {
     text == "*" || (!text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()))
 }
 
-fn code_kind(frame: &str) -> FrameKind {
+/// The kind of code frame `frame`, by its suffix.
+pub(in crate::write) fn code_kind(frame: &str) -> FrameKind {
     match frame.get(frame.len().saturating_sub(4)..) {
         Some("_[k]") => FrameKind::Kernel,
         Some("_[j]") => FrameKind::Compiled,

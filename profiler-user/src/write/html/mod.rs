@@ -10,12 +10,13 @@
 //! into `textContent`, never into markup.
 
 mod data;
-mod kind;
+pub(super) mod kind;
 
 use std::io::{self, Write};
 
 pub use kind::count_context_frames;
 
+use super::GraphOptions;
 use crate::{diff::Diff, profile::Profile};
 
 const PAGE: &str = include_str!("page.html");
@@ -23,9 +24,13 @@ const CSS: &str = include_str!("flamegraph.css");
 /// The scripts, in the order they run: the data model, then the view.
 const SCRIPTS: [&str; 2] = [include_str!("profile.js"), include_str!("flamegraph.js")];
 
-/// Writes `profile` as an HTML flame graph page.
-pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
-    write_page(&data::json(profile)?, out)
+/// Writes `profile` as an HTML flame graph page drawn as `graph` says.
+pub(super) fn write(
+    profile: &Profile,
+    graph: &GraphOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    write_page(&data::json(profile, graph)?, out)
 }
 
 /// Writes `diff` as a differential flame graph page: AFTER's stacks,
@@ -64,9 +69,28 @@ mod tests {
     use crate::write::tests::profile;
 
     fn page(profile: &Profile) -> String {
+        page_with(profile, &GraphOptions::default())
+    }
+
+    fn page_with(profile: &Profile, graph: &GraphOptions) -> String {
         let mut out = Vec::new();
-        write(profile, &mut out).unwrap();
+        write(profile, graph, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn graph_options_reach_the_page() {
+        let profile = profile(&[("app [1];main", 5)]);
+        let plain = page(&profile);
+        assert!(plain.contains("\"reversed\":false") && plain.contains("\"minwidth\":0.0"));
+        let graph = GraphOptions {
+            title: Some("Checkout <slow>".into()),
+            min_width: 0.5,
+            reverse: true,
+        };
+        let page = page_with(&profile, &graph);
+        assert!(page.contains("\"title\":\"Checkout \\u003cslow\\u003e\""));
+        assert!(page.contains("\"reversed\":true") && page.contains("\"minwidth\":0.5"));
     }
 
     #[test]

@@ -305,7 +305,7 @@ impl<'p> Builder<'p> {
 /// A frame named with its source line, `name (file:LINE)` or, for a Java
 /// frame, `name (File.java:LINE)_[j]`: the function's name (its kind suffix
 /// kept), the file and the line.
-fn source_line(frame: &str) -> Option<(Cow<'_, str>, &str, i64)> {
+pub(in crate::write) fn source_line(frame: &str) -> Option<(Cow<'_, str>, &str, i64)> {
     let (located, suffix) = match frame.rfind(")_[") {
         Some(end) if frame.ends_with(']') => frame.split_at(end + 1),
         _ => (frame, ""),
