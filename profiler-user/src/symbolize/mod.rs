@@ -9,6 +9,7 @@
 //! later is captured while processes live (see [`crate::process`]).
 
 pub mod copy;
+mod go_pclntab;
 pub mod kernel_names;
 pub mod names;
 pub mod perf_map;
@@ -17,6 +18,7 @@ pub mod read_parts;
 
 use std::{
     cell::{OnceCell, RefCell},
+    collections::HashMap,
     io,
     ops::Range,
     path::Path,
@@ -29,10 +31,14 @@ use blazesym::symbolize::{
 };
 
 use self::{
+    go_pclntab::GoTable,
     kernel_names::KernelNamer,
     prepared::{Prepared, PreparedFiles},
 };
-use crate::{process::MappedFile, unwind::elf_file};
+use crate::{
+    process::{image::FileVersion, MappedFile},
+    unwind::elf_file,
+};
 
 /// The frames one address stands for, outermost first: the function, then
 /// the functions inlined into it at that address (with `--lines`).
@@ -67,7 +73,13 @@ pub struct Symbolizer {
     /// Files kept copied and indexed; none unless
     /// [`Self::keep_files_prepared`].
     prepared: RefCell<PreparedFiles>,
+    /// The Go function tables of files whose symbols left code unnamed.
+    go_tables: RefCell<HashMap<FileVersion, Option<Arc<GoTable>>>>,
 }
+
+/// Most Go function tables kept at once (each is its program's
+/// `.gopclntab`, a few MB): beyond, they are read again when needed.
+const MAX_GO_TABLES: usize = 32;
 
 impl Symbolizer {
     /// A symbolizer; `lines` adds source locations and inlined functions.
@@ -77,6 +89,7 @@ impl Symbolizer {
             kernel_namer: None,
             kernel: OnceCell::new(),
             prepared: RefCell::default(),
+            go_tables: RefCell::default(),
         }
     }
 
@@ -153,6 +166,42 @@ impl Symbolizer {
     /// [`Self::keep_files_prepared`] set.
     pub fn file_names(&self, file: &MappedFile, offsets: &[u64]) -> Vec<Named> {
         let unnamed = |offset: u64| format!("{}+{offset:#x}", file.name);
+        let mut named = self.symbols_names(file, offsets, unnamed);
+        let unknown: Vec<usize> = (0..named.len())
+            .filter(|&index| *named[index].frames == [Arc::from(unnamed(offsets[index]))])
+            .collect();
+        if let Some(go) = unknown.first().and_then(|_| self.go_table(file)) {
+            for index in unknown {
+                if let Some(name) = go.name(offsets[index]) {
+                    named[index] = Named {
+                        frames: Frames::from([frame_name(&name, None)]),
+                        function: None,
+                    };
+                }
+            }
+        }
+        named
+    }
+
+    /// The Go function table of `file`, if it is a Go program.
+    fn go_table(&self, file: &MappedFile) -> Option<Arc<GoTable>> {
+        let mut tables = self.go_tables.borrow_mut();
+        if tables.len() >= MAX_GO_TABLES && !tables.contains_key(&file.version) {
+            tables.clear();
+        }
+        tables
+            .entry(file.version)
+            .or_insert_with(|| GoTable::read(&file.path()).map(Arc::new))
+            .clone()
+    }
+
+    /// [`Self::file_names`] from the file's symbol tables (and DWARF).
+    fn symbols_names(
+        &self,
+        file: &MappedFile,
+        offsets: &[u64],
+        unnamed: impl Fn(u64) -> String,
+    ) -> Vec<Named> {
         let mut kept = self.prepared.borrow_mut();
         if let Some(prepared) = kept.get(&file.version) {
             return self.name_in(prepared, offsets, unnamed);
