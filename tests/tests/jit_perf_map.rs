@@ -70,7 +70,9 @@ fn node_jit_frames_are_named_from_its_perf_map_as_perf_names_them() {
     command
         .args(["--perf-basic-prof", "--no-turbo-inlining"])
         .arg(workloads_dir().join("node/split.js"))
-        .arg("30");
+        .arg("30")
+        // V8 writes its logs where it runs.
+        .current_dir(dir.path());
     let running = Running::start(command, "node split.js", "node");
     // Past the JIT's first compilations.
     thread::sleep(Duration::from_secs(1));
