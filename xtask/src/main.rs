@@ -3,6 +3,7 @@
 mod bench;
 mod codegen;
 mod fuzz;
+mod kernels;
 
 use std::{
     path::{Path, PathBuf},
@@ -64,6 +65,11 @@ enum Task {
     Lint,
     /// Build stoke and run every test, the privileged ones included (as root).
     Test {
+        /// Instead, boot Debian's kernels (5.10, 6.1, 6.12) under qemu and
+        /// run the kernel smoke suite in each; a trailing argument picks
+        /// the kernels whose name contains it.
+        #[arg(long)]
+        kernels: bool,
         /// Extra arguments for `cargo test`, e.g. a test name filter.
         #[arg(trailing_var_arg = true)]
         cargo_args: Vec<String>,
@@ -83,7 +89,14 @@ fn main() -> Result<()> {
         Task::Codegen => codegen::write(),
         Task::JvmtiBindings => jvmti_bindings(),
         Task::Lint => lint(),
-        Task::Test { cargo_args } => test(&cargo_args),
+        Task::Test {
+            kernels: true,
+            cargo_args,
+        } => kernels::test(cargo_args.first().map(String::as_str)),
+        Task::Test {
+            kernels: false,
+            cargo_args,
+        } => test(&cargo_args),
         Task::Fuzz(args) => fuzz::run(&args),
         Task::Bench(args) => bench::run(&args),
     }
@@ -113,11 +126,19 @@ fn cargo() -> Command {
 }
 
 fn setup() -> Result<()> {
+    kernels::add_sources()?;
     run(Command::new("apt-get").arg("update").arg("-q"))?;
     run(Command::new("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(PACKAGES)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+        .args(kernels::PACKAGES)
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(["-t", "bookworm-backports"])
+        .args(kernels::BACKPORTS_PACKAGES)
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    kernels::install_virtme()
 }
 
 fn vmlinux() -> Result<()> {
