@@ -71,7 +71,7 @@ enum Task {
         #[arg(long)]
         kernels: bool,
         /// Extra arguments for `cargo test`, e.g. a test name filter.
-        #[arg(trailing_var_arg = true)]
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_args: Vec<String>,
     },
     /// Fuzz the parsers of untrusted input (profiler-user/src/fuzz) for a
