@@ -3,11 +3,7 @@
 //! bullseye's libraries into the system) and extracted under
 //! [`ROOT`], where the JDK's home is `stoke_tests::JDK_11.home`.
 
-use std::{
-    os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{os::unix::fs::PermissionsExt, path::Path, process::Command};
 
 use anyhow::{Context, Result};
 
@@ -25,11 +21,6 @@ pub fn install() -> Result<()> {
     if java.exists() {
         return Ok(());
     }
-    add_apt_source(
-        "stoke-bullseye",
-        "deb http://deb.debian.org/debian bullseye main\n\
-         deb http://deb.debian.org/debian-security bullseye-security main\n",
-    )?;
     let download = tempfile::tempdir()?;
     // apt downloads as its own user, `_apt`, where it may.
     std::fs::set_permissions(download.path(), std::fs::Permissions::from_mode(0o755))?;
@@ -45,17 +36,6 @@ pub fn install() -> Result<()> {
     }
     keep_links_inside(Path::new(ROOT), Path::new(ROOT))?;
     run(Command::new(&java).arg("-version"))
-}
-
-/// Adds an apt source list `name` with `lines`, and reads the package lists
-/// anew, if it is not there yet.
-pub fn add_apt_source(name: &str, lines: &str) -> Result<()> {
-    let path = PathBuf::from(format!("/etc/apt/sources.list.d/{name}.list"));
-    if std::fs::read_to_string(&path).is_ok_and(|existing| existing == lines) {
-        return Ok(());
-    }
-    std::fs::write(&path, lines).with_context(|| format!("writing {}", path.display()))?;
-    run(Command::new("apt-get").args(["update", "-q"]))
 }
 
 /// Points the absolute links under `dir` (the JDK's `conf/` files link to

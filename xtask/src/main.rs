@@ -4,6 +4,7 @@ mod bench;
 mod codegen;
 mod fuzz;
 mod jdk11;
+mod kernels;
 
 use std::{
     path::{Path, PathBuf},
@@ -76,8 +77,13 @@ enum Task {
     Lint,
     /// Build stoke and run every test, the privileged ones included (as root).
     Test {
+        /// Instead, boot Debian's kernels (5.10, 6.1, 6.12) under qemu and
+        /// run the kernel smoke suite in each; a trailing argument picks
+        /// the kernels whose name contains it.
+        #[arg(long)]
+        kernels: bool,
         /// Extra arguments for `cargo test`, e.g. a test name filter.
-        #[arg(trailing_var_arg = true)]
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cargo_args: Vec<String>,
     },
     /// Fuzz the parsers of untrusted input (profiler-user/src/fuzz) for a
@@ -95,7 +101,14 @@ fn main() -> Result<()> {
         Task::Codegen => codegen::write(),
         Task::JvmtiBindings => jvmti_bindings(),
         Task::Lint => lint(),
-        Task::Test { cargo_args } => test(&cargo_args),
+        Task::Test {
+            kernels: true,
+            cargo_args,
+        } => kernels::test(cargo_args.first().map(String::as_str)),
+        Task::Test {
+            kernels: false,
+            cargo_args,
+        } => test(&cargo_args),
         Task::Fuzz(args) => fuzz::run(&args),
         Task::Bench(args) => bench::run(&args),
     }
@@ -125,16 +138,25 @@ fn cargo() -> Command {
 }
 
 fn setup() -> Result<()> {
+    kernels::add_sources()?;
     run(Command::new("apt-get").arg("update").arg("-q"))?;
     run(Command::new("apt-get")
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(PACKAGES)
+        .args(kernels::PACKAGES)
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(["-t", "bookworm-backports"])
+        .args(kernels::BACKPORTS_PACKAGES)
         .env("DEBIAN_FRONTEND", "noninteractive"))?;
     run(Command::new("python3")
         .args(["-m", "pip", "install", "--quiet", "--upgrade", "--target"])
         .arg(stoke_tests::PYTHON_PATH)
         .args(PYTHON_PACKAGES)
         .env("PIP_ROOT_USER_ACTION", "ignore"))?;
+    kernels::install_virtme()?;
+    // From bullseye, whose source the kernels' added.
     jdk11::install()
 }
 

@@ -98,6 +98,25 @@ static __always_inline void offcpu_pending_add(__s64 delta)
 		__sync_fetch_and_add(pending, delta);
 }
 
+/* When sampling started (bpf_ktime_get_ns's clock, userspace's
+ * CLOCK_MONOTONIC), written by userspace as it starts; 0 before. Waits
+ * begun earlier count from then: loading the sampler and attaching to JVMs
+ * before it are not part of the recording. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} offcpu_start SEC(".maps");
+
+static __always_inline __u64 offcpu_sampling_start(void)
+{
+	__u32 zero = 0;
+	__u64 *start = bpf_map_lookup_elem(&offcpu_start, &zero);
+
+	return start ? *start : 0;
+}
+
 /* Records sent in the current second, per CPU. */
 struct offcpu_window {
 	__u64 start;
@@ -177,11 +196,11 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.tid = task->pid;
 	record->header.time_ns = bpf_ktime_get_ns();
 	record->header.off_cpu_ns = off_ns;
-	record->header.flags |= task_flags(task);
+	record->header.flags |= record_flags(task->flags);
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
-	announcing = announce_in(&record->header, tgid, task);
+	announcing = announce_in(&record->header, tgid, task, task->flags, false);
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) +
 				       (kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64) +
@@ -414,7 +433,7 @@ static __always_inline void offcpu_switched(bool preempt, struct task_struct *pr
 	struct offcpu_task *state;
 
 	/* prev_state 0 is TASK_RUNNING: preempted, or woken before it slept. */
-	if (!preempt && prev_state != 0 && offcpu_profiled(prev)) {
+	if (!preempt && prev_state != 0 && offcpu_sampling_start() && offcpu_profiled(prev)) {
 		state = bpf_task_storage_get(&offcpu_tasks, prev, 0,
 					     BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (state)

@@ -23,10 +23,6 @@
 #define OFFCPU_TASK_INTERRUPTIBLE 0x1
 #define OFFCPU_TASK_UNINTERRUPTIBLE 0x2
 
-/* When the recording began (bpf_ktime_get_ns's clock, userspace's
- * CLOCK_MONOTONIC). */
-const volatile __u64 offcpu_recording_start = 0;
-
 SEC("iter/task")
 int offcpu_waiting(struct stoke_iter_task *ctx)
 {
@@ -39,12 +35,13 @@ int offcpu_waiting(struct stoke_iter_task *ctx)
 	 * clock, updated at its last schedule or tick (a few ms at most on a
 	 * busy CPU: the error of a cut, never counted twice). */
 	__u64 now = offcpu_clock(bpf_get_current_task_btf());
-	__u64 since = offcpu_recording_start + (now - bpf_ktime_get_ns()), off, user_ip;
+	__u64 start = offcpu_sampling_start(), since, off, user_ip;
 	__u32 slot = SLOT_OFFCPU, frames;
 	long user_bytes = 0;
 
-	if (!task || !offcpu_profiled(task))
+	if (!start || !task || !offcpu_profiled(task))
 		return 0;
+	since = start + (now - bpf_ktime_get_ns());
 	if (!(BPF_CORE_READ(task, __state) &
 	      (OFFCPU_TASK_INTERRUPTIBLE | OFFCPU_TASK_UNINTERRUPTIBLE)) ||
 	    BPF_CORE_READ(task, on_rq))

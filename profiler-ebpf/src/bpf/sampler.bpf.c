@@ -27,6 +27,9 @@
 #include "abi_layouts.bpf.h"
 
 #define PF_EXITING 0x00000004
+/* x86_64's kernel stacks (without KASAN): the user registers are saved at
+ * their top. */
+#define THREAD_SIZE (16 * 1024)
 #define PF_KTHREAD 0x00200000
 #define FRAME_BYTES (STOKE_MAX_FRAMES * sizeof(__u64))
 
@@ -201,7 +204,7 @@ static long cgroup_walk_step(__u32 index, void *context)
  * ids are not reused, unlike the css_set's address. 0 if the links could
  * not all be read. Read through probes: the pointers on the way are
  * RCU-protected. */
-static __always_inline __u64 task_cgroup_key(struct task_struct *task)
+static __always_inline __u64 task_cgroup_key(struct task_struct *task, bool legacy)
 {
 	struct css_set *cset = BPF_CORE_READ(task, cgroups);
 	struct cgroup_walk walk = {};
@@ -210,27 +213,35 @@ static __always_inline __u64 task_cgroup_key(struct task_struct *task)
 		return 0;
 	walk.head = &cset->cgrp_links;
 	walk.node = BPF_CORE_READ(cset, cgrp_links.next);
-	bpf_loop(MAX_CGROUP_LINKS, cgroup_walk_step, &walk, 0);
+	if (legacy) {
+		/* Kernels before bpf_loop (5.17): a bounded loop. */
+		for (__u32 index = 0; index < MAX_CGROUP_LINKS; index++)
+			if (cgroup_walk_step(index, &walk))
+				break;
+	} else {
+		bpf_loop(MAX_CGROUP_LINKS, cgroup_walk_step, &walk, 0);
+	}
 	return walk.done ? walk.key : 0;
 }
 
-/* The flags every record of `task` carries. */
-static __always_inline __u32 task_flags(struct task_struct *task)
+/* The flags every record of a task with `task_flags` (its PF_ flags)
+ * carries. */
+static __always_inline __u32 record_flags(__u32 task_flags)
 {
 	__u32 flags = 0;
 
-	if (task->flags & PF_EXITING)
+	if (task_flags & PF_EXITING)
 		flags |= STOKE_SAMPLE_EXITING;
-	if (task->flags & PF_KTHREAD)
+	if (task_flags & PF_KTHREAD)
 		flags |= STOKE_SAMPLE_KERNEL_THREAD;
 	return flags;
 }
 
-static __always_inline bool announce(__u32 tgid, struct task_struct *task)
+static __always_inline bool announce(__u32 tgid, __u32 task_flags)
 {
 	__u8 yes = 1;
 
-	if ((task->flags & PF_EXITING) || bpf_map_lookup_elem(&announced_tgids, &tgid))
+	if ((task_flags & PF_EXITING) || bpf_map_lookup_elem(&announced_tgids, &tgid))
 		return false;
 	bpf_map_update_elem(&announced_tgids, &tgid, &yes, BPF_ANY);
 	return true;
@@ -242,7 +253,7 @@ static __always_inline bool announce(__u32 tgid, struct task_struct *task)
  * its cgroups' key and its age. Only that record: userspace reads them
  * once per process, and the reads behind them would cost every sample. */
 static __always_inline bool announce_in(struct stoke_record_header *header, __u32 tgid,
-					struct task_struct *task)
+					struct task_struct *task, __u32 task_flags, bool legacy)
 {
 	struct file *exe;
 
@@ -250,9 +261,9 @@ static __always_inline bool announce_in(struct stoke_record_header *header, __u3
 	header->exe_inode = 0;
 	header->cgroup_key = 0;
 	header->age_ns = 0;
-	if (!announce(tgid, task))
+	if (!announce(tgid, task_flags))
 		return false;
-	header->cgroup_key = task_cgroup_key(task);
+	header->cgroup_key = task_cgroup_key(task, legacy);
 	header->age_ns = bpf_ktime_get_ns() - BPF_CORE_READ(task, group_leader, start_time);
 	exe = BPF_CORE_READ(task, mm, exe_file);
 	if (exe) {
@@ -313,12 +324,30 @@ static __always_inline bool in_code_cache(struct stoke_signalled_jvm *jvm, __u64
 	return pc - jvm->code_cache_start < jvm->code_cache_end - jvm->code_cache_start;
 }
 
+/* The user registers `task` (the current one, in the kernel) entered the
+ * kernel with, where bpf_task_pt_regs is missing (before 5.15): at the top
+ * of its kernel stack. */
+static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc, __u64 *sp,
+					     __u64 *bp)
+{
+	struct stoke_regs *user =
+		(struct stoke_regs *)(BPF_CORE_READ(task, stack) + THREAD_SIZE) - 1;
+
+	*pc = BPF_PROBE_READ(user, ip);
+	*sp = BPF_PROBE_READ(user, sp);
+	*bp = BPF_PROBE_READ(user, bp);
+}
+
 /* A CPU sample of the current thread. From a CPU's event (`own_timer`
  * false) a JVM's thread is signalled for its Java stack; from the thread's
  * own event, the return value asks perf for its SIGTRAP instead (1), if
  * it would reach the agent (else the thread is signalled as from a CPU's
- * event). */
-static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool own_timer)
+ * event). `legacy`: for kernels without bpf_loop (before 5.17), which
+ * lack the BTF task pointer, bpf_task_pt_regs and attach cookies too: the
+ * task is read through probes, user stacks are walked by frame pointers
+ * only, and no thread has an event of its own (before 6.10 none does). */
+static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool own_timer,
+				       bool legacy)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
@@ -331,6 +360,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	__u64 pc = 0, sp = 0, bp = 0;
 	__u32 stop = STOKE_STOP_FRAME_POINTERS, slot, jvm_signal = 0;
 	bool in_kernel, announcing, trap, in_cache = false;
+	__u32 task_flags;
 	long kernel_bytes = 0, user_bytes = 0;
 
 	if (own_timer)
@@ -339,11 +369,13 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		count(STOKE_COUNTER_IDLE_SKIPPED);
 		return 0;
 	}
-	if (!own_timer && bpf_map_lookup_elem(&timed_threads, &tid))
+	if (!legacy && !own_timer && bpf_map_lookup_elem(&timed_threads, &tid))
 		return 0;
 	/* The targets' events are on their threads alone (threads inherit
-	 * them, children do not): only the CPUs' events need the filter. */
-	if (filter_tgids && !thread_events && !bpf_map_lookup_elem(&target_tgids, &tgid))
+	 * them, children do not): only the CPUs' events need the filter.
+	 * Before inherit_thread (5.13) children inherit them too. */
+	if (filter_tgids && (legacy || !thread_events) &&
+	    !bpf_map_lookup_elem(&target_tgids, &tgid))
 		return 0;
 
 	record = bpf_map_lookup_elem(&scratch, &cpu_slot);
@@ -373,11 +405,19 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	if (kernel_bytes < 0)
 		return 0;
 
-	task = bpf_get_current_task_btf();
-	record->header.flags |= task_flags(task);
+	if (legacy) {
+		task = (struct task_struct *)bpf_get_current_task();
+		task_flags = BPF_CORE_READ(task, flags);
+	} else {
+		task = bpf_get_current_task_btf();
+		task_flags = task->flags;
+	}
+	record->header.flags |= record_flags(task_flags);
 	/* Kernel threads have no user stack, nor Java frames. */
-	if (!(task->flags & PF_KTHREAD)) {
-		if (in_kernel) {
+	if (!(task_flags & PF_KTHREAD)) {
+		if (in_kernel && legacy) {
+			legacy_user_regs(task, &pc, &sp, &bp);
+		} else if (in_kernel) {
 			/* The user registers saved when the thread entered the
 			 * kernel (direct loads, which the verifier makes safe:
 			 * no helper calls). */
@@ -400,7 +440,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 			in_cache = in_code_cache(jvm, pc);
 		}
 	}
-	if (task->flags & PF_KTHREAD) {
+	if (task_flags & PF_KTHREAD) {
 		/* No user stack to take. */
 	} else if (in_cache) {
 		slot = kernel_bytes / sizeof(__u64);
@@ -409,7 +449,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 			user_bytes = sizeof(__u64);
 		}
 		record->header.flags |= SAMPLE_IN_CODE_CACHE_FLAGS;
-	} else if ((process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
+	} else if (!legacy && (process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
 		user_bytes = unwind_user(pc, sp, bp, process, kernel_bytes, &stop, SLOT_CPU);
 		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {
@@ -427,7 +467,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	/* The agent's handler takes the Java stack when the thread next
 	 * returns to user mode; the record's tid and time let userspace pair
 	 * the two. */
-	trap = own_timer && jvm_signal && trap_reaches_agent(task, tid);
+	trap = !legacy && own_timer && jvm_signal && trap_reaches_agent(task, tid);
 	if (trap) {
 		record->header.flags |= STOKE_SAMPLE_SIGNALLED;
 	} else if (jvm_signal) {
@@ -439,7 +479,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 
 	record->header.kernel_frames = kernel_bytes / sizeof(__u64);
 	record->header.user_frames = user_bytes / sizeof(__u64);
-	announcing = announce_in(&record->header, tgid, task);
+	announcing = announce_in(&record->header, tgid, task, task_flags, legacy);
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) + kernel_bytes + user_bytes,
 			       ring_flags(announcing)) == 0)
@@ -455,7 +495,15 @@ SEC("perf_event")
 int sample_cpu(struct stoke_perf_event_data *ctx)
 {
 	return take_sample(ctx, thread_events ||
-				       bpf_get_attach_cookie(ctx) == STOKE_OWN_TIMER_COOKIE);
+				       bpf_get_attach_cookie(ctx) == STOKE_OWN_TIMER_COOKIE,
+			   false);
+}
+
+/* sample_cpu for kernels without bpf_loop (take_sample's `legacy`). */
+SEC("perf_event")
+int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
+{
+	return take_sample(ctx, thread_events, true);
 }
 
 /* A process's address space is gone: it gets no more signals (whatever

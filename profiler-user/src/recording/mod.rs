@@ -140,7 +140,13 @@ impl Recording {
             cpu_java_stacks: events.contains(&Event::Cpu),
             offcpu: offcpu_config(args, &events),
         })?;
-        let unwinder = if args.frame_pointers {
+        if sampler.legacy() {
+            eprintln!(
+                "stoke: warning: this kernel ({}) lacks bpf_loop (Linux 5.17): user stacks are walked by frame pointers only, without unwind tables",
+                crate::process::procfs::kernel_release().unwrap_or_default()
+            );
+        }
+        let unwinder = if args.frame_pointers || sampler.legacy() {
             None
         } else {
             Some(UnwindLoader::start(sampler.take_unwind_maps()?)?)

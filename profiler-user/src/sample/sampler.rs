@@ -8,9 +8,9 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         BtfTracePoint, PerfEvent, ProgramError,
@@ -88,6 +88,8 @@ pub struct Sampler {
     sampling_cpu: bool,
     /// The kernel supports timed threads ([`thread_timers::kernel_supported`]).
     sigtrap_kernel: bool,
+    /// The kernel lacks bpf_loop: CPU samples come from the legacy program.
+    legacy: bool,
 }
 
 /// Processes whose unwind tables can be loaded at once.
@@ -126,7 +128,6 @@ impl Sampler {
             .offcpu
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
         let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
-        let offcpu_recording_start = monotonic_ns();
         // The kernel's BTF (some 13 MB parsed, ~20 ms) serves the kfunc
         // ids, the loader and the tracepoints, parsed once: the copy the
         // loader always parses for itself is dropped first, so that only one
@@ -137,6 +138,13 @@ impl Sampler {
         let btf = kernel_btf()?;
         drop(reusing);
         let offcpu = config.offcpu.is_some();
+        let legacy = !has_bpf_loop();
+        if legacy && offcpu {
+            bail!(
+                "off-CPU time (and Java locks) need Linux 5.17 or newer (bpf_loop and task storage); this kernel is {}",
+                crate::process::procfs::kernel_release().unwrap_or_default()
+            );
+        }
         let linked = kfuncs::link(profiler_ebpf::sampler_object(offcpu), &btf);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
@@ -152,7 +160,6 @@ impl Sampler {
             .override_global("offcpu_min_ns", &offcpu_min_ns, offcpu)
             .override_global("offcpu_budget", &offcpu_budget, offcpu)
             .override_global("offcpu_jvms_only", &offcpu_jvms_only, offcpu)
-            .override_global("offcpu_recording_start", &offcpu_recording_start, offcpu)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
@@ -212,7 +219,7 @@ impl Sampler {
             waiting::load(&mut ebpf, &btf)?;
         }
 
-        cpu_program(&mut ebpf)?
+        cpu_program(&mut ebpf, legacy)?
             .load()
             .map_err(explain_program_error)?;
 
@@ -234,13 +241,20 @@ impl Sampler {
                 .map(|pids| TargetEvents::new(pids, period_ns, sigtrap_kernel)),
             sampling_cpu: false,
             sigtrap_kernel,
+            legacy,
         })
     }
 
-    /// Starts sampling every online CPU, or with `-p` every thread of the
-    /// targets, if CPU samples were asked for; `trap_cookie` gives the
-    /// `sig_data` of a target's events.
+    /// Starts the off-CPU clock (waits count from now), and sampling every
+    /// online CPU, or with `-p` every thread of the targets, if CPU samples
+    /// were asked for; `trap_cookie` gives the `sig_data` of a target's
+    /// events.
     pub fn start_sampling(&mut self, trap_cookie: impl FnMut(u32) -> u64) -> Result<()> {
+        if let Some(map) = self.ebpf.map_mut("offcpu_start") {
+            Array::<_, u64>::try_from(map)?
+                .set(0, monotonic_ns(), 0)
+                .context("starting the off-CPU clock")?;
+        }
         let Some(frequency_hz) = self.cpu_clock_hz.take() else {
             return Ok(());
         };
@@ -248,7 +262,7 @@ impl Sampler {
         if let Some(targets) = &mut self.targets {
             return targets.start(&self.ebpf, trap_cookie);
         }
-        let sampler = cpu_program(&mut self.ebpf)?;
+        let sampler = cpu_program(&mut self.ebpf, self.legacy)?;
         for &cpu in &self.cpus {
             sampler
                 .attach(
@@ -328,6 +342,12 @@ impl Sampler {
     /// How many threads are timed by events of their own.
     pub fn timed_threads(&self) -> usize {
         self.timers.count()
+    }
+
+    /// Whether the kernel lacks bpf_loop (before 5.17): user stacks are
+    /// then walked by frame pointers only, and no unwind table is used.
+    pub fn legacy(&self) -> bool {
+        self.legacy
     }
 
     /// The CPUs being sampled.
@@ -469,7 +489,7 @@ impl Sampler {
     /// once), so its time over the CPUs' runs; with `-p`, over its runs
     /// on the targets' threads.
     pub fn time_per_sample(&self) -> Option<Duration> {
-        let program: &PerfEvent = self.ebpf.program("sample_cpu")?.try_into().ok()?;
+        let program = loaded_cpu_program(&self.ebpf).ok()?;
         let info = program.info().ok()?;
         let own_timer_runs = if self.targets.is_some() {
             0
@@ -618,12 +638,39 @@ fn explain_program_error(error: ProgramError) -> anyhow::Error {
     }
 }
 
-/// The program that takes the CPU samples.
-fn cpu_program(ebpf: &mut Ebpf) -> Result<&mut PerfEvent> {
+/// The programs that take the CPU samples: with bpf_loop, and without.
+const CPU_PROGRAMS: [&str; 2] = ["sample_cpu", "sample_cpu_legacy"];
+
+/// Whether the kernel has bpf_loop (5.17), which the unwinder steps with.
+fn has_bpf_loop() -> bool {
+    aya::sys::is_helper_supported(
+        aya::programs::ProgramType::PerfEvent,
+        aya::sys::BpfHelper::BPF_FUNC_loop,
+    )
+    .unwrap_or(false)
+}
+
+/// The program that takes the CPU samples (`legacy`: the one for kernels
+/// without bpf_loop).
+fn cpu_program(ebpf: &mut Ebpf, legacy: bool) -> Result<&mut PerfEvent> {
+    let name = CPU_PROGRAMS[usize::from(legacy)];
     Ok(ebpf
-        .program_mut("sample_cpu")
-        .context("no sample_cpu program in the BPF object")?
+        .program_mut(name)
+        .with_context(|| format!("no {name} program in the BPF object"))?
         .try_into()?)
+}
+
+/// The CPU sampling program that is loaded.
+pub(super) fn loaded_cpu_program(ebpf: &Ebpf) -> Result<&PerfEvent> {
+    for name in CPU_PROGRAMS {
+        if let Some(program) = ebpf.program(name) {
+            let program: &PerfEvent = program.try_into()?;
+            if program.fd().is_ok() {
+                return Ok(program);
+            }
+        }
+    }
+    bail!("the CPU sampler is not loaded")
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-use anyhow::{Context, Result};
-use aya::{programs::PerfEvent, Ebpf};
+use anyhow::Result;
+use aya::Ebpf;
 use aya_obj::generated::{
     bpf_attach_type, bpf_attr, bpf_cmd, perf_event_attr, perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK,
     perf_type_id::PERF_TYPE_SOFTWARE, PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_PERIOD,
@@ -106,17 +106,16 @@ pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<OpenEvent, Open
         attr.set_inherit(1);
         attr.set_inherit_thread(1);
     }
-    // SAFETY: perf_event_open with a valid attr, one thread, any CPU.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr,
-            tid as libc::pid_t,
-            -1,
-            -1,
-            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
+    let mut fd = perf_event_open(&attr, tid);
+    if fd < 0
+        && event.inherit
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
+    {
+        // Before inherit_thread (5.13) the target's child processes
+        // inherit the event too, and the sampler leaves out their samples.
+        attr.set_inherit_thread(0);
+        fd = perf_event_open(&attr, tid);
+    }
     if fd < 0 {
         return Err(OpenError::Refused(std::io::Error::last_os_error()));
     }
@@ -150,13 +149,28 @@ pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<OpenEvent, Open
     Ok(opened)
 }
 
+/// perf_event_open of `attr` on thread `tid`, any CPU: its descriptor, or
+/// -1 and errno.
+fn perf_event_open(attr: &perf_event_attr, tid: u32) -> libc::c_long {
+    // SAFETY: perf_event_open with a valid attr, one thread, any CPU.
+    unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr,
+            tid as libc::pid_t,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    }
+}
+
 /// The descriptor of the CPUs' sampler.
 fn sampler_fd(ebpf: &Ebpf) -> Result<i32> {
-    let program: &PerfEvent = ebpf
-        .program("sample_cpu")
-        .context("no sample_cpu program")?
-        .try_into()?;
-    Ok(program.fd()?.as_fd().as_raw_fd())
+    Ok(super::sampler::loaded_cpu_program(ebpf)?
+        .fd()?
+        .as_fd()
+        .as_raw_fd())
 }
 
 /// Attaches the CPUs' sampler to `event` itself, until it is closed.
