@@ -127,6 +127,8 @@ pub struct RecordingSummary {
     pub waits_in_progress: u64,
     /// How the user stacks of off-CPU waits were taken, if recorded.
     pub offcpu_user_stacks: Option<OffCpuUserStacks>,
+    /// What an older kernel kept the recording from, if anything.
+    pub kernel_limits: Option<String>,
     /// Process images sampled (an exec starts a new one).
     pub processes: usize,
     /// Mean run time of the BPF sampler per sample, when the kernel's BPF

@@ -140,11 +140,8 @@ impl Recording {
             cpu_java_stacks: events.contains(&Event::Cpu),
             offcpu: offcpu_config(args, &events),
         })?;
-        if sampler.legacy() {
-            eprintln!(
-                "stoke: warning: this kernel ({}) lacks bpf_loop (Linux 5.17): user stacks are walked by frame pointers only, without unwind tables",
-                crate::process::procfs::kernel_release().unwrap_or_default()
-            );
+        if let Some(limits) = sampler.kernel_limits() {
+            eprintln!("stoke: warning: {limits}");
         }
         let unwinder = if args.frame_pointers || sampler.legacy() {
             None
@@ -390,6 +387,7 @@ impl Recording {
             processes: self.processes.processes_seen(),
             waits_in_progress,
             offcpu_user_stacks: self.sampler.offcpu_user_stacks(),
+            kernel_limits: self.sampler.kernel_limits(),
             ..RecordingSummary::default()
         };
         let events = std::mem::take(&mut self.events);
@@ -449,6 +447,7 @@ impl Recording {
         let counters = sampler.counters()?;
         let bpf_time_per_sample = sampler.time_per_sample();
         let offcpu_user_stacks = sampler.offcpu_user_stacks();
+        let kernel_limits = sampler.kernel_limits();
         // Detached first: no signal goes out while the last answers come.
         drop(sampler);
         let JavaResults {
@@ -483,6 +482,7 @@ impl Recording {
             symbolized_addresses: names.len(),
             waits_in_progress,
             offcpu_user_stacks,
+            kernel_limits,
             ..RecordingSummary::default()
         };
         let java = |pid| java_symbols.get(&pid);

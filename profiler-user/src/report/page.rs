@@ -159,9 +159,13 @@ fn facts_table(facts: &Facts) -> String {
         .map_or(String::from("<td>unknown</td>"), |since| {
             format!("<td data-epoch-ms=\"{}\"></td>", since.as_millis())
         });
+    let kernel = match &summary.kernel_limits {
+        Some(limits) => format!("{}: {}", escape(&facts.kernel), escape(limits)),
+        None => escape(&facts.kernel),
+    };
     let rows = [
         ("host", escape(&facts.host)),
-        ("kernel", escape(&facts.kernel)),
+        ("kernel", kernel),
         ("CPUs", summary.cpus.to_string()),
         (
             "recorded",

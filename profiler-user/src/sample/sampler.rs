@@ -350,6 +350,16 @@ impl Sampler {
         self.legacy
     }
 
+    /// What this kernel keeps the recording from, said in the summary.
+    pub fn kernel_limits(&self) -> Option<String> {
+        self.legacy.then(|| {
+            format!(
+                "user stacks by frame pointers only, without unwind tables: this kernel ({}) lacks bpf_loop (Linux 5.17)",
+                crate::process::procfs::kernel_release().unwrap_or_default()
+            )
+        })
+    }
+
     /// The CPUs being sampled.
     pub fn cpus(&self) -> &[u32] {
         &self.cpus

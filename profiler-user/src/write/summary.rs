@@ -83,6 +83,9 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     if let Some(how) = summary.offcpu_user_stacks {
         writeln!(out, "{:<33} {how}", "Off-CPU user stacks taken:")?;
     }
+    if let Some(limits) = &summary.kernel_limits {
+        writeln!(out, "{:<33} {limits}", "Kernel limits:")?;
+    }
     write_stack_quality(summary, out)?;
     write_java(&summary.java, out)?;
 
@@ -394,6 +397,16 @@ mod tests {
         assert!(report.contains("JVMs profiled:                    2 (slowest attach 130 ms)\n"));
         assert!(report.contains("JVM 42 attach:                    130 ms\nJVM 7 attach:"));
         assert!(report.contains("JVM 42 Java frames:               310 ms after its start\n"));
+    }
+
+    #[test]
+    fn an_older_kernels_limits_are_said() {
+        let mut profile = profile(&[("app;main", 1)]);
+        assert!(!report(&profile).contains("Kernel limits:"));
+        profile.summary.kernel_limits = Some("frame pointers only".into());
+        assert!(
+            report(&profile).contains(&format!("{:<33} frame pointers only\n", "Kernel limits:"))
+        );
     }
 
     #[test]
