@@ -35,19 +35,21 @@ struct Run {
 fn convert(dir: &Path, input: &str, output: &str, stdin: Stdio) -> Run {
     let stderr_path = dir.join("stderr");
     let started = Instant::now();
-    let child = Command::new(stoke_bin())
+    // Reaped by wait4, for its rusage.
+    let pid = Command::new(stoke_bin())
         .args(["convert", input, "-o", output])
         .current_dir(dir)
         .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(File::create(&stderr_path).unwrap())
         .spawn()
-        .expect("starting stoke");
+        .expect("starting stoke")
+        .id() as i32;
     let mut status = 0;
     let mut usage = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: valid out-pointers; the pid is this test's unreaped child.
-    let waited = unsafe { libc::wait4(child.id() as i32, &mut status, 0, usage.as_mut_ptr()) };
-    assert_eq!(waited, child.id() as i32, "wait4");
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, usage.as_mut_ptr()) };
+    assert_eq!(waited, pid, "wait4");
     let elapsed = started.elapsed();
     // SAFETY: wait4 filled it.
     let usage = unsafe { usage.assume_init() };
