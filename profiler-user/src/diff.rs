@@ -130,16 +130,24 @@ pub fn diff(before: &Profile, after: &Profile, before_name: String, after_name: 
             } else {
                 &mut entry.before
             };
-            *count += stack.samples;
+            *count = count.saturating_add(stack.samples);
         }
     }
     Diff {
         stacks: stacks.into_values().collect(),
-        before_samples: before.stacks.iter().map(|stack| stack.samples).sum(),
-        after_samples: after.stacks.iter().map(|stack| stack.samples).sum(),
+        before_samples: total(before),
+        after_samples: total(after),
         before_name,
         after_name,
     }
+}
+
+/// The samples of `profile`, held at `u64::MAX`.
+fn total(profile: &Profile) -> u64 {
+    profile
+        .stacks
+        .iter()
+        .fold(0, |total, stack| total.saturating_add(stack.samples))
 }
 
 /// A context frame without its pid or tid.
@@ -194,5 +202,22 @@ mod tests {
         ] {
             assert_eq!(&*without_id(&frame.into()), expected);
         }
+    }
+
+    #[test]
+    fn counts_saturate() {
+        let before = profile(&[("main;a", u64::MAX), ("main;b", 1)]);
+        let after = profile(&[("main;a", u64::MAX)]);
+        let diff = diff(&before, &before, "b".into(), "a".into());
+        assert_eq!(diff.before_samples, u64::MAX);
+        let diff = super::diff(&before, &after, "b".into(), "a".into());
+        let a = diff
+            .stacks
+            .iter()
+            .find(|stack| stack.frames.join(";") == "main;a");
+        assert_eq!(
+            a.map(|stack| (stack.before, stack.after)),
+            Some((u64::MAX, u64::MAX))
+        );
     }
 }

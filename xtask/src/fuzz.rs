@@ -15,7 +15,9 @@ use anyhow::{bail, Context, Result};
 use crate::cargo;
 
 /// The targets, as named in `profiler-user/src/fuzz` (test `fuzz::T::T`).
-pub const TARGETS: [&str; 6] = ["elf", "agent", "proc", "record", "merge", "attach"];
+pub const TARGETS: [&str; 8] = [
+    "elf", "agent", "proc", "record", "merge", "attach", "folded", "pprof",
+];
 
 /// What bolero may add to a target's budget to shrink a failing input
 /// (the harness's `SHRINK_TIME`), and the test binary to start and stop.

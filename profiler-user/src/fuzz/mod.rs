@@ -1,4 +1,4 @@
-//! Fuzzing of every parser of what untrusted processes write (issue 12):
+//! Fuzzing of every parser of what untrusted processes and users write (issue 12):
 //! one target per module, each a `#[test]` driven by bolero. Under `cargo
 //! test` a target runs random and structure-aware inputs for a short
 //! budget; `cargo xtask fuzz` runs each in a process of its own with a
@@ -9,14 +9,18 @@
 //! ([`elf`]), the sampler's ring records ([`record`]), the agent's shared
 //! memory with its event log, Java symbols and merging ([`agent`]), the
 //! merging of samples with Java stacks ([`merge`]), the `/proc` parsers
-//! ([`proc`]) and the attach protocol's replies ([`attach`]).
+//! ([`proc`]), the attach protocol's replies ([`attach`]), and the
+//! profiles users give `stoke convert`, `stoke diff` and `--baseline`:
+//! folded files ([`folded`]) and pprof profiles ([`pprof`]).
 
 mod agent;
-mod alloc;
+pub(crate) mod alloc;
 mod attach;
 mod elf;
+mod folded;
 pub(crate) mod harness;
 mod merge;
+mod pprof;
 mod proc;
 mod record;
 mod regressions;

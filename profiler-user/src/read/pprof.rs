@@ -6,7 +6,7 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, Read},
+    io::{self, BufRead, Read},
     path::Path,
     sync::Arc,
 };
@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use flate2::bufread::GzDecoder;
 use prost::Message;
 
+use super::stacks::{Stacks, MAX_FRAMES};
 use crate::{
     profile::{clean_frame, FoldedStack, Labels, Profile},
     write::pprof::proto,
@@ -40,24 +41,55 @@ const STOKE_LABELS: &[&str] = &[
     "thread",
 ];
 
-/// The most a profile may take unzipped: a gzip bomb stops there.
-const MAX_UNZIPPED: u64 = 1 << 30;
+/// The most a profile may take unzipped, and zipped.
+pub const MAX_UNZIPPED: u64 = 256 << 20;
 
 /// The stacks of the pprof profile `input` (named `path` in errors), counted
 /// by its default sample type's values (else `samples`, else the last), under
-/// the context frames its labels name ([`context_frames`]).
-pub(super) fn read(input: impl BufRead, path: &Path) -> Result<Profile> {
-    let mut bytes = Vec::new();
-    GzDecoder::new(input)
-        .take(MAX_UNZIPPED + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("{} is not a gzipped pprof profile", path.display()))?;
-    if bytes.len() as u64 > MAX_UNZIPPED {
-        bail!("{} unzips to more than 1 GiB", path.display());
-    }
+/// the context frames its labels name ([`context_frames`]), and what to warn
+/// about.
+pub(super) fn read(input: impl BufRead, path: &Path) -> Result<(Profile, Vec<String>)> {
+    let bytes = gunzip(input, path)?;
     let profile = proto::Profile::decode(&bytes[..])
         .with_context(|| format!("{} is not a pprof profile", path.display()))?;
-    Ok(stacks(&profile))
+    drop(bytes);
+    stacks(&profile, path)
+}
+
+/// The unzipped bytes of `input`, at most [`MAX_UNZIPPED`] of them. They
+/// are counted before they are kept, so that a gzip bomb is refused without
+/// holding what it unzips to.
+fn gunzip(input: impl BufRead, path: &Path) -> Result<Vec<u8>> {
+    let not_gzip = || format!("{} is not a gzipped pprof profile", path.display());
+    let too_big = || {
+        format!(
+            "{} unzips to more than {} MiB, the most a profile may have",
+            path.display(),
+            MAX_UNZIPPED >> 20
+        )
+    };
+    let mut zipped = Vec::new();
+    input
+        .take(MAX_UNZIPPED + 1)
+        .read_to_end(&mut zipped)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if zipped.len() as u64 > MAX_UNZIPPED {
+        bail!(too_big());
+    }
+    let size = io::copy(
+        &mut GzDecoder::new(&zipped[..]).take(MAX_UNZIPPED + 1),
+        &mut io::sink(),
+    )
+    .with_context(not_gzip)?;
+    if size > MAX_UNZIPPED {
+        bail!(too_big());
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    GzDecoder::new(&zipped[..])
+        .take(size)
+        .read_to_end(&mut bytes)
+        .with_context(not_gzip)?;
+    Ok(bytes)
 }
 
 /// The string at `index` in the profile's string table ("" if none).
@@ -85,7 +117,7 @@ fn value_index(pprof: &proto::Profile) -> usize {
         .unwrap_or(pprof.sample_type.len().saturating_sub(1))
 }
 
-fn stacks(pprof: &proto::Profile) -> Profile {
+fn stacks(pprof: &proto::Profile, path: &Path) -> Result<(Profile, Vec<String>)> {
     let text = |index: i64| text(pprof, index);
     let value = value_index(pprof);
     let functions: HashMap<u64, Arc<str>> = pprof
@@ -113,8 +145,8 @@ fn stacks(pprof: &proto::Profile) -> Profile {
             (location.id, frames)
         })
         .collect();
-    let mut counts: HashMap<Vec<Arc<str>>, (u64, usize, Labels)> = HashMap::new();
-    for sample in &pprof.sample {
+    let mut stacks: Stacks<(usize, Labels)> = Stacks::default();
+    for (number, sample) in pprof.sample.iter().enumerate() {
         let samples = sample.value.get(value).copied().unwrap_or(0);
         let Ok(samples) = u64::try_from(samples) else {
             continue;
@@ -122,30 +154,29 @@ fn stacks(pprof: &proto::Profile) -> Profile {
         let labels = stoke_labels(pprof, sample);
         let mut frames = context_frames(&labels);
         let context = frames.len();
+        // Root first, and no further than the stack is cut anyway.
         for id in sample.location_id.iter().rev() {
+            if frames.len() > MAX_FRAMES {
+                break;
+            }
             match locations.get(id) {
                 Some(location) => frames.extend(location.iter().cloned()),
                 None => frames.push("[unknown]".into()),
             }
         }
-        counts
-            .entry(frames)
-            .or_insert_with(|| (0, context, labels.into()))
-            .0 += samples;
+        stacks
+            .add(frames, samples, || (context, labels.into()))
+            .with_context(|| format!("sample {} of {}", number + 1, path.display()))?;
     }
-    let mut profile = Profile::default();
-    profile.summary.samples = counts.values().map(|&(samples, ..)| samples).sum();
-    profile.stacks = counts
-        .into_iter()
-        .map(|(frames, (samples, context_frames, labels))| FoldedStack {
-            context_frames,
-            frames,
-            samples,
-            labels,
-            modules: Box::new([]),
-        })
-        .collect();
-    profile
+    let warnings = stacks.warnings(path);
+    let profile = stacks.into_profile(|frames, samples, (context_frames, labels)| FoldedStack {
+        context_frames,
+        frames,
+        samples,
+        labels,
+        modules: Box::new([]),
+    });
+    Ok((profile, warnings))
 }
 
 /// The labels of `sample` that Stoke writes, in its order; `pid` and `tid`
@@ -211,7 +242,7 @@ mod tests {
         let original = profile(&[("app [7];main;f_[k]", 3), ("app [7];main", 2)]);
         let mut bytes = Vec::new();
         write_profile(&original, Format::Pprof, &Default::default(), &mut bytes).unwrap();
-        let read = read(&bytes[..], Path::new("p.pb.gz")).unwrap();
+        let (read, _) = read(&bytes[..], Path::new("p.pb.gz")).unwrap();
         let mut stacks: Vec<_> = read
             .stacks
             .iter()
@@ -275,7 +306,7 @@ mod tests {
     #[test]
     fn the_default_sample_type_is_found_by_name_and_is_else_the_last() {
         for (default, counted) in [("alloc_space", 20), ("inuse_space", 4000), ("", 4000)] {
-            let read = stacks(&heap_profile(default));
+            let (read, _) = stacks(&heap_profile(default), Path::new("p")).unwrap();
             assert_eq!(read.summary.samples, counted, "default {default:?}");
         }
     }
@@ -311,7 +342,7 @@ mod tests {
         original.stacks[2].context_frames = 0;
         let mut bytes = Vec::new();
         write_profile(&original, Format::Pprof, &Default::default(), &mut bytes).unwrap();
-        let read = read(&bytes[..], Path::new("p.pb.gz")).unwrap();
+        let (read, _) = read(&bytes[..], Path::new("p.pb.gz")).unwrap();
         for stack in &original.stacks {
             let again = read
                 .stacks
@@ -332,5 +363,55 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("x.pb.gz"), "{error}");
+    }
+
+    #[test]
+    fn counts_saturate_at_the_edge() {
+        let mut pprof = heap_profile("inuse_space");
+        let sample = pprof.sample[0].clone();
+        pprof.sample = vec![sample; 3];
+        for sample in &mut pprof.sample {
+            sample.value[3] = i64::MAX;
+        }
+        let (read, warnings) = stacks(&pprof, Path::new("p")).unwrap();
+        assert_eq!(read.summary.samples, u64::MAX);
+        assert_eq!(read.stacks[0].samples, u64::MAX);
+        assert_eq!(
+            warnings,
+            ["p: its counts add up past 18446744073709551615: held there"]
+        );
+        pprof.sample.truncate(2);
+        let (read, warnings) = stacks(&pprof, Path::new("p")).unwrap();
+        assert_eq!(read.summary.samples, u64::MAX - 1);
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn deep_stacks_are_cut_to_their_root_side() {
+        let mut pprof = heap_profile("");
+        pprof.sample[0].location_id = vec![1; 3 * MAX_FRAMES];
+        let (read, warnings) = stacks(&pprof, Path::new("p")).unwrap();
+        assert_eq!(read.stacks[0].frames.len(), MAX_FRAMES);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_refused_while_it_unzips() {
+        use flate2::{write::GzEncoder, Compression};
+        use std::io::Write;
+        let mut zipped = GzEncoder::new(Vec::new(), Compression::fast());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..=(MAX_UNZIPPED >> 20) {
+            zipped.write_all(&zeros).unwrap();
+        }
+        let zipped = zipped.finish().unwrap();
+        let (error, heap) =
+            crate::fuzz::alloc::measure(|| read(&zipped[..], Path::new("bomb.pb.gz")));
+        let error = error.unwrap_err().to_string();
+        assert!(
+            error.contains("bomb.pb.gz unzips to more than 256 MiB"),
+            "{error}"
+        );
+        assert!(heap < 2 * zipped.len() + (1 << 20), "held {heap} bytes");
     }
 }

@@ -39,7 +39,8 @@ fn leaves(profile: &Profile) -> (HashMap<Arc<str>, u64>, u64) {
     let mut total = 0u64;
     for stack in &profile.stacks {
         if let Some(leaf) = stack.frames.last() {
-            *leaves.entry(leaf.clone()).or_default() += stack.samples;
+            let leaf = leaves.entry(leaf.clone()).or_default();
+            *leaf = leaf.saturating_add(stack.samples);
             total = total.saturating_add(stack.samples);
         }
     }

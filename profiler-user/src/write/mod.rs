@@ -157,7 +157,9 @@ pub(crate) mod tests {
                 .collect(),
             modules: Vec::new(),
             summary: RecordingSummary {
-                samples: stacks.iter().map(|&(_, n)| n).sum(),
+                samples: stacks
+                    .iter()
+                    .fold(0, |total, &(_, n)| total.saturating_add(n)),
                 ..RecordingSummary::default()
             },
         }
