@@ -158,6 +158,6 @@ fn pushes_hold_what_the_directory_of_the_same_run_holds() {
         "pushed {pushed} samples in {} requests, written {written}",
         bodies.len()
     );
-    assert!(pushed > 300, "{pushed} samples pushed");
+    assert!(pushed > 100, "{pushed} samples pushed");
     assert_eq!(pushed, written);
 }
