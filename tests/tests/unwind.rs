@@ -967,7 +967,12 @@ fn mappings_past_the_cap_are_counted_in_the_summary() {
     let extra = MAX_MAPPINGS + 1000;
     let running = workload.spawn(&args![60, libraries.display(), 20, extra]);
     let (json, txt) = (dir.join("cap.json"), dir.join("cap.txt"));
-    record_to(&args!["-p", running.pid(), "-o", txt.display()], 99, 1.0, &json);
+    record_to(
+        &args!["-p", running.pid(), "-o", txt.display()],
+        99,
+        1.0,
+        &json,
+    );
 
     let profile = read_json(&json);
     let tables = &profile.summary.unwind;
