@@ -94,9 +94,19 @@
 #define STOKE_MAX_UNWIND_PAGE_SHIFT 16
 
 /**
- * Most executable mappings of one process the unwinder knows.
+ * Most executable mappings of one process the unwinder knows: far above
+ * real processes (a browser, or a JVM or Python with many native
+ * libraries, maps hundreds of files). A process past it has its mappings
+ * from there on left out (counted in the summary): stacks end in their
+ * code.
  */
-#define STOKE_MAX_MAPPINGS 256
+#define STOKE_MAX_MAPPINGS 16384
+
+/**
+ * Steps of the BPF binary search for a pc among a process's mappings: `n`
+ * steps search fewer than `1 << n`.
+ */
+#define STOKE_MAPPING_SEARCH_STEPS 15
 
 /**
  * First bit of the stop reason in a record's flags.
@@ -526,8 +536,8 @@ struct stoke_mapping {
  * A process's executable mappings: `count` [`Mapping`]s (at most
  * [`MAX_MAPPINGS`]), sorted by start, from index `first` of the
  * `unwind_mappings` map. 8 bytes a process in the kernel's hash map, where
- * the mappings themselves would take 10 KB for every process to copy in
- * and allocate, most of them empty.
+ * room for the mappings themselves would be copied in and allocated whole
+ * for every process, most of it empty.
  */
 struct stoke_process_mappings {
   /**

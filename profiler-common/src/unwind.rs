@@ -152,8 +152,18 @@ pub struct UnwindPage {
     pub end: u32,
 }
 
-/// Most executable mappings of one process the unwinder knows.
-pub const MAX_MAPPINGS: usize = 256;
+/// Most executable mappings of one process the unwinder knows: far above
+/// real processes (a browser, or a JVM or Python with many native
+/// libraries, maps hundreds of files). A process past it has its mappings
+/// from there on left out (counted in the summary): stacks end in their
+/// code.
+pub const MAX_MAPPINGS: usize = 16_384;
+
+/// Steps of the BPF binary search for a pc among a process's mappings: `n`
+/// steps search fewer than `1 << n`.
+pub const MAPPING_SEARCH_STEPS: u32 = 15;
+
+const _: () = assert!(MAX_MAPPINGS < 1 << MAPPING_SEARCH_STEPS);
 
 /// One executable mapping of a process, with its file's rows.
 #[repr(C)]
@@ -184,8 +194,8 @@ pub struct Mapping {
 /// A process's executable mappings: `count` [`Mapping`]s (at most
 /// [`MAX_MAPPINGS`]), sorted by start, from index `first` of the
 /// `unwind_mappings` map. 8 bytes a process in the kernel's hash map, where
-/// the mappings themselves would take 10 KB for every process to copy in
-/// and allocate, most of them empty.
+/// room for the mappings themselves would be copied in and allocated whole
+/// for every process, most of it empty.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProcessMappings {

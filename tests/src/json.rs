@@ -83,6 +83,10 @@ pub struct UnwindSummary {
     pub compile_time: f64,
     /// Processes whose tables were loaded.
     pub processes: u64,
+    /// Processes with more executable mappings than the unwinder holds.
+    pub processes_over_mapping_cap: u64,
+    /// Their mappings past the cap, left out.
+    pub mappings_left_out: u64,
 }
 
 /// How far native user stacks got.
@@ -93,6 +97,8 @@ pub struct StackQuality {
     /// Of those, the ones whose outermost frame is a process or thread
     /// start.
     pub reached_root: u64,
+    /// The others, by why their stack ended.
+    pub truncated: BTreeMap<String, u64>,
 }
 
 impl JsonProfile {

@@ -18,6 +18,10 @@
 //!   reads, and reports a file that is no ELF file.
 //! - The summary reports the share of stacks reaching a root and the
 //!   unwind tables loaded, and counts whole stacks as whole.
+//! - A process with 2,000 dlopened libraries, its hot code in libraries
+//!   loaded early and late, reaches `main` in at least 95% of its samples;
+//!   one with more executable mappings than the unwinder holds has those
+//!   past the cap counted in the summary.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -27,7 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use profiler_common::unwind::ROOT_FUNCTIONS;
+use profiler_common::unwind::{MAX_MAPPINGS, ROOT_FUNCTIONS};
 use stoke_tests::{
     args, contains_word, describe, is_kernel_frame, perf_script, read_folded, read_json,
     record_args, record_process, record_to, require_root, run_tool, samples_where, stacks_of,
@@ -881,6 +885,148 @@ fn summary_counts_stripped_entry_point_as_root() {
              stripped_xz_reaches_libc_start_like_perf):\n{report}"
         ),
     );
+}
+
+/// Libraries of the many-libraries tests: thousands, as the largest real
+/// processes map (browsers, JVMs with many native libraries, Python with
+/// many extension modules).
+const MANY_LIBRARIES: usize = 2000;
+
+/// A process with [`MANY_LIBRARIES`] dlopened libraries, built without
+/// frame pointers, that calls a function of twenty of them in turn, from
+/// the 100th loaded to the last, from `main`: once its tables are in, its
+/// stacks reach `main` and libc's start, each library's mapping known to
+/// the unwinder (with 256 a process at most, 85% of them stopped in the
+/// library).
+#[test]
+fn thousands_of_libraries_unwind_to_main() {
+    let (dir, workload) = prepare_no_fp("unwind-many-libraries", "many_libraries", &["main"]);
+    let libraries = build_many_libraries(&dir, MANY_LIBRARIES);
+    let running = workload.spawn(&args![60, libraries.display(), MANY_LIBRARIES]);
+    let out = dir.join("many.json");
+    record_to(&args!["-p", running.pid()], 499, 6.0, &out);
+
+    let profile = read_json(&out);
+    let (stacks, tables) = (&profile.stacks, &profile.summary.unwind);
+    let report = profile.describe();
+    let in_library = |s: &Stack| s.frames.last().is_some_and(|f| f == "library_hop");
+    let hot = samples_where(stacks, in_library);
+    let whole = samples_where(stacks, |s| {
+        in_library(s)
+            && s.contains_run(&["main", "library_hop"])
+            && s.frames.iter().any(|f| LIBC_START.contains(&f.as_str()))
+    });
+    // Until its 2,000 tables are in, the process's frame pointers are
+    // walked (and lead nowhere).
+    let before_tables = profile
+        .summary
+        .stack_quality
+        .truncated
+        .get("frame pointers ended (no unwind table)")
+        .copied()
+        .unwrap_or(0);
+    let with_tables = hot.saturating_sub(before_tables);
+    println!(
+        "{whole} of {hot} samples in library_hop ({:.1}%) reach libc's start through main; \
+         {before_tables} samples were taken before the tables were in\n{tables:?}",
+        percent(whole, hot),
+    );
+    assert!(
+        hot > 600,
+        "only {hot} samples in library_hop (6 s of a busy process at 499 Hz, about 3000 \
+         expected)\n{report}"
+    );
+    assert!(
+        before_tables * 5 <= hot,
+        "{before_tables} of {hot} samples were taken before the process's tables were in: \
+         loading 2,000 small tables took over a fifth of the recording\n{report}"
+    );
+    assert_fraction(
+        whole,
+        with_tables,
+        0.95,
+        format_args!("in the libraries reach libc's start through main\n{report}"),
+    );
+    assert!(
+        tables.files as usize >= MANY_LIBRARIES && tables.mappings_left_out == 0,
+        "tables for {} files and {} mappings left out: every library has a table of its \
+         own and a place in the unwinder's mappings\n{report}",
+        tables.files,
+        tables.mappings_left_out
+    );
+}
+
+/// A process with more executable mappings than the unwinder holds for
+/// one ([`MAX_MAPPINGS`]: twenty libraries, the first mapped again past
+/// the cap) has those past it counted in the summary, in the JSON and the
+/// txt report alike.
+#[test]
+fn mappings_past_the_cap_are_counted_in_the_summary() {
+    let (dir, workload) = prepare_no_fp("unwind-mapping-cap", "many_libraries", &["main"]);
+    let libraries = build_many_libraries(&dir, 20);
+    let extra = MAX_MAPPINGS + 1000;
+    let running = workload.spawn(&args![60, libraries.display(), 20, extra]);
+    let (json, txt) = (dir.join("cap.json"), dir.join("cap.txt"));
+    record_to(
+        &args!["-p", running.pid(), "-o", txt.display()],
+        99,
+        1.0,
+        &json,
+    );
+
+    let profile = read_json(&json);
+    let tables = &profile.summary.unwind;
+    let report = fs::read_to_string(&txt).expect("reading the txt report");
+    println!("{tables:?}\n{report}");
+    // The 20 libraries, the extra mappings and the executable at least.
+    let past_cap = (extra + 21 - MAX_MAPPINGS) as u64;
+    assert!(
+        tables.processes_over_mapping_cap >= 1 && tables.mappings_left_out >= past_cap,
+        "{} processes over the cap, {} mappings left out (at least {past_cap} expected)\n{}",
+        tables.processes_over_mapping_cap,
+        tables.mappings_left_out,
+        profile.describe()
+    );
+    let label = "Executable mappings left out:";
+    let count = format!("{} ", tables.mappings_left_out);
+    assert!(
+        report.lines().any(|line| line
+            .strip_prefix(label)
+            .is_some_and(|rest| rest.trim_start().starts_with(&count))),
+        "the txt report does not say `{label} {count}`:\n{report}"
+    );
+}
+
+/// `count` libraries for many_libraries in `dir/libraries` (`lib0000.so`
+/// on): copies of `tests/workloads/many_libraries_lib.c` built once
+/// without frame pointers (a gcc run for each of thousands would make a
+/// slow test), each with a build ID of its own, as distinct libraries
+/// have: each gets a table of its own.
+fn build_many_libraries(dir: &TempDir, count: usize) -> PathBuf {
+    let library = Workload::build_with(
+        "many_libraries_lib",
+        dir.path(),
+        &[NO_FRAME_POINTER_FLAGS, &["-shared", "-fPIC"]].concat(),
+    );
+    assert_no_frame_pointers(library.exe(), &["library_hop"]);
+    let bytes = fs::read(library.exe()).expect("reading the built library");
+    // The GNU build ID note's header: name size 4, ID size 20, type 3,
+    // "GNU"; the ID follows.
+    let header = [4, 0, 0, 0, 20, 0, 0, 0, 3, 0, 0, 0, b'G', b'N', b'U', 0];
+    let id = bytes
+        .windows(header.len())
+        .position(|window| window == header)
+        .expect("the built library has a GNU build ID note (gcc --build-id)")
+        + header.len();
+    let libraries = dir.join("libraries");
+    fs::create_dir(&libraries).expect("creating the libraries' directory");
+    for index in 0..count {
+        let mut copy = bytes.clone();
+        copy[id..id + 4].copy_from_slice(&(index as u32).to_le_bytes());
+        let path = libraries.join(format!("lib{index:04}.so"));
+        fs::write(&path, copy).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
+    libraries
 }
 
 /// Builds `tests/workloads/<name>.c` without frame pointers

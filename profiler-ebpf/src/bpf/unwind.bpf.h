@@ -146,7 +146,7 @@ find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last)
 		return mapping;
 	if (search.high > STOKE_MAX_MAPPINGS)
 		search.high = STOKE_MAX_MAPPINGS;
-	bpf_loop(9, mapping_search_step, &search, 0);
+	bpf_loop(STOKE_MAPPING_SEARCH_STEPS, mapping_search_step, &search, 0);
 	if (search.found < 0)
 		return NULL;
 	*last = search.found;

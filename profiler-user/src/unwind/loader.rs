@@ -125,6 +125,11 @@ pub struct UnwindSummary {
     pub processes: usize,
     /// Processes left out because the mappings map was full.
     pub processes_without_room: usize,
+    /// Processes with more executable mappings than the unwinder holds for
+    /// one ([`MAX_MAPPINGS`]), each time it loaded them.
+    pub processes_over_mapping_cap: usize,
+    /// Their mappings past the cap, left out: stacks end at their code.
+    pub mappings_left_out: usize,
 }
 
 /// The loader thread's handle.
@@ -305,7 +310,8 @@ impl Worker {
     }
 
     fn load(&mut self, pid: u32, mappings: &[ExecMapping]) {
-        let mappings = &mappings[..mappings.len().min(MAX_MAPPINGS)];
+        let left_out = mappings.len().saturating_sub(MAX_MAPPINGS);
+        let mappings = &mappings[..mappings.len() - left_out];
         // A process whose mappings were read again (it ran code it mapped
         // since) is loaded anew: the image loaded last is the one in force.
         self.end(pid);
@@ -330,6 +336,8 @@ impl Worker {
             unsafe { std::mem::transmute(ProcessMappings { count, first }) };
         if self.processes.insert(pid, value, 0).is_ok() {
             self.summary.processes += 1;
+            self.summary.processes_over_mapping_cap += usize::from(left_out > 0);
+            self.summary.mappings_left_out += left_out;
             if let Some(process) = self.mapped_by.get_mut(&pid) {
                 (process.first, process.count) = (first, count);
             }

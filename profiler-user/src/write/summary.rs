@@ -5,6 +5,8 @@ use std::{
     io::{self, Write},
 };
 
+use profiler_common::unwind::MAX_MAPPINGS;
+
 use crate::profile::{JavaSummary, Profile, RecordingSummary};
 
 /// More rows bury the few functions that matter.
@@ -165,6 +167,16 @@ fn write_stack_quality(summary: &RecordingSummary, out: &mut dyn Write) -> io::R
             format!("{} (same build of a file seen again)", unwind.shared_files),
         ),
     ];
+    // Said only when it happens.
+    if unwind.mappings_left_out > 0 {
+        lines.push((
+            "Executable mappings left out".to_owned(),
+            format!(
+                "{} ({} processes with over {MAX_MAPPINGS}; stacks end in their code)",
+                unwind.mappings_left_out, unwind.processes_over_mapping_cap
+            ),
+        ));
+    }
     lines.extend(quality.truncated.iter().map(|(reason, samples)| {
         (
             format!("Truncated stacks ({reason})"),
