@@ -207,7 +207,8 @@ mod tests {
         "summary":{"duration":2.0,"samples":4,"symbolized_addresses":7,"symbolize_time":0.01,"timed_threads":2,
         "java":{"jvms":1,"attach_ms":[[42,130]],"java_after_start_ms":[[42,310]],"java_samples":3,"non_java_samples":1,
         "native_only":{"no agent":2},"dropped_stacks":{"timed in the future":1},"dropped_code_events":0},
-        "unwind":{"files":2,"shared_files":0,"rows":10,"bytes":160,"compile_time":0.002,"processes":1},
+        "unwind":{"files":2,"shared_files":0,"rows":10,"bytes":160,"compile_time":0.002,"processes":1,
+        "processes_over_mapping_cap":0,"mappings_left_out":0},
         "stack_quality":{"samples":1,"reached_root":1,"truncated":{}}},
         "stacks":[{"frames":["java [42]","Busy.crunch_[j]"],"context_frames":1,"samples":3,"labels":{"pid":"42"}},
         {"frames":["java [42]","GC Thread"],"context_frames":1,"samples":1,"labels":{"pid":"42"}}]}"#;
