@@ -1426,7 +1426,7 @@ fn assert_fraction(part: u64, whole: u64, fraction: f64, what: impl std::fmt::Di
 fn an_lld_linked_rust_program_reaches_its_root() {
     let dir = TempDir::new("unwind-lld");
     let input = dir.join("big.folded");
-    fs::write(&input, synthetic_profile(200_000)).unwrap();
+    fs::write(&input, synthetic_profile(500_000)).unwrap();
     let mut command = Command::new("sh");
     command.arg("-c").arg(format!(
         "echo ready; exec {} convert {} -o {}",
