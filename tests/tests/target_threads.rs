@@ -35,20 +35,26 @@ fn threads_started_during_a_recording_are_sampled_and_never_trapped() {
 
     let stacks = read_folded(&out);
     let (mine, total) = process_stacks(&stacks, &running.root_frame(), 100);
+    // The main thread waits in pthread_join: nearly every sample of the
+    // process is of a thread it started, and churn_work is where those
+    // threads spend most of their time (the rest goes to starting and
+    // ending threads, more of it on a loaded host).
+    let started = samples_where(mine.iter().copied(), |s| s.contains("start_thread"));
     let churning = samples_where(mine.iter().copied(), |s| {
         s.contains_run(&["churn_work", "churn_spin"])
     });
-    println!("{threads} threads started; {churning} of {total} samples in churn_work");
+    println!(
+        "{threads} threads started; of {total} samples, {started} in started threads, {churning} in churn_work"
+    );
     assert!(threads > 1000, "only {threads} threads started in 6 s");
     // One busy thread at a time: 3 s at 499 Hz is ~1500 samples, nearly
     // all of them of threads that did not exist when stoke started (the
     // threads alive at the start last 2 ms). A loaded host gives the
-    // process less of a CPU (999 samples in all, 906 of them churning, in
-    // one CI run; 1,344 of 1,410 on a quiet one): the share of its
-    // samples tells as well.
+    // process less of a CPU (999 samples in one CI run, 1,410 on a quiet
+    // host): the share of its samples tells as well.
     assert!(
-        churning > 600 && churning * 10 >= total * 8,
-        "only {churning} of {total} samples in churn_work in 3 s at 499 Hz of a busy thread (~1500 expected): threads started later are not sampled\n{}",
+        started > 600 && started * 10 >= total * 9 && churning * 2 >= total,
+        "{started} of {total} samples in started threads, {churning} in churn_work, in 3 s at 499 Hz of a busy thread (~1500 expected): threads started later are not sampled\n{}",
         describe(mine.iter().copied(), 10)
     );
 }
