@@ -25,6 +25,31 @@
 #define STOKE_OWN_TIMER_COOKIE 1
 
 /**
+ * The `bpf_cookie` of the link between the sampler and a CPU's counter
+ * event: this plus the counter's index in the recording's counters.
+ */
+#define STOKE_COUNTER_COOKIE_BASE 16
+
+/**
+ * Added to a counter event's cookie when its events come as threads
+ * leave the CPU (context switches, migrations): its samples signal no JVM
+ * thread, as a signal would wake the thread it counts, which would switch
+ * again.
+ */
+#define STOKE_COUNTER_COOKIE_QUIET (1 << 8)
+
+/**
+ * Most counter events one recording samples.
+ */
+#define STOKE_MAX_COUNTERS 8
+
+/**
+ * [`RecordHeader::flags`] of a [`RecordKind::Counted`] record: the
+ * counter's index, from this bit on (below [`MAX_COUNTERS`]).
+ */
+#define STOKE_SAMPLE_COUNTER_SHIFT 16
+
+/**
  * [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
  */
 #define STOKE_SAMPLE_IN_KERNEL (1 << 0)
@@ -180,10 +205,17 @@ enum stoke_record
    */
   STOKE_RECORD_EXIT = 3,
   /**
-   * A thread's time off the CPU: a [`RecordHeader`] whose `off_cpu_ns`
-   * is the time, followed by the stacks it waited in.
+   * A thread's time off the CPU: a [`RecordHeader`] whose `weight` is
+   * the time in nanoseconds, followed by the stacks it waited in.
    */
   STOKE_RECORD_OFF_CPU = 4,
+  /**
+   * A sample of a perf counter event (page faults, cache misses...): a
+   * [`RecordHeader`] whose `weight` is the events it stands for (the
+   * event's period) and whose flags name the counter
+   * ([`SAMPLE_COUNTER_SHIFT`]), followed by its stacks.
+   */
+  STOKE_RECORD_COUNTED = 5,
 };
 #if __STDC_VERSION__ >= 202311L
 typedef enum stoke_record stoke_record;
@@ -423,10 +455,11 @@ struct stoke_record_header {
    */
   uint32_t flags;
   /**
-   * For an off-CPU record, the nanoseconds the thread was off the CPU
-   * (its stack's weight); 0 in other records.
+   * Its stack's weight: for an off-CPU record the nanoseconds the
+   * thread was off the CPU, for a counted record the events the sample
+   * stands for; 0 in other records.
    */
-  uint64_t off_cpu_ns;
+  uint64_t weight;
   /**
    * In the first record of a process (as `exe_device`), a key of its
    * cgroups in every hierarchy (a hash of their hierarchies and kernfs

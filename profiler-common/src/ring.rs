@@ -22,15 +22,37 @@ pub enum RecordKind {
     /// A process ended (its thread group leader exited). A bare
     /// [`RecordHeader`]; a later sample with the same tgid is a new process.
     Exit = 3,
-    /// A thread's time off the CPU: a [`RecordHeader`] whose `off_cpu_ns`
-    /// is the time, followed by the stacks it waited in.
+    /// A thread's time off the CPU: a [`RecordHeader`] whose `weight` is
+    /// the time in nanoseconds, followed by the stacks it waited in.
     OffCpu = 4,
+    /// A sample of a perf counter event (page faults, cache misses...): a
+    /// [`RecordHeader`] whose `weight` is the events it stands for (the
+    /// event's period) and whose flags name the counter
+    /// ([`SAMPLE_COUNTER_SHIFT`]), followed by its stacks.
+    Counted = 5,
 }
 
 /// The `bpf_cookie` of the link between the sampler and a JVM thread's own
 /// cpu-clock event (whose `sigtrap` asks for the Java stack); the CPUs'
 /// events have none (0).
 pub const OWN_TIMER_COOKIE: u64 = 1;
+
+/// The `bpf_cookie` of the link between the sampler and a CPU's counter
+/// event: this plus the counter's index in the recording's counters.
+pub const COUNTER_COOKIE_BASE: u64 = 16;
+
+/// Added to a counter event's cookie when its events come as threads
+/// leave the CPU (context switches, migrations): its samples signal no JVM
+/// thread, as a signal would wake the thread it counts, which would switch
+/// again.
+pub const COUNTER_COOKIE_QUIET: u64 = 1 << 8;
+
+/// Most counter events one recording samples.
+pub const MAX_COUNTERS: u32 = 8;
+
+/// [`RecordHeader::flags`] of a [`RecordKind::Counted`] record: the
+/// counter's index, from this bit on (below [`MAX_COUNTERS`]).
+pub const SAMPLE_COUNTER_SHIFT: u32 = 16;
 
 /// [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
 pub const SAMPLE_IN_KERNEL: u32 = 1 << 0;
@@ -91,9 +113,10 @@ pub struct RecordHeader {
     pub user_frames: u16,
     /// `SAMPLE_*` bits.
     pub flags: u32,
-    /// For an off-CPU record, the nanoseconds the thread was off the CPU
-    /// (its stack's weight); 0 in other records.
-    pub off_cpu_ns: u64,
+    /// Its stack's weight: for an off-CPU record the nanoseconds the
+    /// thread was off the CPU, for a counted record the events the sample
+    /// stands for; 0 in other records.
+    pub weight: u64,
     /// In the first record of a process (as `exe_device`), a key of its
     /// cgroups in every hierarchy (a hash of their hierarchies and kernfs
     /// ids, shared by the processes in the same cgroups, v1 or v2), so that

@@ -128,6 +128,11 @@ impl Aggregator {
         }
     }
 
+    /// The event it counts.
+    pub fn event(&self) -> Event {
+        self.event
+    }
+
     /// Counts one sample.
     pub fn add(&mut self, merged: MergedSample) {
         self.add_weighted(merged, 1);
@@ -468,7 +473,7 @@ mod tests {
             exe_file: None,
             age: None,
             stop: StopReason::End,
-            off_cpu_ns: None,
+            measure: crate::sample::ring_record::Measure::Cpu,
         }
     }
 

@@ -62,6 +62,9 @@ pub enum Command {
     /// instead; the other files are still listed, and stoke exits with
     /// status 1.
     Tables(TablesArgs),
+    /// List the events -e takes, and whether this host has each: a counter
+    /// the CPU or kernel does not count says why.
+    List,
     /// Run one attach-protocol command in a running HotSpot JVM, as jattach
     /// does, and print its answer.
     ///
@@ -131,18 +134,25 @@ pub struct SamplingArgs {
 
     /// What to count (comma-separated or repeated): cpu (samples), offcpu
     /// (nanoseconds off the CPU), alloc (Java bytes allocated), lock (Java
-    /// nanoseconds waited). One profile per event; with several, each
-    /// output file gets the event's name before its extension
-    /// (stoke.offcpu.svg).
+    /// nanoseconds waited), or a perf counter event by its perf name
+    /// (page-faults, context-switches, cycles, cache-misses...; `stoke
+    /// list` shows the events this host has), sampled at -F or every
+    /// --period events. One profile per event; with several, each output
+    /// file gets the event's name before its extension (stoke.offcpu.svg).
     #[arg(
         short = 'e',
         long = "event",
-        value_enum,
+        value_parser = Event::parse,
         value_delimiter = ',',
         value_name = "EVENT",
         default_value = "cpu"
     )]
     pub events: Vec<Event>,
+
+    /// Sample perf counter events every N events (each sample weighs N)
+    /// instead of about -F times a second on each CPU.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub period: Option<u64>,
 
     /// With -e offcpu, the shortest wait counted, in nanoseconds. The
     /// default, 100 µs, keeps the waits on disks, networks and timers,

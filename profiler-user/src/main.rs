@@ -17,6 +17,7 @@ mod event;
 mod export;
 mod heap;
 mod jvm;
+mod list;
 mod metrics;
 mod module_table;
 mod preflight;
@@ -55,6 +56,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => diff::run(args),
         Command::Agent { output } => jvm::agent::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
+        Command::List => list::run(),
         // Reports its own errors, one line per file.
         Command::Tables(args) => return unwind::inspect::run(args),
     };

@@ -195,7 +195,7 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.tgid = tgid;
 	record->header.tid = task->pid;
 	record->header.time_ns = bpf_ktime_get_ns();
-	record->header.off_cpu_ns = off_ns;
+	record->header.weight = off_ns;
 	record->header.flags |= record_flags(task->flags);
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);

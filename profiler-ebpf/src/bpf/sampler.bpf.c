@@ -345,9 +345,11 @@ static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc
  * event). `legacy`: for kernels without bpf_loop (before 5.17), which
  * lack the BTF task pointer, bpf_task_pt_regs and attach cookies too: the
  * task is read through probes, user stacks are walked by frame pointers
- * only, and no thread has an event of its own (before 6.10 none does). */
+ * only, and no thread has an event of its own (before 6.10 none does).
+ * `cookie` at or past COUNTER_COOKIE_BASE: a sample of a CPU's counter
+ * event (page faults, cache misses...), weighed by the event's period. */
 static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool own_timer,
-				       bool legacy)
+				       bool legacy, __u64 cookie)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
@@ -359,7 +361,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	struct stoke_signalled_jvm *jvm;
 	__u64 pc = 0, sp = 0, bp = 0;
 	__u32 stop = STOKE_STOP_FRAME_POINTERS, slot, jvm_signal = 0;
-	bool in_kernel, announcing, trap, in_cache = false;
+	bool in_kernel, announcing, trap, counter, in_cache = false;
 	__u32 task_flags;
 	long kernel_bytes = 0, user_bytes = 0;
 
@@ -369,14 +371,22 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		count(STOKE_COUNTER_IDLE_SKIPPED);
 		return 0;
 	}
-	if (!legacy && !own_timer && bpf_map_lookup_elem(&timed_threads, &tid))
-		return 0;
-	/* The targets' events are on their threads alone (threads inherit
-	 * them, children do not): only the CPUs' events need the filter.
-	 * Before inherit_thread (5.13) children inherit them too. */
-	if (filter_tgids && (legacy || !thread_events) &&
-	    !bpf_map_lookup_elem(&target_tgids, &tgid))
-		return 0;
+	counter = cookie >= STOKE_COUNTER_COOKIE_BASE;
+	if (counter) {
+		/* Counters are the CPUs' events: they count every process. */
+		if (filter_tgids && !bpf_map_lookup_elem(&target_tgids, &tgid))
+			return 0;
+	} else {
+		if (!legacy && !own_timer && bpf_map_lookup_elem(&timed_threads, &tid))
+			return 0;
+		/* The targets' events are on their threads alone (threads
+		 * inherit them, children do not): only the CPUs' events need
+		 * the filter. Before inherit_thread (5.13) children inherit
+		 * them too. */
+		if (filter_tgids && (legacy || !thread_events) &&
+		    !bpf_map_lookup_elem(&target_tgids, &tgid))
+			return 0;
+	}
 
 	record = bpf_map_lookup_elem(&scratch, &cpu_slot);
 	if (!record)
@@ -384,13 +394,21 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 
 	/* The context only allows full-width loads of registers. */
 	in_kernel = (*(volatile __u64 *)&ctx->regs.cs & 3) == 0;
-	record->header.kind = STOKE_RECORD_SAMPLE;
 	record->header.cpu = bpf_get_smp_processor_id();
 	record->header.tgid = tgid;
 	record->header.tid = (__u32)pid_tgid;
 	record->header.time_ns = bpf_ktime_get_ns();
 	record->header.flags = in_kernel ? STOKE_SAMPLE_IN_KERNEL : 0;
-	record->header.off_cpu_ns = 0;
+	if (counter) {
+		record->header.kind = STOKE_RECORD_COUNTED;
+		record->header.weight = ctx->sample_period;
+		record->header.flags |=
+			(__u32)((cookie - STOKE_COUNTER_COOKIE_BASE) & (STOKE_MAX_COUNTERS - 1))
+			<< STOKE_SAMPLE_COUNTER_SHIFT;
+	} else {
+		record->header.kind = STOKE_RECORD_SAMPLE;
+		record->header.weight = 0;
+	}
 	bpf_get_current_comm(record->header.comm, sizeof(record->header.comm));
 
 	/* A user-mode sample has no kernel stack: asking would only fail. */
@@ -434,7 +452,9 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		 * pointer, or NULL, kept across the unwinder would have the
 		 * verifier walk the unwinder once for each (1.8x its load
 		 * time). A JVM's signal is never 0. */
-		jvm = cpu_java_stacks ? bpf_map_lookup_elem(&signal_tgids, &tgid) : NULL;
+		jvm = cpu_java_stacks && !(counter && (cookie & STOKE_COUNTER_COOKIE_QUIET))
+			      ? bpf_map_lookup_elem(&signal_tgids, &tgid)
+			      : NULL;
 		if (jvm) {
 			jvm_signal = jvm->signal;
 			in_cache = in_code_cache(jvm, pc);
@@ -489,21 +509,24 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	return trap;
 }
 
-/* One program for both kinds of event: a thread's own is linked with a
- * cookie, and the program is verified once. */
+/* One program for every kind of event: a thread's own timer and a CPU's
+ * counter are linked with a cookie, and the program is verified once. */
 SEC("perf_event")
 int sample_cpu(struct stoke_perf_event_data *ctx)
 {
-	return take_sample(ctx, thread_events ||
-				       bpf_get_attach_cookie(ctx) == STOKE_OWN_TIMER_COOKIE,
-			   false);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+	return take_sample(ctx,
+			   cookie < STOKE_COUNTER_COOKIE_BASE &&
+				   (thread_events || cookie == STOKE_OWN_TIMER_COOKIE),
+			   false, cookie);
 }
 
 /* sample_cpu for kernels without bpf_loop (take_sample's `legacy`). */
 SEC("perf_event")
 int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
 {
-	return take_sample(ctx, thread_events, true);
+	return take_sample(ctx, thread_events, true, 0);
 }
 
 /* A process's address space is gone: it gets no more signals (whatever

@@ -1,19 +1,19 @@
-//! One aggregation per event of a recording (cpu, offcpu, alloc, lock),
-//! and the summary each event's profile gets.
+//! One aggregation per event of a recording (cpu, offcpu, alloc, lock and
+//! each perf counter), and the summary each event's profile gets.
 
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
-    event::Event,
+    event::{Counter, Event},
     jvm::{
         java_events::{JavaEventSample, JavaEventSettings},
         MergedSample,
     },
     process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
-    sample::sampler::CounterTotals,
+    sample::{ring_record::Measure, sampler::CounterTotals},
     symbolize::names::StackAddresses,
 };
-use profiler_common::Counter;
+use profiler_common::Counter as SamplerCounter;
 
 /// What each event has counted since the recording, or its last cut, began.
 pub struct EventAggregators {
@@ -30,6 +30,9 @@ pub struct EventAggregators {
     alloc: Aggregator,
     /// Contended Java locks, weighed by the nanoseconds waited.
     lock: Aggregator,
+    /// Each perf counter's samples, weighed by their events, in the order
+    /// of the sampler's counters.
+    counters: Vec<Aggregator>,
 }
 
 impl EventAggregators {
@@ -44,6 +47,7 @@ impl EventAggregators {
             offcpu: Aggregator::new(options, Event::Offcpu),
             alloc: Aggregator::new(options, Event::Alloc),
             lock: Aggregator::new(options, Event::Lock),
+            counters: counter_aggregators(options, events),
         }
     }
 
@@ -54,6 +58,11 @@ impl EventAggregators {
             offcpu: Aggregator::new(self.options, Event::Offcpu),
             alloc: Aggregator::new(self.options, Event::Alloc),
             lock: Aggregator::new(self.options, Event::Lock),
+            counters: self
+                .counters
+                .iter()
+                .map(|counter| Aggregator::new(self.options, counter.event()))
+                .collect(),
             ..*self
         };
         std::mem::replace(self, fresh)
@@ -62,9 +71,15 @@ impl EventAggregators {
     /// Counts a CPU sample, or an off-CPU record by the time it waited
     /// (and a Java thread's as a lock wait, if it parked on a lock).
     pub fn add(&mut self, merged: MergedSample) {
-        let Some(waited) = merged.sample.off_cpu_ns else {
-            self.cpu.add(merged);
-            return;
+        let waited = match merged.sample.measure {
+            Measure::Cpu => return self.cpu.add(merged),
+            Measure::Counted { index, events } => {
+                if let Some(counter) = self.counters.get_mut(usize::from(index)) {
+                    counter.add_weighted(merged, events);
+                }
+                return;
+            }
+            Measure::OffCpu(waited) => waited,
         };
         if self
             .parks_from_ns
@@ -95,6 +110,11 @@ impl EventAggregators {
         self.cpu
             .addresses(processes)
             .chain(self.offcpu.addresses(processes))
+            .chain(
+                self.counters
+                    .iter()
+                    .flat_map(|counter| counter.addresses(processes)),
+            )
     }
 
     /// A profile per event of `events`, in their order: `fold` folds an
@@ -107,6 +127,7 @@ impl EventAggregators {
         counters: &CounterTotals,
         mut fold: impl FnMut(Aggregator, RecordingSummary) -> Profile,
     ) -> Vec<Profile> {
+        let mut counted = self.counters.into_iter();
         let mut aggregators = [
             Some(self.cpu),
             Some(self.offcpu),
@@ -116,17 +137,35 @@ impl EventAggregators {
         events
             .iter()
             .filter_map(|&event| {
-                let index = match event {
-                    Event::Cpu => 0,
-                    Event::Offcpu => 1,
-                    Event::Alloc => 2,
-                    Event::Lock => 3,
-                };
-                let aggregator = aggregators[index].take()?;
+                let aggregator = match event {
+                    Event::Cpu => aggregators[0].take(),
+                    Event::Offcpu => aggregators[1].take(),
+                    Event::Alloc => aggregators[2].take(),
+                    Event::Lock => aggregators[3].take(),
+                    Event::Counter(_) => counted.next(),
+                }?;
                 Some(fold(aggregator, summary_of(event, &summary, counters)))
             })
             .collect()
     }
+}
+
+/// The perf counters among `events`, in order: the sampler's counters.
+pub fn counters(events: &[Event]) -> Vec<Counter> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Counter(counter) => Some(*counter),
+            _ => None,
+        })
+        .collect()
+}
+
+fn counter_aggregators(options: AggregateOptions, events: &[Event]) -> Vec<Aggregator> {
+    counters(events)
+        .into_iter()
+        .map(|counter| Aggregator::new(options, Event::Counter(counter)))
+        .collect()
 }
 
 /// An event's profile summary: the recording's for cpu; for the others
@@ -148,8 +187,8 @@ fn summary_of(
     summary.idle_skipped = 0;
     summary.stack_quality = Default::default();
     if event == Event::Offcpu {
-        summary.lost_ring_full = counters[Counter::OffCpuLostRingFull as usize];
-        summary.over_budget = counters[Counter::OffCpuOverBudget as usize];
+        summary.lost_ring_full = counters[SamplerCounter::OffCpuLostRingFull as usize];
+        summary.over_budget = counters[SamplerCounter::OffCpuOverBudget as usize];
     }
     summary
 }

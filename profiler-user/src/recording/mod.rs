@@ -31,6 +31,7 @@ use crate::{
     profile::{JavaSummary, Profile, RecordingSummary},
     progress::Progress,
     sample::{
+        counter_events::Rate,
         ring_record::Record,
         sampler::{CounterTotals, OffCpuConfig, Sampler, SamplerConfig},
         thread_timers::{fresh_cookie, trap_caught},
@@ -137,8 +138,14 @@ impl Recording {
             cpu: events
                 .iter()
                 .any(|event| matches!(event, Event::Cpu | Event::Alloc | Event::Lock)),
-            cpu_java_stacks: events.contains(&Event::Cpu),
+            cpu_java_stacks: events
+                .iter()
+                .any(|event| matches!(event, Event::Cpu | Event::Counter(_))),
             offcpu: offcpu_config(args, &events),
+            counters: self::events::counters(&events),
+            counter_rate: args
+                .period
+                .map_or(Rate::Frequency(args.frequency), Rate::Period),
         })?;
         if let Some(limits) = sampler.kernel_limits() {
             eprintln!("stoke: warning: {limits}");

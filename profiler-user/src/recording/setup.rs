@@ -9,7 +9,7 @@ use std::{
 use anyhow::Result;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::{cli::SamplingArgs, preflight};
+use crate::{cli::SamplingArgs, event::Event, preflight};
 
 /// The checks every command that samples makes before it starts.
 pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
@@ -43,10 +43,19 @@ pub fn announce(args: &SamplingArgs, duration: Option<Duration>, cpus: usize) {
         Some(duration) => format!("for {:.1} s", duration.as_secs_f64()),
         None => "until Ctrl-C".to_owned(),
     };
-    eprintln!(
-        "stoke: sampling {scope} on {cpus} CPUs at {} Hz {until}",
-        args.frequency
-    );
+    let rate = match args.period {
+        Some(period) if has_counter(&args.events) => {
+            format!("{} Hz (counters every {period} events)", args.frequency)
+        }
+        _ => format!("{} Hz", args.frequency),
+    };
+    eprintln!("stoke: sampling {scope} on {cpus} CPUs at {rate} {until}");
+}
+
+fn has_counter(events: &[Event]) -> bool {
+    events
+        .iter()
+        .any(|event| matches!(event, Event::Counter(_)))
 }
 
 /// Every mapped file of every sampled process is held open until the end:

@@ -1,9 +1,11 @@
-//! Stage 1, sampling: the BPF sampler on every CPU ([`sampler`]), its
+//! Stage 1, sampling: the BPF sampler on every CPU ([`sampler`]), the
+//! perf counter events it samples ([`counter_events`]), its
 //! calls of kernel functions linked at load ([`kfuncs`]), the parsing of
 //! the records it sends through its ring buffer ([`ring_record`]), and the
 //! off-CPU waits still going on at the end ([`waiting`]).
 
 pub mod comm;
+pub mod counter_events;
 pub mod kfuncs;
 pub mod ring_record;
 pub mod sampler;

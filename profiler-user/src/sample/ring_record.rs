@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use profiler_common::{
-    unwind::StopReason, RecordHeader, RecordKind, MAX_FRAMES, RECORD_HEADER_SIZE, SAMPLE_EXITING,
-    SAMPLE_IN_CODE_CACHE, SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED,
+    unwind::StopReason, RecordHeader, RecordKind, MAX_COUNTERS, MAX_FRAMES, RECORD_HEADER_SIZE,
+    SAMPLE_COUNTER_SHIFT, SAMPLE_EXITING, SAMPLE_IN_CODE_CACHE, SAMPLE_KERNEL_THREAD,
+    SAMPLE_SIGNALLED,
 };
 
 use super::comm::Comm;
@@ -65,9 +66,25 @@ pub struct Sample {
     pub age: Option<Duration>,
     /// Why the user stack ends where it does.
     pub stop: StopReason,
-    /// For an off-CPU record, how long the thread was off the CPU (its
-    /// `time_ns` is when the record was sent, once the wait had ended).
-    pub off_cpu_ns: Option<u64>,
+    /// What the sample stands for.
+    pub measure: Measure,
+}
+
+/// What a sample stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// A tick of CPU time.
+    Cpu,
+    /// A wait off the CPU of so many nanoseconds (the sample's `time_ns`
+    /// is when the record was sent, once the wait had ended).
+    OffCpu(u64),
+    /// So many events of the recording's counter at `index`.
+    Counted {
+        /// The counter's index among the recording's counters.
+        index: u8,
+        /// The events the sample stands for.
+        events: u64,
+    },
 }
 
 #[cfg(test)]
@@ -91,7 +108,7 @@ impl Sample {
             exe_file: None,
             age: None,
             stop: StopReason::End,
-            off_cpu_ns: None,
+            measure: Measure::Cpu,
         }
     }
 }
@@ -120,7 +137,7 @@ impl Record {
         match RecordKind::try_from(header.kind).ok() {
             Some(RecordKind::Exec) => Ok(Self::Exec { tgid: header.tgid }),
             Some(RecordKind::Exit) => Ok(Self::Exit { tgid: header.tgid }),
-            Some(kind @ (RecordKind::Sample | RecordKind::OffCpu)) => {
+            Some(kind @ (RecordKind::Sample | RecordKind::OffCpu | RecordKind::Counted)) => {
                 let kernel_frames = usize::from(header.kernel_frames).min(MAX_FRAMES);
                 let user_frames = usize::from(header.user_frames).min(MAX_FRAMES);
                 let frame_bytes = &bytes[RECORD_HEADER_SIZE..];
@@ -149,7 +166,14 @@ impl Record {
                         .then(|| (device_of(header.exe_device), header.exe_inode)),
                     age: (header.age_ns != 0).then(|| Duration::from_nanos(header.age_ns)),
                     stop: StopReason::from_flags(header.flags),
-                    off_cpu_ns: (kind == RecordKind::OffCpu).then_some(header.off_cpu_ns),
+                    measure: match kind {
+                        RecordKind::OffCpu => Measure::OffCpu(header.weight),
+                        RecordKind::Counted => Measure::Counted {
+                            index: ((header.flags >> SAMPLE_COUNTER_SHIFT) % MAX_COUNTERS) as u8,
+                            events: header.weight,
+                        },
+                        _ => Measure::Cpu,
+                    },
                 };
                 Ok(Self::Sample(sample))
             }
@@ -181,8 +205,8 @@ mod tests {
             comm,
             kernel_frames: kernel.len() as u16,
             user_frames: user.len() as u16,
-            flags: SAMPLE_SIGNALLED,
-            off_cpu_ns: 5_000_000,
+            flags: SAMPLE_SIGNALLED | 3 << SAMPLE_COUNTER_SHIFT,
+            weight: 5_000_000,
             cgroup_key: 77,
             exe_device: (259 << 20) | 3,
             exe_inode: 1234,
@@ -220,7 +244,7 @@ mod tests {
         assert_eq!(sample.cgroup_key, Some(77));
         assert_eq!(sample.exe_file, Some(((259, 3), 1234)));
         assert_eq!(sample.age, Some(Duration::from_secs(3)));
-        assert_eq!(sample.off_cpu_ns, None);
+        assert_eq!(sample.measure, Measure::Cpu);
     }
 
     #[test]
@@ -229,8 +253,21 @@ mod tests {
         let Record::Sample(sample) = record else {
             panic!("not an off-CPU record")
         };
-        assert_eq!(sample.off_cpu_ns, Some(5_000_000));
+        assert_eq!(sample.measure, Measure::OffCpu(5_000_000));
         assert_eq!((sample.kernel, sample.user), (vec![1], vec![2, 3]));
+    }
+
+    #[test]
+    fn counted_records_name_their_counter_and_weight() {
+        let record = Record::parse(&raw(RecordKind::Counted, &[1], &[2])).unwrap();
+        let Record::Sample(sample) = record else {
+            panic!("not a counted record")
+        };
+        let counted = Measure::Counted {
+            index: 3,
+            events: 5_000_000,
+        };
+        assert_eq!(sample.measure, counted);
     }
 
     #[test]

@@ -17,17 +17,18 @@ use aya::{
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
-use profiler_common::{Counter, SignalledJvm, COUNTER_COUNT};
+use profiler_common::{Counter, SignalledJvm, COUNTER_COUNT, MAX_COUNTERS};
 use tracing::debug;
 
 use super::{
+    counter_events::{self, CounterEvents, Rate},
     kfuncs, monotonic_ns,
     target_events::TargetEvents,
     thread_timers::{self, ThreadTimers, Trap},
     waiting::{self, WaitsInProgress},
 };
 use crate::{
-    heap,
+    event, heap,
     symbolize::kernel_names::KernelNamer,
     unwind::loader::{page_capacity, UnwindMaps},
 };
@@ -52,6 +53,11 @@ pub struct SamplerConfig {
     pub cpu_java_stacks: bool,
     /// Record off-CPU time (`-e offcpu`).
     pub offcpu: Option<OffCpuConfig>,
+    /// Perf counter events to sample (`-e page-faults`...), in order, and
+    /// how often.
+    pub counters: Vec<event::Counter>,
+    /// How often the counters are sampled.
+    pub counter_rate: Rate,
 }
 
 /// How off-CPU time is recorded.
@@ -90,6 +96,11 @@ pub struct Sampler {
     sigtrap_kernel: bool,
     /// The kernel lacks bpf_loop: CPU samples come from the legacy program.
     legacy: bool,
+    /// The counters to start sampling, and how often.
+    counters: Vec<event::Counter>,
+    counter_rate: Rate,
+    /// The counters sampling.
+    _counter_events: Option<CounterEvents>,
 }
 
 /// Processes whose unwind tables can be loaded at once.
@@ -145,6 +156,7 @@ impl Sampler {
                 crate::process::procfs::kernel_release().unwrap_or_default()
             );
         }
+        check_counters(&config.counters, &cpus, legacy)?;
         let linked = kfuncs::link(profiler_ebpf::sampler_object(offcpu), &btf);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
@@ -242,6 +254,9 @@ impl Sampler {
             sampling_cpu: false,
             sigtrap_kernel,
             legacy,
+            counters: config.counters.clone(),
+            counter_rate: config.counter_rate,
+            _counter_events: None,
         })
     }
 
@@ -254,6 +269,14 @@ impl Sampler {
             Array::<_, u64>::try_from(map)?
                 .set(0, monotonic_ns(), 0)
                 .context("starting the off-CPU clock")?;
+        }
+        if !self.counters.is_empty() {
+            self._counter_events = Some(counter_events::open(
+                &self.ebpf,
+                &self.counters,
+                &self.cpus,
+                self.counter_rate,
+            )?);
         }
         let Some(frequency_hz) = self.cpu_clock_hz.take() else {
             return Ok(());
@@ -539,6 +562,33 @@ pub enum SignalsRefused {
 
 /// Ring buffer bytes for a host: half a second of samples with full stacks
 /// (2 KiB) on every CPU, a power of two between 1 MiB and 256 MiB.
+/// Refuses, before anything starts, counters this host cannot sample.
+fn check_counters(counters: &[event::Counter], cpus: &[u32], legacy: bool) -> Result<()> {
+    if counters.is_empty() {
+        return Ok(());
+    }
+    if legacy {
+        bail!(
+            "perf counter events (-e {}) need Linux 5.15 or newer (BPF attach cookies); this kernel is {}",
+            counters[0].name(),
+            crate::process::procfs::kernel_release().unwrap_or_default()
+        );
+    }
+    if counters.len() > MAX_COUNTERS as usize {
+        bail!("at most {MAX_COUNTERS} perf counter events can be sampled at once");
+    }
+    let cpu = cpus.first().copied().unwrap_or(0);
+    for &counter in counters {
+        counter_events::probe(counter, cpu).map_err(|why| {
+            anyhow!(
+                "event {} is not available on this host: {why}; `stoke list` shows the events it has",
+                counter.name()
+            )
+        })?;
+    }
+    Ok(())
+}
+
 fn ring_size(cpus: usize, frequency_hz: u64) -> u32 {
     let wanted = (cpus as u64)
         .saturating_mul(frequency_hz)

@@ -106,7 +106,7 @@ pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<OpenEvent, Open
         attr.set_inherit(1);
         attr.set_inherit_thread(1);
     }
-    let mut fd = perf_event_open(&attr, tid);
+    let mut fd = perf_event_open(&attr, tid as libc::pid_t, -1);
     if fd < 0
         && event.inherit
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL)
@@ -114,7 +114,7 @@ pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<OpenEvent, Open
         // Before inherit_thread (5.13) the target's child processes
         // inherit the event too, and the sampler leaves out their samples.
         attr.set_inherit_thread(0);
-        fd = perf_event_open(&attr, tid);
+        fd = perf_event_open(&attr, tid as libc::pid_t, -1);
     }
     if fd < 0 {
         return Err(OpenError::Refused(std::io::Error::last_os_error()));
@@ -123,7 +123,7 @@ pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<OpenEvent, Open
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let opened = OpenEvent {
         link: match event.attach {
-            Attach::Link => Some(link(ebpf, &fd)?),
+            Attach::Link => Some(link(ebpf, &fd, OWN_TIMER_COOKIE)?),
             Attach::Event => {
                 attach(ebpf, &fd)?;
                 None
@@ -149,16 +149,16 @@ pub fn open(ebpf: &Ebpf, tid: u32, event: ThreadEvent) -> Result<OpenEvent, Open
     Ok(opened)
 }
 
-/// perf_event_open of `attr` on thread `tid`, any CPU: its descriptor, or
-/// -1 and errno.
-fn perf_event_open(attr: &perf_event_attr, tid: u32) -> libc::c_long {
-    // SAFETY: perf_event_open with a valid attr, one thread, any CPU.
+/// perf_event_open of `attr` on thread `pid` (any CPU) or CPU `cpu` (any
+/// thread, `pid` -1): its descriptor, or -1 and errno.
+pub(super) fn perf_event_open(attr: &perf_event_attr, pid: libc::pid_t, cpu: i32) -> libc::c_long {
+    // SAFETY: perf_event_open with a valid attr, no group.
     unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
             attr,
-            tid as libc::pid_t,
-            -1,
+            pid,
+            cpu,
             -1,
             PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
         )
@@ -183,15 +183,16 @@ fn attach(ebpf: &Ebpf, event: &OwnedFd) -> Result<()> {
     Ok(())
 }
 
-/// Links the CPUs' sampler to `event` with [`OWN_TIMER_COOKIE`].
-fn link(ebpf: &Ebpf, event: &OwnedFd) -> Result<OwnedFd> {
+/// Links the CPUs' sampler to `event` with `cookie`, by which the program
+/// tells the event's kind.
+pub(super) fn link(ebpf: &Ebpf, event: &OwnedFd, cookie: u64) -> Result<OwnedFd> {
     let program_fd = sampler_fd(ebpf)?;
     // SAFETY: a zeroed bpf_attr is valid; the link_create fields set below.
     let mut link: bpf_attr = unsafe { std::mem::zeroed() };
     link.link_create.__bindgen_anon_1.prog_fd = program_fd as u32;
     link.link_create.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
     link.link_create.attach_type = bpf_attach_type::BPF_PERF_EVENT as u32;
-    link.link_create.__bindgen_anon_3.perf_event.bpf_cookie = OWN_TIMER_COOKIE;
+    link.link_create.__bindgen_anon_3.perf_event.bpf_cookie = cookie;
     // SAFETY: BPF_LINK_CREATE with a valid attr of the size given.
     let link = unsafe {
         libc::syscall(

@@ -407,6 +407,8 @@ mod tests {
             cpu: false,
             cpu_java_stacks: false,
             offcpu: None,
+            counters: Vec::new(),
+            counter_rate: crate::sample::counter_events::Rate::Period(1),
         })
         .unwrap();
         let mut namer = sampler

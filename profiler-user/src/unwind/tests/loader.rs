@@ -19,6 +19,8 @@ fn load_in_turn(rows: u32, first: u32, second: u32) -> UnwindSummary {
         cpu: false,
         cpu_java_stacks: false,
         offcpu: None,
+        counters: Vec::new(),
+        counter_rate: crate::sample::counter_events::Rate::Period(1),
     })
     .unwrap();
     let loader = UnwindLoader::start(sampler.take_unwind_maps().unwrap()).unwrap();

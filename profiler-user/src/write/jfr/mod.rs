@@ -49,7 +49,8 @@ const FLAGS: u8 = 0b11;
 /// The event type of `event`'s profile.
 fn event_type(event: Event) -> TypeId {
     match event {
-        Event::Cpu => TypeId::ExecutionSample,
+        // A counter's events are execution samples where they happened.
+        Event::Cpu | Event::Counter(_) => TypeId::ExecutionSample,
         Event::Alloc => TypeId::AllocationSample,
         Event::Lock => TypeId::MonitorEnter,
         Event::Offcpu => TypeId::OffCpu,
@@ -82,7 +83,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
         body.bytes.clear();
         body.varint(event_type.id()).varint(ticks);
         match profile.event {
-            Event::Cpu => {
+            Event::Cpu | Event::Counter(_) => {
                 let state = pools.runnable();
                 body.varint(stack.thread).varint(stack.trace).varint(state);
             }
@@ -177,7 +178,7 @@ impl Stack {
 /// (scaled down alike if they are more than [`MAX_EVENTS`]), any other
 /// one event.
 fn event_counts(profile: &Profile, stacks: &[Stack]) -> Vec<u64> {
-    if profile.event != Event::Cpu {
+    if !matches!(profile.event, Event::Cpu | Event::Counter(_)) {
         return vec![1; stacks.len()];
     }
     let total: u64 = stacks.iter().map(|stack| stack.value).sum();

@@ -2,10 +2,14 @@
 //! beyond CPU. Each event gives its own profile, whose stacks' values are
 //! in the event's unit, and whose output files are told apart by name.
 
+mod counter;
+
 use std::path::{Path, PathBuf};
 
+pub use counter::Counter;
+
 /// One kind of event a recording can count (`-e`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Event {
     /// CPU time, sampled at `-F` on every CPU; values are samples.
     #[default]
@@ -17,7 +21,18 @@ pub enum Event {
     Alloc,
     /// Contended Java locks; values are nanoseconds waited.
     Lock,
+    /// A perf counter event (page faults, cache misses...), sampled every
+    /// so many events; values are events.
+    Counter(Counter),
 }
+
+/// The events that are no counter, with what they count.
+const OWN: [(Event, &str); 4] = [
+    (Event::Cpu, "CPU time, sampled at -F"),
+    (Event::Offcpu, "time off the CPU, in nanoseconds"),
+    (Event::Alloc, "Java heap allocations, in bytes"),
+    (Event::Lock, "contended Java locks, in nanoseconds waited"),
+];
 
 impl Event {
     /// Its name on the command line and in file names.
@@ -27,14 +42,29 @@ impl Event {
             Self::Offcpu => "offcpu",
             Self::Alloc => "alloc",
             Self::Lock => "lock",
+            Self::Counter(counter) => counter.name(),
         }
     }
 
-    /// The event named `name` ([`Event::name`]).
+    /// The event named `name` ([`Event::name`], or another of a
+    /// counter's names).
     pub fn from_name(name: &str) -> Option<Self> {
-        [Self::Cpu, Self::Offcpu, Self::Alloc, Self::Lock]
-            .into_iter()
+        OWN.iter()
+            .map(|&(event, _)| event)
             .find(|event| event.name() == name)
+            .or_else(|| Counter::from_name(name).map(Self::Counter))
+    }
+
+    /// `-e`'s parser: the event named `name`, or what to do instead.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        Self::from_name(name).ok_or_else(|| {
+            format!("no event is named '{name}'; `stoke list` shows the events there are")
+        })
+    }
+
+    /// The events that are no counter, each with what it counts.
+    pub fn own() -> impl Iterator<Item = (Self, &'static str)> {
+        OWN.into_iter()
     }
 
     /// Its name in titles: "Stoke CPU profile", "Stoke off-CPU profile".
@@ -44,6 +74,7 @@ impl Event {
             Self::Offcpu => "off-CPU",
             Self::Alloc => "allocation",
             Self::Lock => "lock",
+            Self::Counter(counter) => counter.name(),
         }
     }
 
@@ -54,6 +85,7 @@ impl Event {
             Self::Cpu => "samples",
             Self::Offcpu | Self::Lock => "nanoseconds",
             Self::Alloc => "bytes",
+            Self::Counter(_) => "events",
         }
     }
 
@@ -66,6 +98,7 @@ impl Event {
             Self::Offcpu => ("offcpu", "nanoseconds"),
             Self::Alloc => ("alloc_space", "bytes"),
             Self::Lock => ("delay", "nanoseconds"),
+            Self::Counter(counter) => (counter.name(), "count"),
         }
     }
 }
@@ -135,6 +168,19 @@ mod tests {
         assert_eq!(
             distinct(&[Event::Offcpu, Event::Cpu]),
             [Event::Offcpu, Event::Cpu]
+        );
+    }
+
+    #[test]
+    fn counters_are_named_by_any_of_their_names() {
+        let faults = Event::parse("faults").unwrap();
+        assert_eq!(faults.name(), "page-faults");
+        assert_eq!(Event::parse("page-faults"), Ok(faults));
+        assert_eq!(Event::parse("offcpu"), Ok(Event::Offcpu));
+        let error = Event::parse("wal").unwrap_err();
+        assert!(
+            error.contains("'wal'") && error.contains("stoke list"),
+            "{error}"
         );
     }
 }

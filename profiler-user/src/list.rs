@@ -1,0 +1,47 @@
+//! `stoke list`: the events `-e` takes, and whether this host has each.
+
+use anyhow::{anyhow, Result};
+
+use crate::{
+    event::{Counter, Event},
+    sample::counter_events::{self, Unavailable},
+};
+
+/// Prints each event with what it counts; a counter this host cannot
+/// sample says why.
+pub fn run() -> Result<()> {
+    let cpu = aya::util::online_cpus()
+        .map_err(|(path, error)| anyhow!("reading {path}: {error}"))?
+        .first()
+        .copied()
+        .unwrap_or(0);
+    let mut no_pmu = false;
+    let mut out = String::from("Events (-e NAME; several comma-separated):\n");
+    for (event, about) in Event::own() {
+        out.push_str(&format!("  {:<26}{about}\n", event.name()));
+    }
+    for (title, hardware) in [("Software counters", false), ("Hardware counters", true)] {
+        out.push_str(&format!(
+            "{title} (sampled at -F, or every --period N events):\n"
+        ));
+        for counter in Counter::all().filter(|counter| counter.hardware() == hardware) {
+            let state = match counter_events::probe(counter, cpu) {
+                Ok(()) => String::new(),
+                Err(why) => {
+                    no_pmu |= matches!(why, Unavailable::NotCounted { hardware: true, .. });
+                    format!(" (not available: {})", why.brief())
+                }
+            };
+            out.push_str(&format!(
+                "  {:<26}{}{state}\n",
+                counter.name(),
+                counter.about()
+            ));
+        }
+    }
+    if no_pmu {
+        out.push_str("A virtual machine without a PMU counts no hardware events.\n");
+    }
+    print!("{out}");
+    Ok(())
+}

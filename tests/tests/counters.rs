@@ -1,0 +1,153 @@
+//! Perf counter events by name (`-e page-faults`...): a program that
+//! faults on 7 pages in one function for every 3 in another comes out
+//! 70:30 by page faults, every fault counted (`--period 1`) or sampled at
+//! `-F`, beside CPU and other counters in files of their own; `stoke list`
+//! says which counters this host has, and a counter it lacks is refused in
+//! one line before anything starts, with no output file.
+
+use std::time::Duration;
+
+use stoke_tests::{
+    args, describe, prepare, process_stacks, read_folded, record, record_args, samples_where,
+    total_samples, Stoke,
+};
+
+/// The share of `fault_seven`'s faults among both functions' in `out`,
+/// and their total, of `workload`'s process `root`.
+fn seven_share(out: &std::path::Path, root: &str) -> (f64, u64) {
+    let stacks = read_folded(out);
+    let (mine, _) = process_stacks(&stacks, root, 100);
+    let seven = samples_where(mine.iter().copied(), |s| {
+        s.contains_run(&["fault_seven", "touch_pages"])
+    });
+    let three = samples_where(mine.iter().copied(), |s| {
+        s.contains_run(&["fault_three", "touch_pages"])
+    });
+    assert!(
+        seven + three > 0,
+        "no fault in fault_seven or fault_three\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+    (seven as f64 / (seven + three) as f64, seven + three)
+}
+
+/// Rounds of 10 faults the workload made, from its `rounds=N` line.
+fn rounds(workload: &mut stoke_tests::Running) -> u64 {
+    workload.wait_exit(Duration::from_secs(30));
+    workload
+        .stdout_text()
+        .lines()
+        .find_map(|line| line.strip_prefix("rounds="))
+        .and_then(|count| count.parse().ok())
+        .expect("page_faults prints rounds=N")
+}
+
+#[test]
+fn every_page_fault_is_counted_by_the_function_that_faulted() {
+    let (dir, workload) = prepare("faults_every", "page_faults");
+    let out = dir.join("faults.folded");
+    let mut running = workload.spawn(&["4"]);
+    let select = args!["-p", running.pid(), "-e", "page-faults", "--period", 1];
+    record(&record_args(&select, 99, 2.0, &out), 2.0);
+    let (share, faults) = seven_share(&out, &running.root_frame());
+    let made = rounds(&mut running) * 10;
+    println!(
+        "fault_seven: {:.1}% of {faults} faults ({made} made in 4 s)",
+        share * 100.0
+    );
+    // perf record -e page-faults -c 1 gives 70.0% on this workload.
+    assert!(
+        (share - 0.70).abs() <= 0.02,
+        "fault_seven has {:.1}% of the faults, 70±2% expected",
+        share * 100.0
+    );
+    // Every fault of 2 s of the 4 the workload ran: about half of them.
+    assert!(
+        faults * 4 >= made && faults * 4 <= made * 3,
+        "{faults} faults counted in 2 s of the {made} made in 4 s"
+    );
+}
+
+#[test]
+fn counters_are_sampled_at_a_rate_beside_cpu_in_files_of_their_own() {
+    let (dir, workload) = prepare("faults_rate", "page_faults");
+    let out = dir.join("host.folded");
+    let running = workload.spawn(&["5"]);
+    let select = args!["-a", "-e", "cpu,page-faults,context-switches"];
+    let output = record(&record_args(&select, 999, 3.0, &out), 3.0);
+    let root = running.root_frame();
+    // Sampled about 999 times a second, each sample weighs the faults
+    // since the last: the split holds by weight.
+    let (share, faults) = seven_share(&dir.join("host.page-faults.folded"), &root);
+    println!("fault_seven: {:.1}% of {faults} faults", share * 100.0);
+    assert!(
+        (share - 0.70).abs() <= 0.03,
+        "fault_seven has {:.1}% of the sampled faults, 70±3% expected",
+        share * 100.0
+    );
+    let cpu = read_folded(&dir.join("host.cpu.folded"));
+    let (_, cpu_samples) = process_stacks(&cpu, &root, 1);
+    assert!(
+        cpu_samples > 300,
+        "only {cpu_samples} CPU samples of the workload"
+    );
+    let switches = read_folded(&dir.join("host.context-switches.folded"));
+    let switched = total_samples(&switches);
+    assert!(
+        switched > 0 && output.stderr.contains("context-switches:"),
+        "no context switch counted host-wide in 3 s:\n{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn list_says_which_counters_there_are_and_a_missing_one_is_refused() {
+    let (dir, _) = prepare("faults_list", "page_faults");
+    let listed = Stoke::spawn(&args!["list"]).wait(Duration::from_secs(20));
+    listed.assert_success();
+    println!("{}", listed.stdout);
+    let line_of = |event: &str| {
+        listed
+            .stdout
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(event))
+            .unwrap_or_else(|| panic!("stoke list has no {event} line"))
+            .to_owned()
+    };
+    for event in ["cpu", "offcpu", "alloc", "lock"] {
+        line_of(event);
+    }
+    // page-faults is the kernel's own: every host counts it.
+    assert!(!line_of("page-faults").contains("not available"));
+    for event in ["page-faults", "context-switches", "cycles", "cache-misses"] {
+        let line = line_of(event);
+        let available = !line.contains("not available");
+        let out = dir.join(format!("{event}.folded"));
+        let output = Stoke::spawn(&args![
+            "record",
+            "-a",
+            "-e",
+            event,
+            "-d",
+            1,
+            "-o",
+            out.display()
+        ])
+        .wait(Duration::from_secs(30));
+        println!(
+            "{event}: listed available {available}; stderr: {}",
+            output.stderr
+        );
+        if available {
+            output.assert_success();
+            assert!(out.is_file(), "{event}: no output");
+        } else {
+            output.assert_user_error(&[event, "not available", "stoke list"]);
+            assert!(
+                !out.exists(),
+                "{event}: refused, yet {} exists",
+                out.display()
+            );
+        }
+    }
+}
