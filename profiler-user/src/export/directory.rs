@@ -82,7 +82,16 @@ impl Directory {
             Event::Cpu => String::new(),
             event => format!(".{}", event.name()),
         };
-        let path = dir.join(format!("{}{event}{SUFFIX}", unix_seconds(batch.until)));
+        let until = unix_seconds(batch.until);
+        // A later profile ending in the same second (the last, short
+        // interval at a stop) gets a name of its own.
+        let mut path = dir.join(format!("{until}{event}{SUFFIX}"));
+        for sequence in 1..=MAX_SAME_SECOND {
+            if path.symlink_metadata().is_err() {
+                break;
+            }
+            path = dir.join(format!("{until}-{sequence}{event}{SUFFIX}"));
+        }
         let mut file = OutputFile::create(&path, 0o644)?;
         file.file().write_all(&profile.pprof)?;
         file.commit()?;
@@ -141,9 +150,12 @@ fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// A profile stoke wrote: the UNIX seconds it ends at, its event (`None`:
-/// CPU), its path.
-type Profile = (u64, Option<Event>, PathBuf);
+/// Most profiles of one service and event ending in the same second.
+const MAX_SAME_SECOND: u32 = 100;
+
+/// A profile stoke wrote: the UNIX seconds it ends at with its place among
+/// those ending in the same second, its event (`None`: CPU), its path.
+type Profile = ((u64, u64), Option<Event>, PathBuf);
 
 /// The profiles stoke wrote in `dir`.
 fn profiles_in(dir: &Path) -> io::Result<Vec<Profile>> {
@@ -187,16 +199,19 @@ fn profile(entry: &std::fs::DirEntry) -> io::Result<Option<Profile>> {
         }
         None => (stem, None),
     };
-    if seconds.is_empty() || !seconds.bytes().all(|byte| byte.is_ascii_digit()) {
-        return Ok(None);
-    }
-    let Ok(seconds) = seconds.parse() else {
+    let (seconds, sequence) = seconds.split_once('-').unwrap_or((seconds, "0"));
+    let number = |digits: &str| {
+        (!digits.is_empty() && digits.bytes().all(|byte| byte.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    };
+    let (Some(seconds), Some(sequence)) = (number(seconds), number(sequence)) else {
         return Ok(None);
     };
     if !entry.file_type()?.is_file() {
         return Ok(None);
     }
-    Ok(Some((seconds, event, entry.path())))
+    Ok(Some(((seconds, sequence), event, entry.path())))
 }
 
 fn remove_profiles(profiles: Vec<Profile>) -> io::Result<()> {
@@ -276,6 +291,36 @@ mod tests {
         assert_eq!(
             std::fs::read(service_dir.join("1700000004.pb.gz")).unwrap(),
             b"profile 1700000004"
+        );
+    }
+
+    #[test]
+    fn profiles_ending_in_the_same_second_keep_each_its_own_file() {
+        let root = tempfile::tempdir().unwrap();
+        let mut directory = Directory::new(root.path().to_owned(), 3, DAY);
+        let service_dir = root.path().join("web");
+        for until in [1_700_000_001, 1_700_000_002, 1_700_000_002, 1_700_000_002] {
+            let batch = batch(until, "web");
+            assert!(matches!(
+                directory.deliver(&batch, &batch.profiles[0], None),
+                Delivery::Delivered
+            ));
+        }
+        // The newest three: the second one's, then its sequels in order.
+        assert_eq!(
+            names(&service_dir),
+            [
+                "1700000002-1.pb.gz",
+                "1700000002-2.pb.gz",
+                "1700000002.pb.gz"
+            ]
+        );
+        let mut sorted = profiles_in(&service_dir).unwrap();
+        sorted.sort_unstable_by_key(|profile| profile.0);
+        let order: Vec<_> = sorted.iter().map(|profile| profile.0).collect();
+        assert_eq!(
+            order,
+            [(1_700_000_002, 0), (1_700_000_002, 1), (1_700_000_002, 2)]
         );
     }
 

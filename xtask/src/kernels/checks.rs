@@ -22,6 +22,7 @@ impl fmt::Display for CheckResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.failure {
             None => write!(f, "  ok   {:<14} {}", self.name, self.detail),
+            Some(why) if self.detail.is_empty() => write!(f, "  FAIL {:<14} {why}", self.name),
             Some(why) => write!(f, "  FAIL {:<14} {why} ({})", self.name, self.detail),
         }
     }
@@ -151,6 +152,16 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
                 total >= 10 && kernel * 2 >= total,
                 "expected most of read_loop's samples in the kernel",
                 format!("{kernel} of {total} samples with kernel frames"),
+            )
+        }),
+        check(out, "counters", |outputs| {
+            let seven = outputs.total(|stack| stack.contains("fault_seven"));
+            let three = outputs.total(|stack| stack.contains("fault_three"));
+            let share = 100.0 * seven as f64 / (seven + three).max(1) as f64;
+            require(
+                seven + three >= 1000 && (share - 70.0).abs() <= 3.0,
+                "expected ≥ 1000 page faults at 70 ± 3 % in fault_seven",
+                format!("{} faults, {share:.1}% in fault_seven", seven + three),
             )
         }),
         check(out, "offcpu", |outputs| {

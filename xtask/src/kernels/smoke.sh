@@ -41,6 +41,12 @@ check kernel_frames -p "$reader" -d 3
 kill "$reader"
 rm -f "$out/read_loop.data"
 
+"$work/page_faults" 60 > faults.out 2>&1 &
+faults=$!
+wait_ready faults.out
+check counters -p "$faults" -e page-faults --period 1 -d 3
+kill "$faults"
+
 sleep 60 &
 sleeper=$!
 check offcpu -p "$sleeper" -e offcpu -d 3
