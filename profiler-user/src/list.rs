@@ -25,7 +25,7 @@ pub fn run() -> Result<()> {
             "{title} (sampled at -F, or every --period N events):\n"
         ));
         for counter in Counter::all().filter(|counter| counter.hardware() == hardware) {
-            let state = match counter_events::probe(counter, cpu) {
+            let state = match counter_events::probe(Event::Counter(counter), cpu) {
                 Ok(()) => String::new(),
                 Err(why) => {
                     no_pmu |= matches!(why, Unavailable::NotCounted { hardware: true, .. });
@@ -39,6 +39,11 @@ pub fn run() -> Result<()> {
             ));
         }
     }
+    out.push_str(concat!(
+        "Probes (every call counted):\n",
+        "  kprobe:FUNC               calls of kernel function FUNC\n",
+        "  uprobe:PATH:SYMBOL        calls of function SYMBOL of ELF file PATH, in every process\n",
+    ));
     if no_pmu {
         out.push_str("A virtual machine without a PMU counts no hardware events.\n");
     }

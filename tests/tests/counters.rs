@@ -3,7 +3,10 @@
 //! 70:30 by page faults, every fault counted (`--period 1`) or sampled at
 //! `-F`, beside CPU and other counters in files of their own; `stoke list`
 //! says which counters this host has, and a counter it lacks is refused in
-//! one line before anything starts, with no output file.
+//! one line before anything starts, with no output file. A user probe
+//! (`-e uprobe:PATH:SYMBOL`) counts every call by its caller (kernel
+//! probes are checked on Debian's kernels, `cargo xtask test --kernels`:
+//! this kernel places none).
 
 use std::time::Duration;
 
@@ -150,4 +153,39 @@ fn list_says_which_counters_there_are_and_a_missing_one_is_refused() {
             );
         }
     }
+}
+
+#[test]
+fn a_user_probe_counts_every_call_by_its_caller() {
+    let (dir, workload) = prepare("uprobe", "page_faults");
+    let out = dir.join("calls.folded");
+    let mut running = workload.spawn(&["4"]);
+    let probe = format!("uprobe:{}:touch_pages", workload.exe().display());
+    let select = args!["-p", running.pid(), "-e", probe];
+    let output = record(&record_args(&select, 99, 2.0, &out), 2.0);
+    let stacks = read_folded(&out);
+    let (mine, total) = process_stacks(&stacks, &running.root_frame(), 100);
+    let calls_from = |caller: &str| {
+        samples_where(mine.iter().copied(), |s| {
+            s.contains_run(&[caller, "touch_pages"])
+        })
+    };
+    let (seven, three) = (calls_from("fault_seven"), calls_from("fault_three"));
+    let made = rounds(&mut running);
+    println!("{seven} calls from fault_seven, {three} from fault_three, of {total}; {made} rounds in 4 s");
+    // One call of each a round: equal counts, every call of 2 s of the 4.
+    assert!(
+        seven.abs_diff(three) * 100 <= seven.max(three) && seven + three >= total * 99 / 100,
+        "{seven} calls from fault_seven, {three} from fault_three, of {total}: each caller's calls expected once a round\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+    assert!(
+        seven * 4 >= made && seven * 4 <= made * 3,
+        "{seven} calls in 2 s of the {made} rounds of 4 s"
+    );
+    assert!(
+        output.stderr.contains("uprobe-touch_pages:"),
+        "{}",
+        output.stderr
+    );
 }

@@ -57,6 +57,11 @@ const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
         "counters",
         "no BPF attach cookies (5.15): perf counters refused",
     ),
+    (
+        "5.10",
+        "kprobe",
+        "no BPF attach cookies (5.15): probes refused",
+    ),
 ];
 
 /// Packages the matrix needs: qemu from bookworm-backports, whose version

@@ -347,9 +347,11 @@ static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc
  * task is read through probes, user stacks are walked by frame pointers
  * only, and no thread has an event of its own (before 6.10 none does).
  * `cookie` at or past COUNTER_COOKIE_BASE: a sample of a CPU's counter
- * event (page faults, cache misses...), weighed by the event's period. */
+ * event (page faults, cache misses...), weighed by the event's period, or
+ * with `probe` a hit of a kprobe or uprobe, whose context holds only the
+ * registers at the probe, weighed 1. */
 static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool own_timer,
-				       bool legacy, __u64 cookie)
+				       bool legacy, __u64 cookie, bool probe)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
@@ -401,7 +403,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	record->header.flags = in_kernel ? STOKE_SAMPLE_IN_KERNEL : 0;
 	if (counter) {
 		record->header.kind = STOKE_RECORD_COUNTED;
-		record->header.weight = ctx->sample_period;
+		record->header.weight = probe ? 1 : ctx->sample_period;
 		record->header.flags |=
 			(__u32)((cookie - STOKE_COUNTER_COOKIE_BASE) & (STOKE_MAX_COUNTERS - 1))
 			<< STOKE_SAMPLE_COUNTER_SHIFT;
@@ -519,14 +521,24 @@ int sample_cpu(struct stoke_perf_event_data *ctx)
 	return take_sample(ctx,
 			   cookie < STOKE_COUNTER_COOKIE_BASE &&
 				   (thread_events || cookie == STOKE_OWN_TIMER_COOKIE),
-			   false, cookie);
+			   false, cookie, false);
 }
 
 /* sample_cpu for kernels without bpf_loop (take_sample's `legacy`). */
 SEC("perf_event")
 int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
 {
-	return take_sample(ctx, thread_events, true, 0);
+	return take_sample(ctx, thread_events, true, 0, false);
+}
+
+/* A hit of a kprobe or uprobe (`-e kprobe:FUNC`, `-e uprobe:PATH:SYMBOL`),
+ * linked with its counter's cookie: its context is the registers at the
+ * probe, as a perf event's context begins. */
+SEC("kprobe")
+int sample_probe(struct stoke_regs *ctx)
+{
+	return take_sample((struct stoke_perf_event_data *)ctx, false, false,
+			   bpf_get_attach_cookie(ctx), true);
 }
 
 /* A process's address space is gone: it gets no more signals (whatever

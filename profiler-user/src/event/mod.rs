@@ -3,10 +3,12 @@
 //! in the event's unit, and whose output files are told apart by name.
 
 mod counter;
+mod probe;
 
 use std::path::{Path, PathBuf};
 
 pub use counter::Counter;
+pub use probe::{Probe, ProbeTarget};
 
 /// One kind of event a recording can count (`-e`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -24,6 +26,8 @@ pub enum Event {
     /// A perf counter event (page faults, cache misses...), sampled every
     /// so many events; values are events.
     Counter(Counter),
+    /// A kernel or user probe, every hit counted; values are calls.
+    Probe(&'static Probe),
 }
 
 /// The events that are no counter, with what they count.
@@ -43,7 +47,14 @@ impl Event {
             Self::Alloc => "alloc",
             Self::Lock => "lock",
             Self::Counter(counter) => counter.name(),
+            Self::Probe(probe) => probe.name(),
         }
+    }
+
+    /// Whether its samples come from the sampler's counted events, each
+    /// weighed ([`Event::Counter`], [`Event::Probe`]).
+    pub fn counted(self) -> bool {
+        matches!(self, Self::Counter(_) | Self::Probe(_))
     }
 
     /// The event named `name` ([`Event::name`], or another of a
@@ -55,8 +66,13 @@ impl Event {
             .or_else(|| Counter::from_name(name).map(Self::Counter))
     }
 
-    /// `-e`'s parser: the event named `name`, or what to do instead.
+    /// `-e`'s parser: the event named `name`, a probe (`kprobe:FUNC`,
+    /// `uprobe:PATH:SYMBOL`), or what to do instead. A probe lives as long
+    /// as stoke (a few per command line).
     pub fn parse(name: &str) -> Result<Self, String> {
+        if let Some(probe) = Probe::parse(name) {
+            return Ok(Self::Probe(Box::leak(Box::new(probe?))));
+        }
         Self::from_name(name).ok_or_else(|| {
             format!("no event is named '{name}'; `stoke list` shows the events there are")
         })
@@ -75,6 +91,7 @@ impl Event {
             Self::Alloc => "allocation",
             Self::Lock => "lock",
             Self::Counter(counter) => counter.name(),
+            Self::Probe(probe) => probe.name(),
         }
     }
 
@@ -86,6 +103,7 @@ impl Event {
             Self::Offcpu | Self::Lock => "nanoseconds",
             Self::Alloc => "bytes",
             Self::Counter(_) => "events",
+            Self::Probe(_) => "calls",
         }
     }
 
@@ -99,6 +117,7 @@ impl Event {
             Self::Alloc => ("alloc_space", "bytes"),
             Self::Lock => ("delay", "nanoseconds"),
             Self::Counter(counter) => (counter.name(), "count"),
+            Self::Probe(probe) => (probe.name(), "count"),
         }
     }
 }

@@ -136,9 +136,9 @@ fn file_name(service: &str) -> String {
 /// Removes the oldest profiles of each event in `dir` beyond the newest
 /// `keep`.
 fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
-    let mut by_event: HashMap<Option<Event>, Vec<Profile>> = HashMap::new();
+    let mut by_event: HashMap<Option<String>, Vec<Profile>> = HashMap::new();
     for profile in profiles_in(dir)? {
-        by_event.entry(profile.1).or_default().push(profile);
+        by_event.entry(profile.1.clone()).or_default().push(profile);
     }
     for mut profiles in by_event.into_values() {
         if profiles.len() > keep {
@@ -154,8 +154,9 @@ fn rotate(dir: &Path, keep: usize) -> io::Result<()> {
 const MAX_SAME_SECOND: u32 = 100;
 
 /// A profile stoke wrote: the UNIX seconds it ends at with its place among
-/// those ending in the same second, its event (`None`: CPU), its path.
-type Profile = ((u64, u64), Option<Event>, PathBuf);
+/// those ending in the same second, its event's name (`None`: CPU), its
+/// path.
+type Profile = ((u64, u64), Option<String>, PathBuf);
 
 /// The profiles stoke wrote in `dir`.
 fn profiles_in(dir: &Path) -> io::Result<Vec<Profile>> {
@@ -192,10 +193,16 @@ fn profile(entry: &std::fs::DirEntry) -> io::Result<Option<Profile>> {
     };
     let (seconds, event) = match stem.split_once('.') {
         Some((seconds, event)) => {
-            let Some(event) = Event::from_name(event).filter(|&e| e != Event::Cpu) else {
+            // An event's name: a known one, or a probe's (letters,
+            // digits, `_` and `-`).
+            let named = !event.is_empty()
+                && event
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !named || event == Event::Cpu.name() {
                 return Ok(None);
-            };
-            (seconds, Some(event))
+            }
+            (seconds, Some(event.to_owned()))
         }
         None => (stem, None),
     };

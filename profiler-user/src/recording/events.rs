@@ -3,7 +3,7 @@
 
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
-    event::{Counter, Event},
+    event::Event,
     jvm::{
         java_events::{JavaEventSample, JavaEventSettings},
         MergedSample,
@@ -142,7 +142,7 @@ impl EventAggregators {
                     Event::Offcpu => aggregators[1].take(),
                     Event::Alloc => aggregators[2].take(),
                     Event::Lock => aggregators[3].take(),
-                    Event::Counter(_) => counted.next(),
+                    Event::Counter(_) | Event::Probe(_) => counted.next(),
                 }?;
                 Some(fold(aggregator, summary_of(event, &summary, counters)))
             })
@@ -150,21 +150,20 @@ impl EventAggregators {
     }
 }
 
-/// The perf counters among `events`, in order: the sampler's counters.
-pub fn counters(events: &[Event]) -> Vec<Counter> {
+/// The counted events (perf counters, probes) among `events`, in order:
+/// the sampler's counters.
+pub fn counters(events: &[Event]) -> Vec<Event> {
     events
         .iter()
-        .filter_map(|event| match event {
-            Event::Counter(counter) => Some(*counter),
-            _ => None,
-        })
+        .copied()
+        .filter(|event| event.counted())
         .collect()
 }
 
 fn counter_aggregators(options: AggregateOptions, events: &[Event]) -> Vec<Aggregator> {
     counters(events)
         .into_iter()
-        .map(|counter| Aggregator::new(options, Event::Counter(counter)))
+        .map(|event| Aggregator::new(options, event))
         .collect()
 }
 

@@ -140,7 +140,7 @@ impl Recording {
                 .any(|event| matches!(event, Event::Cpu | Event::Alloc | Event::Lock)),
             cpu_java_stacks: events
                 .iter()
-                .any(|event| matches!(event, Event::Cpu | Event::Counter(_))),
+                .any(|event| *event == Event::Cpu || event.counted()),
             offcpu: offcpu_config(args, &events),
             counters: self::events::counters(&events),
             counter_rate: args

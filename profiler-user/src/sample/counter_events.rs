@@ -1,10 +1,15 @@
-//! Perf counter events (`-e page-faults`, `-e cycles`...) on every CPU,
-//! linked to the CPUs' sampler with a cookie that names the counter: its
-//! samples are weighed by the events each stands for.
+//! Counted events: perf counters (`-e page-faults`, `-e cycles`...) on
+//! every CPU, and probes (`-e kprobe:FUNC`, `-e uprobe:PATH:SYMBOL`), each
+//! linked to the CPUs' sampler with a cookie that names it: its samples
+//! are weighed by the events each stands for.
 
 use std::{
+    ffi::CString,
     io,
-    os::fd::{FromRawFd, OwnedFd},
+    os::{
+        fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
+        unix::ffi::OsStrExt,
+    },
 };
 
 use anyhow::{Context, Result};
@@ -12,8 +17,14 @@ use aya::Ebpf;
 use aya_obj::generated::perf_event_attr;
 use profiler_common::{COUNTER_COOKIE_BASE, COUNTER_COOKIE_QUIET};
 
-use super::thread_event::{link, perf_event_open};
-use crate::event::Counter;
+use super::thread_event::{link, link_program, perf_event_open};
+use crate::{
+    event::{Counter, Event, Probe, ProbeTarget},
+    process::procfs,
+};
+
+/// The sampler's program for probes, loaded when a recording has any.
+pub const PROBE_PROGRAM: &str = "sample_probe";
 
 /// How often a counter is sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,10 +36,11 @@ pub enum Rate {
     Period(u64),
 }
 
-/// Why a counter cannot be sampled here.
+/// Why an event cannot be sampled here.
 #[derive(Debug, thiserror::Error)]
 pub enum Unavailable {
-    /// Neither the CPU nor the kernel counts it.
+    /// Neither the CPU nor the kernel counts it, or there is nothing to
+    /// probe where the probe says.
     #[error("this host does not count it ({error}){}", if *hardware { "; a virtual machine without a PMU counts no hardware events" } else { "" })]
     NotCounted {
         /// What perf_event_open said.
@@ -39,9 +51,9 @@ pub enum Unavailable {
     /// The kernel does not let stoke open it.
     #[error("perf_event_open was refused ({0}): run as root or with CAP_PERFMON")]
     Refused(io::Error),
-    /// Anything else the kernel said.
-    #[error("perf_event_open: {0}")]
-    Other(io::Error),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
 }
 
 impl Unavailable {
@@ -51,19 +63,19 @@ impl Unavailable {
             Self::NotCounted { hardware: true, .. } => "no PMU counts it here".into(),
             Self::NotCounted { .. } => "this kernel does not count it".into(),
             Self::Refused(_) => "refused (run as root or with CAP_PERFMON)".into(),
-            Self::Other(error) => format!("perf_event_open: {error}"),
+            Self::Other(why) => why.clone(),
         }
     }
 }
 
-/// The counters sampling, every CPU; they stop when dropped.
+/// The counted events sampling; they stop when dropped.
 pub struct CounterEvents {
     /// Each event with its link to the sampler.
     _open: Vec<(OwnedFd, OwnedFd)>,
 }
 
-/// The attributes of `counter`'s event at `rate`, disabled if `probe`.
-fn attributes(counter: Counter, rate: Rate) -> perf_event_attr {
+/// The attributes of `counter`'s event at `rate`.
+fn counter_attributes(counter: Counter, rate: Rate) -> perf_event_attr {
     // SAFETY: a zeroed perf_event_attr is valid; fields set below.
     let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
     attr.type_ = counter.perf_type();
@@ -79,51 +91,118 @@ fn attributes(counter: Counter, rate: Rate) -> perf_event_attr {
     attr
 }
 
-/// `counter`'s event on `cpu`.
-fn open_on(counter: Counter, rate: Rate, cpu: u32, disabled: bool) -> Result<OwnedFd, Unavailable> {
-    let mut attr = attributes(counter, rate);
+/// The perf type of the kernel's `kprobe` or `uprobe` PMU.
+fn probe_pmu(kind: &str) -> Result<u32, Unavailable> {
+    let path = format!("/sys/bus/event_source/devices/{kind}/type");
+    let (bytes, _) = procfs::read_bounded(&path, 64).map_err(|error| {
+        Unavailable::Other(if error.kind() == io::ErrorKind::NotFound {
+            let config = kind.to_ascii_uppercase();
+            format!("this kernel places no {kind}s (it has no {kind} PMU: CONFIG_{config}_EVENTS is off)")
+        } else {
+            format!("reading {path}: {error}")
+        })
+    })?;
+    String::from_utf8_lossy(&bytes)
+        .trim()
+        .parse()
+        .map_err(|_| Unavailable::Other(format!("{path} holds no perf type")))
+}
+
+/// Opens `event` on `cpu` (a probe: every CPU's calls, whichever `cpu`).
+fn open_on(event: Event, rate: Rate, cpu: u32, disabled: bool) -> Result<OwnedFd, Unavailable> {
+    // Kept alive until the event is open: the kernel reads the string then.
+    let mut target_name = CString::default();
+    let mut attr = match event {
+        Event::Counter(counter) => counter_attributes(counter, rate),
+        Event::Probe(probe) => {
+            let (kind, name, offset) = match &probe.target {
+                ProbeTarget::Kernel { function } => ("kprobe", function.as_bytes(), 0),
+                ProbeTarget::User { path, offset } => {
+                    ("uprobe", path.as_os_str().as_bytes(), *offset)
+                }
+            };
+            target_name = CString::new(name)
+                .map_err(|_| Unavailable::Other("a NUL in the probe's name".into()))?;
+            // SAFETY: a zeroed perf_event_attr is valid; fields set below.
+            let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+            attr.type_ = probe_pmu(kind)?;
+            attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+            attr.__bindgen_anon_1.sample_period = 1;
+            attr.__bindgen_anon_3.config1 = target_name.as_ptr() as u64;
+            attr.__bindgen_anon_4.config2 = offset;
+            attr
+        }
+        _ => {
+            return Err(Unavailable::Other(format!(
+                "{} is not counted",
+                event.name()
+            )))
+        }
+    };
     attr.set_disabled(u64::from(disabled));
     let fd = perf_event_open(&attr, -1, cpu as i32);
+    drop(target_name);
     if fd < 0 {
         let error = io::Error::last_os_error();
+        let hardware = matches!(event, Event::Counter(counter) if counter.hardware());
         return Err(match error.raw_os_error() {
             Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV | libc::EINVAL) => {
-                Unavailable::NotCounted {
-                    error,
-                    hardware: counter.hardware(),
-                }
+                Unavailable::NotCounted { error, hardware }
             }
             Some(libc::EACCES | libc::EPERM) => Unavailable::Refused(error),
-            _ => Unavailable::Other(error),
+            _ => Unavailable::Other(format!("perf_event_open: {error}")),
         });
     }
     // SAFETY: a descriptor the kernel just returned, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Whether this host can sample `counter`: its event opened, disabled, on
+/// Whether this host can sample `event`: its event opened, disabled, on
 /// `cpu`, and closed.
-pub fn probe(counter: Counter, cpu: u32) -> Result<(), Unavailable> {
-    open_on(counter, Rate::Period(u64::MAX >> 1), cpu, true).map(drop)
+pub fn probe(event: Event, cpu: u32) -> Result<(), Unavailable> {
+    open_on(event, Rate::Period(u64::MAX >> 1), cpu, true).map(drop)
 }
 
-/// Samples `counters` (the recording's, in order: the cookie of each is
-/// its index) on every CPU of `cpus` at `rate`.
-pub fn open(ebpf: &Ebpf, counters: &[Counter], cpus: &[u32], rate: Rate) -> Result<CounterEvents> {
-    let mut open = Vec::with_capacity(counters.len() * cpus.len());
-    for (index, &counter) in (0u64..).zip(counters) {
-        for &cpu in cpus {
-            let event = open_on(counter, rate, cpu, false)
-                .with_context(|| format!("opening event {} on CPU {cpu}", counter.name()))?;
-            let quiet = if counter.at_switch() {
-                COUNTER_COOKIE_QUIET
-            } else {
-                0
+/// Samples `events` (the recording's counted events, in order: the cookie
+/// of each is its index): a counter on every CPU of `cpus` at `rate`, a
+/// probe once.
+pub fn open(ebpf: &Ebpf, events: &[Event], cpus: &[u32], rate: Rate) -> Result<CounterEvents> {
+    let probe_program = match ebpf.program(PROBE_PROGRAM) {
+        Some(aya::programs::Program::KProbe(program)) => Some(program.fd()?.as_fd().as_raw_fd()),
+        _ => None,
+    };
+    let mut open = Vec::with_capacity(events.len() * cpus.len());
+    for (index, &event) in (0u64..).zip(events) {
+        let (on, quiet): (&[u32], bool) = match event {
+            Event::Counter(counter) => (cpus, counter.at_switch()),
+            // A kernel probe may fire where its thread is about to wait:
+            // a signal for its Java stack would cut the wait short.
+            Event::Probe(probe) => (&cpus[..1.min(cpus.len())], probe.in_kernel()),
+            _ => continue,
+        };
+        let cookie = COUNTER_COOKIE_BASE + index + if quiet { COUNTER_COOKIE_QUIET } else { 0 };
+        for &cpu in on {
+            let opened = open_on(event, rate, cpu, false)
+                .with_context(|| format!("opening event {} on CPU {cpu}", event.name()))?;
+            let linked = match (event, probe_program) {
+                (Event::Probe(_), Some(program)) => link_program(program, &opened, cookie),
+                (Event::Probe(_), None) => Err(anyhow::anyhow!("the probe program is not loaded")),
+                _ => link(ebpf, &opened, cookie),
             };
-            let link = link(ebpf, &event, COUNTER_COOKIE_BASE + index + quiet)
-                .with_context(|| format!("sampling event {} on CPU {cpu}", counter.name()))?;
-            open.push((event, link));
+            let link =
+                linked.with_context(|| format!("sampling event {} on CPU {cpu}", event.name()))?;
+            open.push((opened, link));
         }
     }
     Ok(CounterEvents { _open: open })
+}
+
+/// What `stoke list` and the start say of `probe` when it cannot be
+/// placed.
+pub fn probe_missing(probe: &Probe) -> &'static str {
+    if probe.in_kernel() {
+        "no such kernel function can be probed (see /proc/kallsyms; inlined and notrace functions cannot)"
+    } else {
+        "the kernel refused a probe there"
+    }
 }

@@ -13,7 +13,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, PerfEvent, ProgramError,
+        BtfTracePoint, KProbe, PerfEvent, ProgramError,
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
@@ -21,7 +21,7 @@ use profiler_common::{Counter, SignalledJvm, COUNTER_COUNT, MAX_COUNTERS};
 use tracing::debug;
 
 use super::{
-    counter_events::{self, CounterEvents, Rate},
+    counter_events::{self, CounterEvents, Rate, Unavailable, PROBE_PROGRAM},
     kfuncs, monotonic_ns,
     target_events::TargetEvents,
     thread_timers::{self, ThreadTimers, Trap},
@@ -53,9 +53,8 @@ pub struct SamplerConfig {
     pub cpu_java_stacks: bool,
     /// Record off-CPU time (`-e offcpu`).
     pub offcpu: Option<OffCpuConfig>,
-    /// Perf counter events to sample (`-e page-faults`...), in order, and
-    /// how often.
-    pub counters: Vec<event::Counter>,
+    /// Counted events to sample (perf counters, probes), in order.
+    pub counters: Vec<event::Event>,
     /// How often the counters are sampled.
     pub counter_rate: Rate,
 }
@@ -96,8 +95,8 @@ pub struct Sampler {
     sigtrap_kernel: bool,
     /// The kernel lacks bpf_loop: CPU samples come from the legacy program.
     legacy: bool,
-    /// The counters to start sampling, and how often.
-    counters: Vec<event::Counter>,
+    /// The counted events to start sampling, and how often.
+    counters: Vec<event::Event>,
     counter_rate: Rate,
     /// The counters sampling.
     _counter_events: Option<CounterEvents>,
@@ -234,6 +233,17 @@ impl Sampler {
         cpu_program(&mut ebpf, legacy)?
             .load()
             .map_err(explain_program_error)?;
+        if config
+            .counters
+            .iter()
+            .any(|event| matches!(event, event::Event::Probe(_)))
+        {
+            let program: &mut KProbe = ebpf
+                .program_mut(PROBE_PROGRAM)
+                .context("no probe program")?
+                .try_into()?;
+            program.load().map_err(explain_program_error)?;
+        }
 
         let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
         let period_ns = 1_000_000_000 / config.frequency_hz.max(1);
@@ -562,28 +572,34 @@ pub enum SignalsRefused {
 
 /// Ring buffer bytes for a host: half a second of samples with full stacks
 /// (2 KiB) on every CPU, a power of two between 1 MiB and 256 MiB.
-/// Refuses, before anything starts, counters this host cannot sample.
-fn check_counters(counters: &[event::Counter], cpus: &[u32], legacy: bool) -> Result<()> {
-    if counters.is_empty() {
+/// Refuses, before anything starts, counted events this host cannot
+/// sample.
+fn check_counters(counters: &[event::Event], cpus: &[u32], legacy: bool) -> Result<()> {
+    let Some(first) = counters.first() else {
         return Ok(());
-    }
+    };
     if legacy {
         bail!(
-            "perf counter events (-e {}) need Linux 5.15 or newer (BPF attach cookies); this kernel is {}",
-            counters[0].name(),
+            "perf counters and probes (-e {}) need Linux 5.15 or newer (BPF attach cookies); this kernel is {}",
+            first.name(),
             crate::process::procfs::kernel_release().unwrap_or_default()
         );
     }
     if counters.len() > MAX_COUNTERS as usize {
-        bail!("at most {MAX_COUNTERS} perf counter events can be sampled at once");
+        bail!("at most {MAX_COUNTERS} perf counters and probes can be sampled at once");
     }
     let cpu = cpus.first().copied().unwrap_or(0);
-    for &counter in counters {
-        counter_events::probe(counter, cpu).map_err(|why| {
-            anyhow!(
+    for &counted in counters {
+        counter_events::probe(counted, cpu).map_err(|why| match (counted, &why) {
+            (event::Event::Probe(probe), Unavailable::NotCounted { .. }) => anyhow!(
+                "cannot place probe {}: {}",
+                probe.name(),
+                counter_events::probe_missing(probe)
+            ),
+            _ => anyhow!(
                 "event {} is not available on this host: {why}; `stoke list` shows the events it has",
-                counter.name()
-            )
+                counted.name()
+            ),
         })?;
     }
     Ok(())

@@ -186,7 +186,11 @@ fn attach(ebpf: &Ebpf, event: &OwnedFd) -> Result<()> {
 /// Links the CPUs' sampler to `event` with `cookie`, by which the program
 /// tells the event's kind.
 pub(super) fn link(ebpf: &Ebpf, event: &OwnedFd, cookie: u64) -> Result<OwnedFd> {
-    let program_fd = sampler_fd(ebpf)?;
+    link_program(sampler_fd(ebpf)?, event, cookie)
+}
+
+/// Links program `program_fd` to `event` with `cookie`.
+pub(super) fn link_program(program_fd: i32, event: &OwnedFd, cookie: u64) -> Result<OwnedFd> {
     // SAFETY: a zeroed bpf_attr is valid; the link_create fields set below.
     let mut link: bpf_attr = unsafe { std::mem::zeroed() };
     link.link_create.__bindgen_anon_1.prog_fd = program_fd as u32;

@@ -118,6 +118,19 @@ fn split(outputs: &Outputs) -> (u64, u64, f64) {
     (seventy, thirty, share)
 }
 
+/// The 7:3 page-fault workload's split, counted by page faults or by
+/// the calls of the kernel's fault handler.
+fn fault_split(outputs: &Outputs, what: &str) -> Result<String, (String, String)> {
+    let seven = outputs.total(|stack| stack.contains("fault_seven"));
+    let three = outputs.total(|stack| stack.contains("fault_three"));
+    let share = 100.0 * seven as f64 / (seven + three).max(1) as f64;
+    require(
+        seven + three >= 1000 && (share - 70.0).abs() <= 3.0,
+        &format!("expected ≥ 1000 {what} at 70 ± 3 % in fault_seven"),
+        format!("{} {what}, {share:.1}% in fault_seven", seven + three),
+    )
+}
+
 /// Every check of the smoke suite on the outputs in `out`.
 pub fn all(out: &Path) -> Vec<CheckResult> {
     vec![
@@ -155,15 +168,10 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
             )
         }),
         check(out, "counters", |outputs| {
-            let seven = outputs.total(|stack| stack.contains("fault_seven"));
-            let three = outputs.total(|stack| stack.contains("fault_three"));
-            let share = 100.0 * seven as f64 / (seven + three).max(1) as f64;
-            require(
-                seven + three >= 1000 && (share - 70.0).abs() <= 3.0,
-                "expected ≥ 1000 page faults at 70 ± 3 % in fault_seven",
-                format!("{} faults, {share:.1}% in fault_seven", seven + three),
-            )
+            fault_split(outputs, "page faults")
         }),
+        // Every page fault calls handle_mm_fault once.
+        check(out, "kprobe", |outputs| fault_split(outputs, "calls")),
         check(out, "offcpu", |outputs| {
             let ns = outputs.total(|stack| stack.contains("sleep"));
             let seconds = ns as f64 / 1e9;

@@ -45,6 +45,7 @@ rm -f "$out/read_loop.data"
 faults=$!
 wait_ready faults.out
 check counters -p "$faults" -e page-faults --period 1 -d 3
+check kprobe -p "$faults" -e kprobe:handle_mm_fault -d 3
 kill "$faults"
 
 sleep 60 &

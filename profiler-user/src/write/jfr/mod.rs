@@ -49,8 +49,9 @@ const FLAGS: u8 = 0b11;
 /// The event type of `event`'s profile.
 fn event_type(event: Event) -> TypeId {
     match event {
-        // A counter's events are execution samples where they happened.
-        Event::Cpu | Event::Counter(_) => TypeId::ExecutionSample,
+        // A counter's events and a probe's calls are execution samples
+        // where they happened.
+        Event::Cpu | Event::Counter(_) | Event::Probe(_) => TypeId::ExecutionSample,
         Event::Alloc => TypeId::AllocationSample,
         Event::Lock => TypeId::MonitorEnter,
         Event::Offcpu => TypeId::OffCpu,
@@ -83,7 +84,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
         body.bytes.clear();
         body.varint(event_type.id()).varint(ticks);
         match profile.event {
-            Event::Cpu | Event::Counter(_) => {
+            Event::Cpu | Event::Counter(_) | Event::Probe(_) => {
                 let state = pools.runnable();
                 body.varint(stack.thread).varint(stack.trace).varint(state);
             }
@@ -178,7 +179,7 @@ impl Stack {
 /// (scaled down alike if they are more than [`MAX_EVENTS`]), any other
 /// one event.
 fn event_counts(profile: &Profile, stacks: &[Stack]) -> Vec<u64> {
-    if !matches!(profile.event, Event::Cpu | Event::Counter(_)) {
+    if !(profile.event == Event::Cpu || profile.event.counted()) {
         return vec![1; stacks.len()];
     }
     let total: u64 = stacks.iter().map(|stack| stack.value).sum();
