@@ -43,6 +43,7 @@ pub fn run() -> Result<()> {
         "Probes (every call counted):\n",
         "  kprobe:FUNC               calls of kernel function FUNC\n",
         "  uprobe:PATH:SYMBOL        calls of function SYMBOL of ELF file PATH, in every process\n",
+        "  SYSTEM:NAME               hits of kernel tracepoint NAME, e.g. sched:sched_switch\n",
     ));
     if no_pmu {
         out.push_str("A virtual machine without a PMU counts no hardware events.\n");

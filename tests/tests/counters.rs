@@ -189,3 +189,39 @@ fn a_user_probe_counts_every_call_by_its_caller() {
         output.stderr
     );
 }
+
+/// The mounts of tracefs this host has.
+fn tracefs_mounts() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains(" - tracefs "))
+        .count()
+}
+
+#[test]
+fn a_tracepoint_counts_every_hit_and_leaves_the_mounts_alone() {
+    let (dir, workload) = prepare("tracepoint", "page_faults");
+    let out = dir.join("hits.folded");
+    let running = workload.spawn(&["4"]);
+    let mounts = tracefs_mounts();
+    let select = args!["-p", running.pid(), "-e", "exceptions:page_fault_user"];
+    let output = record(&record_args(&select, 99, 2.0, &out), 2.0);
+    let (share, faults) = seven_share(&out, &running.root_frame());
+    println!(
+        "fault_seven: {:.1}% of {faults} page_fault_user hits",
+        share * 100.0
+    );
+    assert!(
+        (share - 0.70).abs() <= 0.02 && faults > 10_000,
+        "fault_seven has {:.1}% of {faults} hits, 70±2% of more than 10,000 expected",
+        share * 100.0
+    );
+    assert!(
+        output.stderr.contains("tp-exceptions-page_fault_user:"),
+        "{}",
+        output.stderr
+    );
+    // Read from a tracefs of stoke's own when the host has none mounted.
+    assert_eq!(tracefs_mounts(), mounts, "stoke changed the host's mounts");
+}

@@ -62,6 +62,11 @@ const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
         "kprobe",
         "no BPF attach cookies (5.15): probes refused",
     ),
+    (
+        "5.10",
+        "tracepoint",
+        "no BPF attach cookies (5.15): tracepoints refused",
+    ),
 ];
 
 /// Packages the matrix needs: qemu from bookworm-backports, whose version

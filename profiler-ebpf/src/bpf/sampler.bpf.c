@@ -338,6 +338,11 @@ static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc
 	*bp = BPF_PROBE_READ(user, bp);
 }
 
+/* What fired take_sample, besides perf events. */
+#define PROBE_NONE 0
+#define PROBE_REGS 1
+#define PROBE_TRACEPOINT 2
+
 /* A CPU sample of the current thread. From a CPU's event (`own_timer`
  * false) a JVM's thread is signalled for its Java stack; from the thread's
  * own event, the return value asks perf for its SIGTRAP instead (1), if
@@ -348,10 +353,12 @@ static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc
  * only, and no thread has an event of its own (before 6.10 none does).
  * `cookie` at or past COUNTER_COOKIE_BASE: a sample of a CPU's counter
  * event (page faults, cache misses...), weighed by the event's period, or
- * with `probe` a hit of a kprobe or uprobe, whose context holds only the
- * registers at the probe, weighed 1. */
+ * with `probe` a hit of a probe, weighed 1: a kprobe's or uprobe's
+ * (PROBE_REGS), whose context holds only the registers at the probe, or a
+ * tracepoint's (PROBE_TRACEPOINT), whose context is the event's record and
+ * which always fires in the kernel. */
 static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool own_timer,
-				       bool legacy, __u64 cookie, bool probe)
+				       bool legacy, __u64 cookie, int probe)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
@@ -395,7 +402,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		return 0;
 
 	/* The context only allows full-width loads of registers. */
-	in_kernel = (*(volatile __u64 *)&ctx->regs.cs & 3) == 0;
+	in_kernel = probe == PROBE_TRACEPOINT || (*(volatile __u64 *)&ctx->regs.cs & 3) == 0;
 	record->header.cpu = bpf_get_smp_processor_id();
 	record->header.tgid = tgid;
 	record->header.tid = (__u32)pid_tgid;
@@ -521,14 +528,14 @@ int sample_cpu(struct stoke_perf_event_data *ctx)
 	return take_sample(ctx,
 			   cookie < STOKE_COUNTER_COOKIE_BASE &&
 				   (thread_events || cookie == STOKE_OWN_TIMER_COOKIE),
-			   false, cookie, false);
+			   false, cookie, PROBE_NONE);
 }
 
 /* sample_cpu for kernels without bpf_loop (take_sample's `legacy`). */
 SEC("perf_event")
 int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
 {
-	return take_sample(ctx, thread_events, true, 0, false);
+	return take_sample(ctx, thread_events, true, 0, PROBE_NONE);
 }
 
 /* A hit of a kprobe or uprobe (`-e kprobe:FUNC`, `-e uprobe:PATH:SYMBOL`),
@@ -538,7 +545,15 @@ SEC("kprobe")
 int sample_probe(struct stoke_regs *ctx)
 {
 	return take_sample((struct stoke_perf_event_data *)ctx, false, false,
-			   bpf_get_attach_cookie(ctx), true);
+			   bpf_get_attach_cookie(ctx), PROBE_REGS);
+}
+
+/* A hit of a kernel tracepoint (`-e SYSTEM:NAME`), linked with its
+ * counter's cookie. */
+SEC("tracepoint")
+int sample_tracepoint(void *ctx)
+{
+	return take_sample(ctx, false, false, bpf_get_attach_cookie(ctx), PROBE_TRACEPOINT);
 }
 
 /* A process's address space is gone: it gets no more signals (whatever

@@ -1,6 +1,7 @@
 //! Kernel and user probes as events: `-e kprobe:FUNC` counts the calls of
 //! a kernel function, `-e uprobe:PATH:SYMBOL` those of a function of an ELF
-//! file, each by the stack that called it.
+//! file, `-e SYSTEM:NAME` the hits of a kernel tracepoint, each by the stack
+//! that reached it.
 
 use std::{fmt, fs::File, io::Read, path::PathBuf};
 
@@ -27,6 +28,13 @@ pub enum ProbeTarget {
         /// The function's name.
         function: String,
     },
+    /// A kernel tracepoint.
+    Tracepoint {
+        /// Its system, e.g. `sched`.
+        system: String,
+        /// Its name, e.g. `sched_switch`.
+        name: String,
+    },
     /// An instruction of an ELF file, in every process that maps it.
     User {
         /// The file.
@@ -43,7 +51,9 @@ impl Probe {
         if let Some(function) = spec.strip_prefix("kprobe:") {
             return Some(kernel(function));
         }
-        let rest = spec.strip_prefix("uprobe:")?;
+        let Some(rest) = spec.strip_prefix("uprobe:") else {
+            return tracepoint(spec);
+        };
         let Some((path, symbol)) = rest.rsplit_once(':') else {
             return Some(Err(format!(
                 "'{spec}' names no symbol: uprobe:PATH:SYMBOL, e.g. uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc"
@@ -59,7 +69,7 @@ impl Probe {
 
     /// Whether it is in the kernel.
     pub fn in_kernel(&self) -> bool {
-        matches!(self.target, ProbeTarget::Kernel { .. })
+        !matches!(self.target, ProbeTarget::User { .. })
     }
 }
 
@@ -101,6 +111,29 @@ fn kernel(function: &str) -> Result<Probe, String> {
             function: function.to_owned(),
         },
     })
+}
+
+/// The tracepoint `spec` names (`SYSTEM:NAME`, letters, digits and `_`),
+/// if it has that shape.
+fn tracepoint(spec: &str) -> Option<Result<Probe, String>> {
+    let (system, name) = spec.split_once(':')?;
+    let word = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 128
+            && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    if !word(system) || !word(name) {
+        return Some(Err(format!(
+            "'{spec}' is no tracepoint: SYSTEM:NAME, e.g. sched:sched_switch"
+        )));
+    }
+    Some(Ok(Probe {
+        name: format!("tp-{system}-{name}"),
+        target: ProbeTarget::Tracepoint {
+            system: system.to_owned(),
+            name: name.to_owned(),
+        },
+    }))
 }
 
 fn user(path: &str, symbol: &str) -> Result<Probe, String> {
@@ -153,6 +186,10 @@ mod tests {
         assert!(probe.in_kernel());
         assert!(Probe::parse("kprobe:a/b").unwrap().is_err());
         assert!(Probe::parse("page-faults").is_none());
+        let switch = Probe::parse("sched:sched_switch").unwrap().unwrap();
+        assert_eq!(switch.name(), "tp-sched-sched_switch");
+        assert!(switch.in_kernel());
+        assert!(Probe::parse("sched:../x").unwrap().is_err());
         let error = Probe::parse("uprobe:/nonexistent:f").unwrap().unwrap_err();
         assert!(error.contains("cannot open"), "{error}");
         assert!(Probe::parse("uprobe:/bin/true").unwrap().is_err());

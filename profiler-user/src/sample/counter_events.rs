@@ -17,14 +17,24 @@ use aya::Ebpf;
 use aya_obj::generated::perf_event_attr;
 use profiler_common::{COUNTER_COOKIE_BASE, COUNTER_COOKIE_QUIET};
 
-use super::thread_event::{link, link_program, perf_event_open};
+use super::{
+    thread_event::{link, link_program, perf_event_open},
+    tracepoint_id::tracepoint_id,
+};
 use crate::{
     event::{Counter, Event, Probe, ProbeTarget},
     process::procfs,
 };
 
-/// The sampler's program for probes, loaded when a recording has any.
+/// The sampler's program for kprobes and uprobes, loaded when a
+/// recording has any.
 pub const PROBE_PROGRAM: &str = "sample_probe";
+
+/// The sampler's program for tracepoints, loaded when a recording has any.
+pub const TRACEPOINT_PROGRAM: &str = "sample_tracepoint";
+
+/// perf's `PERF_TYPE_TRACEPOINT`.
+const PERF_TYPE_TRACEPOINT: u32 = 2;
 
 /// How often a counter is sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,12 +124,28 @@ fn open_on(event: Event, rate: Rate, cpu: u32, disabled: bool) -> Result<OwnedFd
     let mut target_name = CString::default();
     let mut attr = match event {
         Event::Counter(counter) => counter_attributes(counter, rate),
+        Event::Probe(Probe {
+            target: ProbeTarget::Tracepoint { system, name },
+            ..
+        }) => {
+            let id = tracepoint_id(system, name).map_err(|error| {
+                Unavailable::Other(format!("tracepoint {system}:{name}: {error}"))
+            })?;
+            // SAFETY: a zeroed perf_event_attr is valid; fields set below.
+            let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+            attr.type_ = PERF_TYPE_TRACEPOINT;
+            attr.config = id;
+            attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+            attr.__bindgen_anon_1.sample_period = 1;
+            attr
+        }
         Event::Probe(probe) => {
             let (kind, name, offset) = match &probe.target {
                 ProbeTarget::Kernel { function } => ("kprobe", function.as_bytes(), 0),
                 ProbeTarget::User { path, offset } => {
                     ("uprobe", path.as_os_str().as_bytes(), *offset)
                 }
+                ProbeTarget::Tracepoint { .. } => unreachable!("matched above"),
             };
             target_name = CString::new(name)
                 .map_err(|_| Unavailable::Other("a NUL in the probe's name".into()))?;
@@ -167,8 +193,13 @@ pub fn probe(event: Event, cpu: u32) -> Result<(), Unavailable> {
 /// of each is its index): a counter on every CPU of `cpus` at `rate`, a
 /// probe once.
 pub fn open(ebpf: &Ebpf, events: &[Event], cpus: &[u32], rate: Rate) -> Result<CounterEvents> {
+    // Each loaded only when the recording has probes of its kind.
     let probe_program = match ebpf.program(PROBE_PROGRAM) {
-        Some(aya::programs::Program::KProbe(program)) => Some(program.fd()?.as_fd().as_raw_fd()),
+        Some(aya::programs::Program::KProbe(program)) => program.fd().ok(),
+        _ => None,
+    };
+    let tracepoint_program = match ebpf.program(TRACEPOINT_PROGRAM) {
+        Some(aya::programs::Program::TracePoint(program)) => program.fd().ok(),
         _ => None,
     };
     let mut open = Vec::with_capacity(events.len() * cpus.len());
@@ -184,10 +215,18 @@ pub fn open(ebpf: &Ebpf, events: &[Event], cpus: &[u32], rate: Rate) -> Result<C
         for &cpu in on {
             let opened = open_on(event, rate, cpu, false)
                 .with_context(|| format!("opening event {} on CPU {cpu}", event.name()))?;
-            let linked = match (event, probe_program) {
-                (Event::Probe(_), Some(program)) => link_program(program, &opened, cookie),
-                (Event::Probe(_), None) => Err(anyhow::anyhow!("the probe program is not loaded")),
-                _ => link(ebpf, &opened, cookie),
+            let program = match event {
+                Event::Probe(Probe {
+                    target: ProbeTarget::Tracepoint { .. },
+                    ..
+                }) => Some(tracepoint_program),
+                Event::Probe(_) => Some(probe_program),
+                _ => None,
+            };
+            let linked = match program {
+                Some(Some(program)) => link_program(program.as_fd().as_raw_fd(), &opened, cookie),
+                Some(None) => Err(anyhow::anyhow!("the probe program is not loaded")),
+                None => link(ebpf, &opened, cookie),
             };
             let link =
                 linked.with_context(|| format!("sampling event {} on CPU {cpu}", event.name()))?;
@@ -197,10 +236,11 @@ pub fn open(ebpf: &Ebpf, events: &[Event], cpus: &[u32], rate: Rate) -> Result<C
     Ok(CounterEvents { _open: open })
 }
 
-/// What `stoke list` and the start say of `probe` when it cannot be
-/// placed.
+/// What the start says of `probe` when it cannot be placed.
 pub fn probe_missing(probe: &Probe) -> &'static str {
-    if probe.in_kernel() {
+    if matches!(probe.target, ProbeTarget::Tracepoint { .. }) {
+        "the kernel refused the tracepoint"
+    } else if probe.in_kernel() {
         "no such kernel function can be probed (see /proc/kallsyms; inlined and notrace functions cannot)"
     } else {
         "the kernel refused a probe there"

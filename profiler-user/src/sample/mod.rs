@@ -12,6 +12,7 @@ pub mod sampler;
 pub mod target_events;
 pub mod thread_event;
 pub mod thread_timers;
+pub mod tracepoint_id;
 pub mod waiting;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds: the clock of the BPF side's

@@ -13,7 +13,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, KProbe, PerfEvent, ProgramError,
+        BtfTracePoint, KProbe, PerfEvent, ProgramError, TracePoint,
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
@@ -21,7 +21,7 @@ use profiler_common::{Counter, SignalledJvm, COUNTER_COUNT, MAX_COUNTERS};
 use tracing::debug;
 
 use super::{
-    counter_events::{self, CounterEvents, Rate, Unavailable, PROBE_PROGRAM},
+    counter_events::{self, CounterEvents, Rate, Unavailable, PROBE_PROGRAM, TRACEPOINT_PROGRAM},
     kfuncs, monotonic_ns,
     target_events::TargetEvents,
     thread_timers::{self, ThreadTimers, Trap},
@@ -233,14 +233,23 @@ impl Sampler {
         cpu_program(&mut ebpf, legacy)?
             .load()
             .map_err(explain_program_error)?;
-        if config
-            .counters
-            .iter()
-            .any(|event| matches!(event, event::Event::Probe(_)))
-        {
+        let probes = config.counters.iter().filter_map(|event| match event {
+            event::Event::Probe(probe) => Some(&probe.target),
+            _ => None,
+        });
+        let (tracepoints, regs): (Vec<_>, Vec<_>) =
+            probes.partition(|target| matches!(target, event::ProbeTarget::Tracepoint { .. }));
+        if !regs.is_empty() {
             let program: &mut KProbe = ebpf
                 .program_mut(PROBE_PROGRAM)
                 .context("no probe program")?
+                .try_into()?;
+            program.load().map_err(explain_program_error)?;
+        }
+        if !tracepoints.is_empty() {
+            let program: &mut TracePoint = ebpf
+                .program_mut(TRACEPOINT_PROGRAM)
+                .context("no tracepoint program")?
                 .try_into()?;
             program.load().map_err(explain_program_error)?;
         }
@@ -580,7 +589,7 @@ fn check_counters(counters: &[event::Event], cpus: &[u32], legacy: bool) -> Resu
     };
     if legacy {
         bail!(
-            "perf counters and probes (-e {}) need Linux 5.15 or newer (BPF attach cookies); this kernel is {}",
+            "perf counters, probes and tracepoints (-e {}) need Linux 5.15 or newer (BPF attach cookies); this kernel is {}",
             first.name(),
             crate::process::procfs::kernel_release().unwrap_or_default()
         );

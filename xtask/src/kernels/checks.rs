@@ -172,6 +172,7 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
         }),
         // Every page fault calls handle_mm_fault once.
         check(out, "kprobe", |outputs| fault_split(outputs, "calls")),
+        check(out, "tracepoint", |outputs| fault_split(outputs, "hits")),
         check(out, "offcpu", |outputs| {
             let ns = outputs.total(|stack| stack.contains("sleep"));
             let seconds = ns as f64 / 1e9;

@@ -46,6 +46,7 @@ faults=$!
 wait_ready faults.out
 check counters -p "$faults" -e page-faults --period 1 -d 3
 check kprobe -p "$faults" -e kprobe:handle_mm_fault -d 3
+check tracepoint -p "$faults" -e exceptions:page_fault_user -d 3
 kill "$faults"
 
 sleep 60 &
