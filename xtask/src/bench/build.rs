@@ -66,6 +66,7 @@ pub fn workloads(root: &Path, bin_dir: &Path) -> Result<Workloads> {
         spawner: bench_workload("spawner")?,
         short_lived: bench_workload("short_lived")?,
         switch_storm: bench_workload("switch_storm")?,
+        fault_storm: bench_workload("fault_storm")?,
         java_fixed_work: java_workload(&sources.join("FixedWork.java"), &bin_dir.join("java"))?,
         fp_split: compile(
             &root.join("tests/workloads/fp_split.c"),

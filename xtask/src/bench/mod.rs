@@ -280,6 +280,8 @@ pub struct Workloads {
     pub busy_other: PathBuf,
     /// Two threads passing a byte back and forth: the off-CPU part's.
     pub switch_storm: PathBuf,
+    /// Page faults in a loop: the perf counters' row.
+    pub fault_storm: PathBuf,
 }
 
 /// A measurement's value and how much other processes disturbed it.

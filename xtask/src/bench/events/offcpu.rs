@@ -272,12 +272,12 @@ fn wait_for_bpf_link(process: &Process) -> Result<()> {
     anyhow::bail!("offcputime attached nothing within {OFFCPUTIME_START:?}")
 }
 
-fn median(values: impl Iterator<Item = f64>) -> f64 {
+pub(super) fn median(values: impl Iterator<Item = f64>) -> f64 {
     Spread::of(&values.collect::<Vec<_>>()).map_or(0.0, |spread| spread.median)
 }
 
 /// The fastest of `values` (0 if none).
-fn fastest(values: impl Iterator<Item = f64>) -> f64 {
+pub(super) fn fastest(values: impl Iterator<Item = f64>) -> f64 {
     values.min_by(f64::total_cmp).unwrap_or(0.0)
 }
 
