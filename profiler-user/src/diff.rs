@@ -5,6 +5,7 @@
 use std::{
     collections::HashMap,
     io::{BufWriter, Write},
+    path::Path,
     sync::Arc,
 };
 
@@ -71,6 +72,10 @@ pub fn run(args: &DiffArgs) -> Result<()> {
             "stoke diff writes .html or .folded, not {}: name the output FILE.html or FILE.folded",
             format!("{format:?}").to_lowercase()
         );
+    }
+    let stdin = Path::new("-");
+    if args.before == stdin && args.after == stdin {
+        bail!("BEFORE and AFTER cannot both be standard input (-): give one of them as a file");
     }
     let before = read_profile(&args.before)?;
     let after = read_profile(&args.after)?;

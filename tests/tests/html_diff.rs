@@ -79,6 +79,16 @@ fn convert_and_diff_refuse_bad_input_in_one_line() {
     ]);
     output.assert_user_error(&["missing.pb.gz"]);
     assert!(!page.exists());
+    // Standard input can be read once: not as both profiles.
+    let output = run_stoke(&[
+        "diff".as_ref(),
+        "-".as_ref(),
+        "-".as_ref(),
+        "-o".as_ref(),
+        page.as_os_str(),
+    ]);
+    output.assert_user_error(&["BEFORE", "AFTER", "standard", "input"]);
+    assert!(!page.exists());
 }
 
 #[test]
