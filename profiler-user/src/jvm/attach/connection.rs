@@ -99,8 +99,12 @@ fn signal_and_connect(handle: &TargetHandle, timeout: Duration) -> Result<UnixSt
     let trigger = c_name(&format!(".attach_pid{}", handle.target.ns_pid))?;
     // Looking again after the trigger is in place: a listener another
     // client started meanwhile would answer SIGQUIT with a thread dump.
+    // Another stoke starting the listener holds the trigger's lock until
+    // its socket is there: a SIGQUIT of this one meanwhile, once the
+    // listener had begun, would print a thread dump. Held to the end.
+    let trigger_file = as_target(&handle.target, || create_trigger(handle, &trigger))?;
+    lock_trigger(&trigger_file);
     let started = as_target(&handle.target, || {
-        create_trigger(handle, &trigger)?;
         let found = find_socket(handle);
         if found.is_err() {
             let _ = remove_file(handle, &trigger);
@@ -125,6 +129,21 @@ fn signal_and_connect(handle: &TargetHandle, timeout: Duration) -> Result<UnixSt
         let _ = remove_file(handle, &trigger);
         connected
     })
+}
+
+/// Takes the exclusive `flock` on the trigger file, which stays held as
+/// long as the file is open (the kernel drops it when stoke dies), waiting
+/// for another stoke's listener start at most [`LISTENER_START_TIMEOUT`]
+/// and a second; past that, goes on without it (the SIGQUIT guard still
+/// holds off most dumps).
+fn lock_trigger(trigger: &File) {
+    let deadline = Instant::now() + LISTENER_START_TIMEOUT + Duration::from_secs(1);
+    // SAFETY: flock on a descriptor we own.
+    while unsafe { libc::flock(trigger.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(POLL_FIRST * 5);
+    }
 }
 
 /// Clears the way for the JVM's own listener: a socket of another user

@@ -29,27 +29,31 @@ pub(super) fn c_name(name: &str) -> Result<CString, AttachError> {
     CString::new(name).map_err(|_| AttachError::InvalidRequest(format!("a NUL byte in {name:?}")))
 }
 
-/// The trigger file, as the JVM's user. One left by a client that died is
-/// reused if it is the JVM's user's, as the JVM requires.
-pub(super) fn create_trigger(handle: &TargetHandle, trigger: &CStr) -> Result<(), AttachError> {
+/// The trigger file, as the JVM's user, open for reading: its lock
+/// serializes the stokes that start the JVM's listener. One left by a
+/// client that died is reused if it is the JVM's user's, as the JVM
+/// requires.
+pub(super) fn create_trigger(handle: &TargetHandle, trigger: &CStr) -> Result<File, AttachError> {
     let name = trigger.to_string_lossy();
     let tmp = handle.tmp.as_fd();
-    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC;
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY | libc::O_CLOEXEC;
     match openat2(tmp, trigger, flags, 0o600, RESOLVE_SAFE) {
-        Ok(_) => Ok(()),
+        Ok(fd) => Ok(File::from(fd)),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
-            let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            // Non-blocking: a FIFO put there must not hang the open.
+            let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC;
             let ours = openat2(tmp, trigger, flags, 0, RESOLVE_SAFE)
-                .and_then(|fd| File::from(fd).metadata())
-                .is_ok_and(|metadata| metadata.is_file() && metadata.uid() == handle.target.uid);
-            if ours {
-                Ok(())
-            } else {
-                Err(AttachError::ForeignFile {
-                    pid: handle.target.pid,
-                    name: name.into_owned(),
-                })
-            }
+                .map(File::from)
+                .ok()
+                .filter(|file| {
+                    file.metadata().is_ok_and(|metadata| {
+                        metadata.is_file() && metadata.uid() == handle.target.uid
+                    })
+                });
+            ours.ok_or_else(|| AttachError::ForeignFile {
+                pid: handle.target.pid,
+                name: name.into_owned(),
+            })
         }
         Err(error) => Err(handle.fs_error(format!("create /tmp/{name}"), error)),
     }
