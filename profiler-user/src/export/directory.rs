@@ -261,6 +261,17 @@ mod tests {
         }
     }
 
+    /// Delivers a profile of service "web" ending at each of `untils`.
+    fn deliver_all(directory: &mut Directory, untils: &[u64]) {
+        for &until in untils {
+            let batch = batch(until, "web");
+            assert!(matches!(
+                directory.deliver(&batch, &batch.profiles[0], None),
+                Delivery::Delivered
+            ));
+        }
+    }
+
     #[test]
     fn rotation_keeps_exactly_the_newest_and_only_touches_profiles() {
         let root = tempfile::tempdir().unwrap();
@@ -271,19 +282,16 @@ mod tests {
             std::fs::write(service_dir.join(foreign), "").unwrap();
         }
         // Out of order, as a clock step could make them.
-        for until in [
-            1_700_000_002,
-            1_700_000_001,
-            1_700_000_005,
-            1_700_000_003,
-            1_700_000_004,
-        ] {
-            let batch = batch(until, "web");
-            assert!(matches!(
-                directory.deliver(&batch, &batch.profiles[0], None),
-                Delivery::Delivered
-            ));
-        }
+        deliver_all(
+            &mut directory,
+            &[
+                1_700_000_002,
+                1_700_000_001,
+                1_700_000_005,
+                1_700_000_003,
+                1_700_000_004,
+            ],
+        );
         assert_eq!(
             names(&service_dir),
             [
@@ -306,13 +314,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let mut directory = Directory::new(root.path().to_owned(), 3, DAY);
         let service_dir = root.path().join("web");
-        for until in [1_700_000_001, 1_700_000_002, 1_700_000_002, 1_700_000_002] {
-            let batch = batch(until, "web");
-            assert!(matches!(
-                directory.deliver(&batch, &batch.profiles[0], None),
-                Delivery::Delivered
-            ));
-        }
+        deliver_all(
+            &mut directory,
+            &[1_700_000_001, 1_700_000_002, 1_700_000_002, 1_700_000_002],
+        );
         // The newest three: the second one's, then its sequels in order.
         assert_eq!(
             names(&service_dir),
