@@ -9,7 +9,7 @@
 /// - large blocks (the kernel's BTF parsed, a file's unwind rows) always
 ///   mapped and unmapped whole: by default glibc raises its threshold to
 ///   the size of the last large block freed, and the next ones then stay
-///   on the heap after they are freed (start-up peak +20 MB, measured).
+///   on the heap after they are freed, raising the start-up peak.
 pub fn bound() {
     // SAFETY: mallopt has no preconditions.
     unsafe {

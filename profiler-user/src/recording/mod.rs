@@ -72,10 +72,9 @@ const INTERVAL_NAMES_WAIT: Duration = Duration::from_millis(200);
 /// How often the timed JVMs' SIGTRAP handlers are checked in /proc (a
 /// status file each): the sampler checks the handler at every sample and
 /// sends SIGURG meanwhile, so this only moves a process back to the
-/// CPUs' events, and reading the files at every drain was 8% of stoke's
-/// CPU on a JVM sampled at 999 Hz. The events of ended threads are closed
-/// as often (looking each timed thread up in the sampler's map at every
-/// drain was 11% of stoke's CPU on a JVM sampled at 99 Hz).
+/// CPUs' events; reading the files at every drain would be a large share
+/// of stoke's CPU. The events of ended threads are closed as often, for
+/// the same reason (a lookup of each timed thread in the sampler's map).
 const TRAP_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why [`Recording::sample_until`] returned.

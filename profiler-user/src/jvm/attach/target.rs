@@ -119,8 +119,7 @@ impl TargetHandle {
     /// then starts its Service Thread. A SIGQUIT before the removal is
     /// handled once the thread runs, and the listener it starts can lose
     /// its new socket to the removal: the attach then waits for a socket no
-    /// one makes until it signals again, 1 s later (1 of 12 JVMs attached
-    /// as they started, measured).
+    /// one makes until it signals again, 1 s later.
     pub(super) fn check_sigquit_safe(&self) -> Result<(), AttachError> {
         let pid = self.target.pid;
         if !maps_libjvm(pid)? {

@@ -57,8 +57,9 @@ pub fn build<'a>(
 
 thread_local! {
     /// One gzip stream per thread, reset for each profile: a new one
-    /// allocates and clears some 300 KB of state, which was 5% of what
-    /// `stoke continuous` cost, at a dozen small profiles an interval.
+    /// allocates and clears some 300 KB of state, which for the many small
+    /// profiles of a `stoke continuous` interval costs more than their
+    /// compression.
     static GZIP: RefCell<Compress> = RefCell::new(Compress::new_gzip(Compression::default(), 15));
 }
 
