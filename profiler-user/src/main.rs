@@ -10,14 +10,11 @@
 
 mod aggregate;
 mod cli;
-mod continuous;
-mod convert;
-mod diff;
+mod commands;
 mod event;
 mod export;
 mod heap;
 mod jvm;
-mod list;
 mod metrics;
 mod module_table;
 mod preflight;
@@ -25,9 +22,7 @@ mod process;
 mod profile;
 mod progress;
 mod read;
-mod record;
 mod recording;
-mod report;
 mod rootfs;
 mod sample;
 mod symbolize;
@@ -49,14 +44,14 @@ fn main() -> ExitCode {
     heap::bound();
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Record(args) => record::run(args),
-        Command::Continuous(args) => continuous::run(args),
-        Command::Report(args) => report::run(args),
-        Command::Convert(args) => convert::run(args),
-        Command::Diff(args) => diff::run(args),
+        Command::Record(args) => commands::record::run(args),
+        Command::Continuous(args) => commands::continuous::run(args),
+        Command::Report(args) => commands::report::run(args),
+        Command::Convert(args) => commands::convert::run(args),
+        Command::Diff(args) => commands::diff::run(args),
         Command::Agent { output } => jvm::agent::write_agent(output),
         Command::Attach(args) => jvm::attach::subcommand::run(args),
-        Command::List => list::run(),
+        Command::List => commands::list::run(),
         // Reports its own errors, one line per file.
         Command::Tables(args) => return unwind::inspect::run(args),
     };

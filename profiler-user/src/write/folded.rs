@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use crate::{diff::Diff, profile::Profile};
+use crate::{aggregate::diff::Diff, profile::Profile};
 
 /// Writes one `root;...;leaf count` line per stack.
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
@@ -72,7 +72,7 @@ mod tests {
     fn diff_lines_carry_both_counts_before_scaled() {
         let before = profile(&[("a [1];x", 3), ("a [1];y", 1)]);
         let after = profile(&[("a [2];x", 2), ("a [2];y", 6)]);
-        let diff = crate::diff::diff(&before, &after, "b".into(), "a".into());
+        let diff = crate::aggregate::diff::diff(&before, &after, "b".into(), "a".into());
         let mut out = Vec::new();
         write_diff(&diff, &mut out).unwrap();
         assert_eq!(

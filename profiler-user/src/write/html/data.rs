@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::kind::{kinds, FrameKind};
 use crate::{
-    diff::Diff,
+    aggregate::diff::Diff,
     process::identity::host_name,
     profile::Profile,
     write::{flamegraph, GraphOptions},
@@ -266,7 +266,7 @@ mod tests {
     fn a_diff_carries_scaled_before_counts_and_the_biggest_changes() {
         let before = profile(&[("a [1];x", 6), ("a [1];y", 2), ("a [1];z", 2)]);
         let after = profile(&[("a [2];x", 5), ("a [2];y", 15)]);
-        let diff = crate::diff::diff(&before, &after, "b".into(), "a".into());
+        let diff = crate::aggregate::diff::diff(&before, &after, "b".into(), "a".into());
         let json: serde_json::Value = serde_json::from_str(&diff_json(&diff).unwrap()).unwrap();
         assert_eq!(json["names"], serde_json::json!(["a [*]", "x", "y", "z"]));
         assert_eq!(json["before"], serde_json::json!([0.0, 12.0, 4.0, 4.0]));

@@ -2,6 +2,8 @@
 //! after the recording, once symbolization has named every distinct address
 //! ([`AddressNames`]), folds the named stacks into a [`Profile`].
 
+pub mod diff;
+
 use std::{
     hash::{Hash, Hasher},
     sync::Arc,

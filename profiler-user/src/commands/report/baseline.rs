@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::Path, sync::Arc};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{diff::diff, profile::Profile, read::read_profile, write::write_diff_html};
+use crate::{aggregate::diff::diff, profile::Profile, read::read_profile, write::write_diff_html};
 
 /// Rows of the changes table.
 pub const MAX_CHANGES: usize = 30;
