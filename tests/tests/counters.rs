@@ -6,13 +6,13 @@
 //! one line before anything starts, with no output file. A user probe
 //! (`-e uprobe:PATH:SYMBOL`) counts every call by its caller (kernel
 //! probes are checked on Debian's kernels, `cargo xtask test --kernels`:
-//! this kernel places none).
+//! this kernel places none); a JVM's counter samples carry its Java frames.
 
 use std::time::Duration;
 
 use stoke_tests::{
-    args, describe, prepare, process_stacks, read_folded, record, record_args, samples_where,
-    total_samples, Stoke,
+    args, describe, prepare, prepare_java, process_stacks, read_folded, record, record_args,
+    samples_where, total_samples, Stoke, JDK_17,
 };
 
 /// The share of `fault_seven`'s faults among both functions' in `out`,
@@ -224,4 +224,43 @@ fn a_tracepoint_counts_every_hit_and_leaves_the_mounts_alone() {
     );
     // Read from a tracefs of stoke's own when the host has none mounted.
     assert_eq!(tracefs_mounts(), mounts, "stoke changed the host's mounts");
+}
+
+#[test]
+fn a_jvm_s_counter_samples_carry_its_java_frames() {
+    let (dir, workload) = prepare_java("counters-java", "JavaSplit", JDK_17);
+    let running = workload.spawn(&["8"]);
+    let out = dir.join("task-clock.folded");
+    // A millisecond of CPU time a sample, on the CPUs' counters.
+    let select = args![
+        "-p",
+        running.pid(),
+        "-e",
+        "task-clock",
+        "--period",
+        1_000_000
+    ];
+    record(&record_args(&select, 99, 4.0, &out), 4.0);
+    let stacks = read_folded(&out);
+    let (mine, total) = process_stacks(&stacks, &running.root_frame(), 100);
+    let java = samples_where(mine.iter().copied(), |s| {
+        s.frames.iter().any(|f| f.ends_with("_[j]"))
+    });
+    let seventy = samples_where(mine.iter().copied(), |s| s.has_java("JavaSplit.seventy"));
+    let thirty = samples_where(mine.iter().copied(), |s| s.has_java("JavaSplit.thirty"));
+    let share = seventy as f64 / (seventy + thirty).max(1) as f64;
+    println!(
+        "{java} of {total} ns with Java frames; JavaSplit.seventy {:.1}%",
+        share * 100.0
+    );
+    assert!(
+        java * 10 >= total * 9,
+        "only {java} of {total} ns of task-clock samples have Java frames\n{}",
+        describe(mine.iter().copied(), 10)
+    );
+    assert!(
+        (share - 0.70).abs() <= 0.03,
+        "JavaSplit.seventy has {:.1}% of the Java samples, 70±3% expected",
+        share * 100.0
+    );
 }
