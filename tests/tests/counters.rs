@@ -6,7 +6,9 @@
 //! one line before anything starts, with no output file. A user probe
 //! (`-e uprobe:PATH:SYMBOL`) counts every call by its caller (kernel
 //! probes are checked on Debian's kernels, `cargo xtask test --kernels`:
-//! this kernel places none); a JVM's counter samples carry its Java frames.
+//! this kernel places none), a tracepoint (`-e SYSTEM:NAME`) every hit,
+//! the host's mounts untouched; a JVM's counter samples carry its Java
+//! frames.
 
 use std::time::Duration;
 
