@@ -3,14 +3,16 @@
 //! the recording began are sampled, no SIGTRAP of those events ever
 //! reaches a program that does not take it, and a target that execs
 //! (which removes events that may signal) is sampled after the exec too;
-//! no end of stoke's, on time or killed, leaves an event that signals; and
-//! a CPU that runs no target takes no timer interrupt of stoke's.
+//! no end of stoke's, on time or killed, leaves an event that signals; a
+//! CPU that runs no target takes no timer interrupt of stoke's; and a
+//! target whose many threads each run too little to be sampled is said to
+//! be missed.
 
 use std::{process::Command, thread, time::Duration};
 
 use stoke_tests::{
     args, describe, prepare, process_stacks, read_folded, record_args, record_to, samples_where,
-    stacks_of, Running, Stoke, Workload,
+    stacks_of, total_samples, Running, Stoke, Workload,
 };
 
 #[test]
@@ -57,6 +59,48 @@ fn threads_started_during_a_recording_are_sampled_and_never_trapped() {
         "{started} of {total} samples in started threads, {churning} in churn_work, in 3 s at 499 Hz of a busy thread (~1500 expected): threads started later are not sampled\n{}",
         describe(mine.iter().copied(), 10)
     );
+}
+
+/// A process of 3,000 threads that each run half a millisecond every 3 s
+/// (half a core in all) fills no thread's own CPU-time timer: a `-p`
+/// recording of it either samples it in proportion to its CPU time or
+/// says at its end, naming it, that it did not and that `-a` would.
+#[test]
+fn a_target_of_many_idle_threads_is_sampled_or_said_to_be_missed() {
+    let (dir, workload) = prepare("many-threads", "many_threads");
+    let out = dir.join("many.folded");
+    let mut running = workload.spawn(&["9", "3000"]);
+    let cpu_before = cpu_seconds(running.pid());
+    let output = record_to(&args!["-p", running.pid()], 499, 5.0, &out);
+    let cpu = cpu_seconds(running.pid()) - cpu_before;
+    let stacks = read_folded(&out);
+    let samples = total_samples(stacks_of(&stacks, &running.root_frame()));
+    let expected = cpu * 499.0;
+    let warned = output.stderr.lines().any(|line| {
+        line.starts_with("stoke: warning: process ")
+            && line.contains(&running.pid().to_string())
+            && line.contains("(-a)")
+    });
+    println!("{samples} samples for {cpu:.2} s of CPU ({expected:.0} expected); warned: {warned}");
+    assert!(expected > 500.0, "the workload used only {cpu:.2} s of CPU");
+    assert!(
+        samples as f64 >= expected * 0.8 || warned,
+        "{samples} samples for {expected:.0} expected, and no warning naming the process:\n{}",
+        output.stderr
+    );
+    running.wait_success(Duration::from_secs(30));
+}
+
+/// The CPU time process `pid` has used, in seconds (clock ticks of 10 ms).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<f64> = after_name
+        .split_whitespace()
+        .map(|field| field.parse().unwrap_or(0.0))
+        .collect();
+    // utime and stime, fields 14 and 15 (from field 3 here).
+    (fields[11] + fields[12]) / 100.0
 }
 
 /// Rounds of [`a_target_outlives_stoke_ended_or_killed`], half of them

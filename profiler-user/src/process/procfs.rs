@@ -86,6 +86,16 @@ fn stat_field(pid: u32, number: usize) -> Option<u64> {
     field_of(stat_after_name(&format!("/proc/{pid}/stat"))?, number)
 }
 
+/// The CPU time process `pid` and its threads have used (user and
+/// system, fields 14 and 15 of its stat file); `None` if it is gone.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let after_name = stat_after_name(&format!("/proc/{pid}/stat"))?;
+    let ticks = field_of(after_name.clone(), 14)?.saturating_add(field_of(after_name, 15)?);
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(Duration::from_secs_f64(ticks as f64 / per_second))
+}
+
 /// Field `number` (from 1) of a stat file, given from field 3 on.
 fn field_of(after_name: String, number: usize) -> Option<u64> {
     after_name

@@ -32,6 +32,7 @@ use crate::{
     progress::Progress,
     sample::{
         counter_events::Rate,
+        ring_record::Measure,
         ring_record::Record,
         sampler::{CounterTotals, OffCpuConfig, Sampler, SamplerConfig},
         thread_timers::{fresh_cookie, trap_caught},
@@ -274,6 +275,7 @@ impl Recording {
             java,
             malformed,
             traps_checked,
+            targets,
             ..
         } = self;
         let mut to_time = Vec::new();
@@ -283,6 +285,9 @@ impl Recording {
         sampler.drain(|bytes| match Record::parse(bytes) {
             Ok(Record::Sample(sample)) => {
                 let pid = sample.tgid;
+                if sample.measure == Measure::Cpu {
+                    targets.sampled(pid);
+                }
                 let image = processes.image_of(&sample);
                 // JVMs are found through their threads' waits too: an
                 // off-CPU recording gets their Java frames. A process seen
@@ -446,9 +451,15 @@ impl Recording {
             started,
             events,
             timed_threads,
+            targets,
             ..
         } = self;
         let duration = started.elapsed();
+        if events.contains(&Event::Cpu) {
+            for line in targets.undersampled(frequency_hz) {
+                eprintln!("stoke: warning: {line}");
+            }
+        }
         let cpus = sampler.cpus().len();
         let counters = sampler.counters()?;
         let bpf_time_per_sample = sampler.time_per_sample();
