@@ -40,6 +40,7 @@ pub fn run() -> Result<()> {
         }
     }
     out.push_str(concat!(
+        "  rHEX                      a raw PMU event: the CPU's own event code, e.g. r3c\n",
         "Probes (every call counted):\n",
         "  kprobe:FUNC               calls of kernel function FUNC\n",
         "  uprobe:PATH:SYMBOL        calls of function SYMBOL of ELF file PATH, in every process\n",

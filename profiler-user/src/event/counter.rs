@@ -1,6 +1,7 @@
 //! The perf counter events `-e` takes by name (perf's names): the
 //! kernel's software events and the CPU's hardware ones, with what the
-//! kernel needs to open each.
+//! kernel needs to open each, and raw PMU events (`rHEX`, perf's spelling
+//! of a CPU-specific event code).
 
 /// perf's `PERF_TYPE_HARDWARE`.
 const HARDWARE: u32 = 0;
@@ -9,6 +10,8 @@ const SOFTWARE: u32 = 1;
 /// perf's `PERF_TYPE_HW_CACHE`: the config is cache | operation << 8 |
 /// result << 16.
 const HW_CACHE: u32 = 3;
+/// perf's `PERF_TYPE_RAW`: the config is the CPU's own event code.
+const RAW: u32 = 4;
 
 /// A hardware cache event's config: a read of `cache` that missed.
 const fn read_miss(cache: u64) -> u64 {
@@ -178,46 +181,68 @@ const KNOWN: &[Known] = &[
     },
 ];
 
-/// A perf counter event, by its place in the catalogue.
+/// A perf counter event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Counter(u8);
+pub struct Counter(Kind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    /// By its place in the catalogue.
+    Known(u8),
+    /// A raw PMU event: its name as given (lives as long as stoke; a few
+    /// per command line) and its code.
+    Raw(&'static str, u64),
+}
 
 impl Counter {
-    /// The event named `name` (any of its names, case as perf spells it).
+    /// The event named `name` (any of its names, case as perf spells it;
+    /// `rHEX` for a raw PMU event).
     pub fn from_name(name: &str) -> Option<Self> {
-        KNOWN
-            .iter()
-            .position(|known| known.names.contains(&name))
-            .map(|index| Self(index as u8))
+        if let Some(index) = KNOWN.iter().position(|known| known.names.contains(&name)) {
+            return Some(Self(Kind::Known(index as u8)));
+        }
+        let hex = name.strip_prefix('r')?;
+        let config =
+            (!hex.is_empty() && hex.len() <= 16).then(|| u64::from_str_radix(hex, 16).ok())??;
+        Some(Self(Kind::Raw(Box::leak(name.into()), config)))
     }
 
-    /// Every counter event.
+    /// Every counter event of the catalogue.
     pub fn all() -> impl Iterator<Item = Self> {
-        (0..KNOWN.len()).map(|index| Self(index as u8))
+        (0..KNOWN.len()).map(|index| Self(Kind::Known(index as u8)))
     }
 
-    fn known(self) -> &'static Known {
-        &KNOWN[usize::from(self.0)]
+    fn known(self) -> Option<&'static Known> {
+        match self.0 {
+            Kind::Known(index) => Some(&KNOWN[usize::from(index)]),
+            Kind::Raw(..) => None,
+        }
     }
 
     /// Its name (perf's).
     pub fn name(self) -> &'static str {
-        self.known().names[0]
+        match self.0 {
+            Kind::Known(index) => KNOWN[usize::from(index)].names[0],
+            Kind::Raw(name, _) => name,
+        }
     }
 
     /// What it counts, in a few words.
     pub fn about(self) -> &'static str {
-        self.known().about
+        self.known().map_or("a raw PMU event", |known| known.about)
     }
 
     /// perf_event_attr's `type`.
     pub fn perf_type(self) -> u32 {
-        self.known().perf_type
+        self.known().map_or(RAW, |known| known.perf_type)
     }
 
     /// perf_event_attr's `config`.
     pub fn config(self) -> u64 {
-        self.known().config
+        match self.0 {
+            Kind::Known(index) => KNOWN[usize::from(index)].config,
+            Kind::Raw(_, config) => config,
+        }
     }
 
     /// Whether its events come as a thread leaves the CPU, when a signal
@@ -241,7 +266,7 @@ mod tests {
     fn every_name_finds_its_event_once() {
         let mut seen = std::collections::HashSet::new();
         for counter in Counter::all() {
-            for name in counter.known().names {
+            for name in counter.known().unwrap().names {
                 assert!(seen.insert(*name), "{name} twice");
                 assert_eq!(Counter::from_name(name), Some(counter));
             }
@@ -257,5 +282,14 @@ mod tests {
             0x10002
         );
         assert_eq!(Counter::from_name("page-fault"), None);
+        let raw = Counter::from_name("r1a8").unwrap();
+        assert_eq!(
+            (raw.name(), raw.perf_type(), raw.config()),
+            ("r1a8", RAW, 0x1a8)
+        );
+        assert!(raw.hardware());
+        for not_raw in ["r", "rxyz", "r12345678901234567"] {
+            assert_eq!(Counter::from_name(not_raw), None, "{not_raw}");
+        }
     }
 }
