@@ -324,8 +324,8 @@ fn an_agent_loaded_before_gives_java_frames_from_the_first_sample_on_temurin_25(
 fn a_stoke_killed_mid_drain_leaves_the_agent_ring_usable() {
     let (dir, workload) = prepare_java("java-kill-mid-drain", "JavaBusy", JDK_17);
     let mut jvm = workload.spawn(&["60"]);
-    // The test hook kills stoke right after its 300th Java sample left the
-    // ring and before the slot went back to the agent: the worst moment.
+    // The test hook kills stoke right after it took its 300th Java sample,
+    // in the middle of a drain of the agent's ring.
     let mut command = std::process::Command::new(stoke_tests::stoke_bin());
     command
         .args(record_args(
