@@ -306,3 +306,81 @@ fn a_stoke_killed_mid_recording_leaves_the_other_its_java_frames() {
     counts.assert_profiled("a record after the kill", 1000, &again.stderr);
     assert!(running.is_alive(), "the JVM died: {}", running.stderr());
 }
+
+/// Whether JVM `pid` holds its agent's memory.
+fn has_agent_memory(pid: u32) -> bool {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten().any(|fd| {
+                fs::read_link(fd.path())
+                    .is_ok_and(|target| target.to_string_lossy() == "/memfd:stoke-agent (deleted)")
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_ninth_stoke_says_in_one_line_that_the_agent_serves_eight() {
+    let (dir, workload) = prepare_java("java-consumers-ninth", "JavaSplit", JDK_17);
+    let mut running = workload.spawn(&["60"]);
+    let root = running.root_frame();
+    let _ = running.printed_tid();
+
+    let seconds = 20.0;
+    let spawn = |index: u32| {
+        let out = dir.join(format!("{index}.folded"));
+        let stoke = Stoke::spawn(&record_args(&args!["-p", running.pid()], 49, seconds, &out));
+        (stoke, out)
+    };
+    let mut first = spawn(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !has_agent_memory(running.pid()) {
+        assert!(Instant::now() < deadline, "no agent loaded within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first
+        .0
+        .wait_for_stderr("stoke: sampling", Duration::from_secs(30));
+    // The other seven find the agent loaded, and claim their slot before
+    // they sample.
+    let mut eight = vec![first];
+    for index in 1..8 {
+        let mut stoke = spawn(index);
+        stoke
+            .0
+            .wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+        eight.push(stoke);
+    }
+    let ninth_out = dir.join("ninth.folded");
+    let ninth = Stoke::spawn(&record_args(
+        &args!["-p", running.pid()],
+        49,
+        2.0,
+        &ninth_out,
+    ))
+    .wait_recording(2.0);
+    println!("the ninth stoke:\n{}", ninth.stderr);
+    let said: Vec<&str> = ninth
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("stoke: warning:"))
+        .collect();
+    assert_eq!(
+        said,
+        [format!(
+            "stoke: warning: JVM {}: 8 stokes read this JVM's agent already, the most one agent serves; its stacks stay native-only",
+            running.pid()
+        )],
+        "the ninth stoke did not say in one line that the agent serves eight"
+    );
+    let ninth_counts = JvmCounts::of(&read_folded(&ninth_out), &root);
+    assert!(ninth_counts.total > 0, "the ninth stoke has no JVM sample");
+    assert_eq!(ninth_counts.with_java, 0, "the ninth stoke got Java frames");
+
+    for (index, (stoke, out)) in eight.into_iter().enumerate() {
+        let output = stoke.wait_recording(seconds);
+        let counts = JvmCounts::of(&read_folded(&out), &root);
+        counts.assert_profiled(&format!("stoke {index} of 8"), 300, &output.stderr);
+    }
+    assert!(running.is_alive(), "the JVM died: {}", running.stderr());
+}

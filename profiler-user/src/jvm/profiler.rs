@@ -291,7 +291,8 @@ impl JavaProfiler {
     /// Hands JVM `pid` to the attach thread; its samples wait for the agent.
     fn ask_attach(&mut self, pid: u32) {
         // One attach at a time per JVM, and none of a JVM profiled already:
-        // a second would find the first's lock on the agent memory. An
+        // a second would read the agent again, in a consumer slot of its
+        // own. An
         // attach in flight when the process exec'd is answered first: if it
         // began before the exec, the new image is looked at again then
         // ([`Self::profile_attached`]): the maps of a sample taken before an
