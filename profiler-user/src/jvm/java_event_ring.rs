@@ -55,6 +55,12 @@ impl AgentMemory {
         self.header().java_events_dropped.load(Ordering::Relaxed)
     }
 
+    /// Java events this stoke lost: overwritten in the ring before it read
+    /// them, or never written.
+    pub fn java_events_lost(&self) -> u64 {
+        self.java_events.lost()
+    }
+
     /// The mean bytes between sampled allocations the JVM samples at now
     /// (the smallest interval any stoke reading asked for); 0 if the agent
     /// does not say.

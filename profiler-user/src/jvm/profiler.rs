@@ -487,10 +487,13 @@ impl JavaProfiler {
         }
         for (pid, jvm) in &mut self.jvms {
             jvm.memory.want_java_events(0, 0, 0);
-            let dropped =
-                (jvm.memory.java_events_dropped()).saturating_sub(jvm.java_events_dropped);
+            // Dropped by the agent (a slot mid-write when the ring came
+            // round to it), or lost to this stoke (overwritten before read).
+            let dropped = (jvm.memory.java_events_dropped())
+                .saturating_sub(jvm.java_events_dropped)
+                .saturating_add(jvm.memory.java_events_lost());
             if dropped > 0 {
-                eprintln!("stoke: warning: JVM {pid}: its agent dropped {dropped} allocation or lock events, its ring full (raise --alloc-interval or --lock-threshold)");
+                eprintln!("stoke: warning: JVM {pid}: {dropped} allocation or lock events were lost, its agent's ring overrun (raise --alloc-interval or --lock-threshold)");
             }
         }
         std::thread::sleep(FINAL_ANSWER_WAIT);
