@@ -292,9 +292,9 @@ impl JavaProfiler {
     fn ask_attach(&mut self, pid: u32) {
         // One attach at a time per JVM, and none of a JVM profiled already:
         // a second would read the agent again, in a consumer slot of its
-        // own. An
-        // attach in flight when the process exec'd is answered first: if it
-        // began before the exec, the new image is looked at again then
+        // own. An attach in flight when the process exec'd is answered
+        // first: if it began before the exec, the new image is looked at
+        // again then
         // ([`Self::profile_attached`]): the maps of a sample taken before an
         // exec (a fork about to exec java) may be read after it.
         let profiled = self.jvms.contains_key(&pid) && !self.ended.contains(&pid);
