@@ -37,8 +37,6 @@ pub struct IdleWatch {
     idle_after: Duration,
     last_read: Instant,
     last_check: Instant,
-    /// Whether a stoke held the memory at the last look.
-    reading: bool,
 }
 
 impl IdleWatch {
@@ -48,7 +46,6 @@ impl IdleWatch {
             idle_after: Duration::from_millis(IDLE_AFTER_MS.load(Ordering::Relaxed)),
             last_read: Instant::now(),
             last_check: Instant::now(),
-            reading: false,
         }
     }
 
@@ -63,8 +60,7 @@ impl IdleWatch {
             return false;
         }
         self.last_check = Instant::now();
-        self.reading = shared.held_by_stoke();
-        if self.reading {
+        if shared.held_by_stoke() {
             self.last_read = self.last_check;
             return false;
         }
@@ -77,11 +73,5 @@ impl IdleWatch {
         shared.wait_for_stoke();
         self.last_read = Instant::now();
         true
-    }
-
-    /// Whether a stoke held the memory at the last look (at most 0.1 s
-    /// ago, or since the doorbell last rang).
-    pub fn stoke_reads(&self) -> bool {
-        self.reading
     }
 }

@@ -1,16 +1,17 @@
 //! The agent's side of the Java event ring
 //! (`profiler_common::java_events`): JVMTI callbacks on any Java thread
-//! claim a slot with one compare-and-swap, fill it, and commit it; a full
-//! ring drops the event and counts it, so no Java thread ever waits.
+//! claim a position with one `fetch_add`, fill its slot, and commit it for
+//! every stoke; a slot still mid-write by another drops the event and
+//! counts it, so no Java thread ever waits.
 
 use std::sync::atomic::Ordering;
 
 use profiler_common::{
-    java_events::{sequence_of, stored_sequence, JavaEventSlot, JAVA_EVENT_SLOTS},
-    jvm::JAVA_EVENTS_OFFSET,
+    java_events::{JavaEventSlot, JAVA_EVENT_SLOTS},
+    jvm::{written_sequence, JAVA_EVENTS_OFFSET},
 };
 
-use crate::shared::SharedMemory;
+use crate::shared::{claim, SharedMemory};
 
 /// A claimed slot, to fill then commit.
 pub struct EventClaim {
@@ -32,49 +33,36 @@ impl SharedMemory {
 
     /// Empties the ring (with the sample ring; only while no stoke reads):
     /// its memory is zeroed then (fresh, or given back while idle), which
-    /// is an empty ring; only the positions start over.
+    /// is an empty ring; only the position starts over.
     pub(crate) fn reset_java_event_ring(&self) {
-        let header = self.header();
-        header.java_events_written.store(0, Ordering::Release);
-        header.java_events_read.store(0, Ordering::Release);
+        self.header()
+            .java_events_written
+            .store(0, Ordering::Release);
     }
 
-    /// Claims the next free slot; `None` (counted) when the ring is full.
+    /// Claims the next position; `None` (counted) when its slot is still
+    /// mid-write by another producer.
     pub fn claim_event(&self) -> Option<EventClaim> {
         let header = self.header();
-        let mut position = header.java_events_written.load(Ordering::Relaxed);
-        loop {
-            let slot = self.event_slot(position);
-            // SAFETY: slot is in bounds; sequence is atomic.
-            let stored = unsafe { (*slot).sequence.load(Ordering::Acquire) };
-            let sequence = sequence_of(stored, index_of(position));
-            match sequence.wrapping_sub(position) as i64 {
-                0 => match header.java_events_written.compare_exchange_weak(
-                    position,
-                    position + 1,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return Some(EventClaim { slot, position }),
-                    Err(current) => position = current,
-                },
-                behind if behind < 0 => {
-                    header.java_events_dropped.fetch_add(1, Ordering::Relaxed);
-                    return None;
-                }
-                _ => position = header.java_events_written.load(Ordering::Relaxed),
-            }
-        }
+        let (slot, position) = claim(
+            &header.java_events_written,
+            &header.java_events_dropped,
+            |at| {
+                let slot = self.event_slot(at);
+                // SAFETY: the slot is in bounds; its sequence is atomic.
+                (slot, unsafe { &(*slot).sequence })
+            },
+        )?;
+        Some(EventClaim { slot, position })
     }
 
-    /// Hands a filled slot to stoke.
+    /// Hands a filled slot to every stoke.
     pub fn commit_event(&self, claim: EventClaim) {
         // SAFETY: the claimed slot is in bounds.
         unsafe {
-            (*claim.slot).sequence.store(
-                stored_sequence(claim.position + 1, index_of(claim.position)),
-                Ordering::Release,
-            )
+            (*claim.slot)
+                .sequence
+                .store(written_sequence(claim.position), Ordering::Release)
         };
     }
 }
@@ -88,22 +76,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_event_ring_drops_and_counts() {
+    fn an_event_slot_mid_write_drops_the_next_lap_and_counts() {
         let shared = SharedMemory::create().unwrap();
-        for _ in 0..JAVA_EVENT_SLOTS {
+        let slow = shared.claim_event().expect("an empty ring");
+        for _ in 1..JAVA_EVENT_SLOTS {
             let claim = shared.claim_event().expect("room left");
             shared.commit_event(claim);
         }
         assert!(shared.claim_event().is_none());
         let header = shared.header();
         assert_eq!(header.java_events_dropped.load(Ordering::Relaxed), 1);
-        // Consumed (as stoke does), the first slot takes the next event.
+        shared.commit_event(slow);
         // SAFETY: slot 0 is in bounds; its sequence is atomic.
-        unsafe { &(*shared.event_slot(0)).sequence }.store(
-            stored_sequence(JAVA_EVENT_SLOTS as u64, 0),
-            Ordering::Release,
-        );
-        let claim = shared.claim_event().expect("a slot was freed");
-        assert_eq!(claim.position, JAVA_EVENT_SLOTS as u64);
+        let sequence = unsafe { &(*shared.event_slot(0)).sequence };
+        assert_eq!(sequence.load(Ordering::Acquire), written_sequence(0));
+        let claim = shared.claim_event().expect("the next slot is free");
+        assert_eq!(claim.position, JAVA_EVENT_SLOTS as u64 + 1);
     }
 }

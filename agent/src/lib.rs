@@ -252,7 +252,7 @@ fn worker(shared: &'static SharedMemory) {
             let _ = jvmti.replay_code_events();
             shared.active();
         }
-        java_events.apply(jvmti, shared, idle.stoke_reads());
+        java_events.apply(jvmti, shared);
         shared.take_requests(|request| {
             let method_id = request & !RECOMPILE_REQUEST;
             let known = lock_known_methods()

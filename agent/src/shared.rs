@@ -14,8 +14,9 @@ use std::{
 };
 
 use profiler_common::jvm::{
-    self, Activity, AgentState, Event, Header, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE, MAGIC,
-    REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS, SIGNAL, TOTAL_SIZE, VERSION,
+    self, writing_sequence, written_sequence, Activity, AgentState, Consumer, Event, Header,
+    SampleSlot, CONSUMER_LOCKS, EVENTS_OFFSET, EVENTS_SIZE, MAGIC, MAX_CONSUMERS, REQUESTS_OFFSET,
+    REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS, SIGNAL, TOTAL_SIZE, VERSION,
 };
 
 /// The mapped memfd.
@@ -23,7 +24,8 @@ pub struct SharedMemory {
     base: NonNull<u8>,
     /// Kept open: stoke finds the memory through `/proc/PID/fd`. Its own
     /// open file description, which no stoke shares (stoke reopens the
-    /// memfd), tells by `flock` whether a stoke holds the memory.
+    /// memfd), tells by `flock` whether any stoke holds the memory, and by
+    /// OFD locks which consumer slots are held.
     memfd: OwnedFd,
     /// The event log's state; the lock orders appends.
     events: Mutex<EventLog>,
@@ -109,29 +111,13 @@ impl SharedMemory {
         }
     }
 
-    /// Empties the sample ring and the Java event ring. Only while no stoke reads it and none
-    /// signals (at creation, and when waking from idle, before stoke may
-    /// signal): a stray SIGURG meanwhile tears at most one sample, which
-    /// stoke checks like any.
+    /// Empties the sample ring and the Java event ring. Only while no stoke
+    /// reads them (at creation, and when waking from idle, before stoke may
+    /// signal): their memory is zeroed then (fresh, or given back while
+    /// idle), which holds no position; only the positions start over.
     fn reset_sample_ring(&self) {
         self.reset_java_event_ring();
-        for index in 0..SAMPLE_SLOTS {
-            // SAFETY: in bounds; the sequence is atomic.
-            unsafe {
-                (*self.slot(index as u64))
-                    .sequence
-                    .store(index as u64, Ordering::Relaxed)
-            };
-        }
-        let header = self.header();
-        for position in [
-            &header.samples_written,
-            &header.samples_read,
-            &header.requests_written,
-            &header.requests_read,
-        ] {
-            position.store(0, Ordering::Release);
-        }
+        self.header().samples_written.store(0, Ordering::Release);
     }
 
     /// The byte at `offset` of the mapping (below [`TOTAL_SIZE`]).
@@ -168,67 +154,76 @@ impl SharedMemory {
         }
     }
 
-    /// Claims the next free sample slot. Async-signal-safe: atomics only.
+    /// Claims the next position of the sample ring. Async-signal-safe:
+    /// atomics only.
     pub fn claim_sample(&self) -> Option<Claim> {
         let header = self.header();
-        let mut position = header.samples_written.load(Ordering::Relaxed);
-        loop {
-            let slot = self.slot(position);
-            // SAFETY: slot is in bounds; sequence is atomic.
-            let sequence = unsafe { (*slot).sequence.load(Ordering::Acquire) };
-            match sequence.wrapping_sub(position) as i64 {
-                0 => match header.samples_written.compare_exchange_weak(
-                    position,
-                    position + 1,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return Some(Claim { slot, position }),
-                    Err(current) => position = current,
-                },
-                behind if behind < 0 => {
-                    header.samples_dropped.fetch_add(1, Ordering::Relaxed);
-                    return None;
-                }
-                _ => position = header.samples_written.load(Ordering::Relaxed),
-            }
-        }
+        let (slot, position) = claim(&header.samples_written, &header.samples_dropped, |at| {
+            let slot = self.slot(at);
+            // SAFETY: the slot is in bounds; its sequence is atomic.
+            (slot, unsafe { &(*slot).sequence })
+        })?;
+        Some(Claim { slot, position })
     }
 
-    /// Hands a filled slot to stoke. Async-signal-safe.
+    /// Hands a filled slot to every stoke. Async-signal-safe.
     pub fn commit(&self, claim: Claim) {
         // SAFETY: the claimed slot is in bounds.
         unsafe {
             (*claim.slot)
                 .sequence
-                .store(claim.position + 1, Ordering::Release)
+                .store(written_sequence(claim.position), Ordering::Release)
         };
     }
 
-    /// Passes every method id stoke asked about since the last call to
-    /// `answer`.
+    /// Whether consumer slot `index` is claimed: a stoke holds its OFD
+    /// lock.
+    pub fn consumer_held(&self, index: usize) -> bool {
+        // SAFETY: a zeroed flock is valid; fields set below.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_start = (CONSUMER_LOCKS + index as u64) as libc::off_t;
+        lock.l_len = 1;
+        // SAFETY: F_OFD_GETLK on our own descriptor, into a valid flock.
+        let got = unsafe { libc::fcntl(self.memfd.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+        got == 0 && lock.l_type != libc::F_UNLCK as libc::c_short
+    }
+
+    /// The consumer slots claimed by a live stoke now.
+    pub fn live_consumers(&self) -> impl Iterator<Item = &Consumer> {
+        let header = self.header();
+        (0..MAX_CONSUMERS)
+            .filter(|&index| self.consumer_held(index))
+            .map(move |index| &header.consumers[index])
+    }
+
+    /// Passes every method id any stoke asked about since the last call to
+    /// `answer`: each stoke writes its own part of the request ring.
     pub fn take_requests(&self, mut answer: impl FnMut(u64)) {
         let header = self.header();
-        let written = header.requests_written.load(Ordering::Acquire);
-        let mut read = header.requests_read.load(Ordering::Relaxed);
-        // Never trust the distance: at most one ring's worth is pending.
-        read = read.max(written.saturating_sub(REQUEST_SLOTS as u64));
-        while read < written {
-            let index = (read % REQUEST_SLOTS as u64) as usize;
-            // SAFETY: the request ring lies inside the mapping.
-            let request = unsafe {
-                let slot = self
-                    .base
-                    .as_ptr()
-                    .add(REQUESTS_OFFSET)
-                    .cast::<AtomicU64>()
-                    .add(index);
-                (*slot).load(Ordering::Relaxed)
-            };
-            answer(request);
-            read += 1;
+        for (index, consumer) in header.consumers.iter().enumerate() {
+            let written = consumer.requests_written.load(Ordering::Acquire);
+            let mut read = consumer.requests_read.load(Ordering::Relaxed);
+            // Never trust the distance: at most one ring's worth is pending.
+            read = read.max(written.saturating_sub(REQUEST_SLOTS as u64));
+            while read < written {
+                let at = index * REQUEST_SLOTS + (read % REQUEST_SLOTS as u64) as usize;
+                // SAFETY: the request ring lies inside the mapping.
+                let request = unsafe {
+                    let slot = self
+                        .base
+                        .as_ptr()
+                        .add(REQUESTS_OFFSET)
+                        .cast::<AtomicU64>()
+                        .add(at);
+                    (*slot).load(Ordering::Relaxed)
+                };
+                answer(request);
+                read += 1;
+            }
+            consumer.requests_read.store(read, Ordering::Release);
         }
-        header.requests_read.store(read, Ordering::Release);
     }
 
     /// Appends an event to the log; false if the log is full, or closed
@@ -267,7 +262,7 @@ impl SharedMemory {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Whether a stoke holds the memory (its exclusive lock); if none does,
+    /// Whether a stoke holds the memory (a shared lock); if none does,
     /// the lock is taken for the caller until [`Self::unlock`], so that no
     /// stoke comes meanwhile.
     pub fn held_by_stoke(&self) -> bool {
@@ -362,6 +357,37 @@ impl SharedMemory {
     }
 }
 
+/// Claims the next position of a broadcast ring whose claim counter is
+/// `written`, whose slot (and its sequence) at a position `slot_at` gives;
+/// `None`, counted in `dropped`, if another producer is writing the slot
+/// (a slow one a lap behind, or ahead of this one). Async-signal-safe.
+pub(crate) fn claim<'a, T>(
+    written: &AtomicU64,
+    dropped: &AtomicU64,
+    slot_at: impl Fn(u64) -> (*mut T, &'a AtomicU64),
+) -> Option<(*mut T, u64)> {
+    let position = written.fetch_add(1, Ordering::Relaxed);
+    let (slot, sequence) = slot_at(position);
+    let seen = sequence.load(Ordering::Relaxed);
+    let busy = seen % 2 == 1 || seen >= writing_sequence(position);
+    if busy
+        || sequence
+            .compare_exchange(
+                seen,
+                writing_sequence(position),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_err()
+    {
+        dropped.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    // The sequence says "writing" before any byte of the slot changes.
+    std::sync::atomic::fence(Ordering::Release);
+    Some((slot, position))
+}
+
 fn create_memfd(name: &CStr) -> io::Result<OwnedFd> {
     // SAFETY: a NUL-terminated name; the result is checked.
     let fd =
@@ -379,20 +405,11 @@ mod tests {
 
     use super::*;
 
-    /// What stoke does with a committed slot: reads it, passes the read
-    /// position, gives the slot back to the producers.
-    fn consume(shared: &SharedMemory, position: u64) -> bool {
+    /// What a stoke reads at `position`: whether its sample is there.
+    fn written(shared: &SharedMemory, position: u64) -> bool {
         // SAFETY: the slot is in bounds; the sequence is atomic.
         let sequence = unsafe { &(*shared.slot(position)).sequence };
-        if sequence.load(Ordering::Acquire) != position + 1 {
-            return false;
-        }
-        shared
-            .header()
-            .samples_read
-            .store(position + 1, Ordering::Release);
-        sequence.store(position + SAMPLE_SLOTS as u64, Ordering::Release);
-        true
+        sequence.load(Ordering::Acquire) == written_sequence(position)
     }
 
     #[test]
@@ -403,43 +420,73 @@ mod tests {
         assert_eq!(header.version, VERSION);
         assert_eq!(header.total_size, TOTAL_SIZE as u64);
         assert_eq!(header.pid, std::process::id());
-        assert!(!consume(&shared, 0), "nothing committed yet");
+        assert!(!written(&shared, 0), "nothing committed yet");
     }
 
     #[test]
-    fn slots_are_read_in_order_and_a_full_ring_drops_and_counts() {
+    fn producers_lap_the_ring_and_a_slot_mid_write_drops_and_counts() {
         let shared = SharedMemory::create().unwrap();
         // A claimed slot is invisible to stoke until committed.
         let first = shared.claim_sample().unwrap();
-        assert!(!consume(&shared, 0));
+        assert!(!written(&shared, 0));
         shared.commit(first);
-        for _ in 1..SAMPLE_SLOTS {
-            let claim = shared.claim_sample().expect("room left");
+        assert!(written(&shared, 0));
+        // No stoke holds producers back: the next lap overwrites.
+        for _ in 1..=SAMPLE_SLOTS {
+            let claim = shared.claim_sample().expect("never full");
             shared.commit(claim);
         }
-        // Every slot holds an unread sample: the next is dropped, counted.
-        assert!(shared.claim_sample().is_none());
-        assert!(shared.claim_sample().is_none());
-        assert_eq!(shared.header().samples_dropped.load(Ordering::Relaxed), 2);
-        // Reading one frees one, at the next position round the ring.
-        assert!(consume(&shared, 0));
-        let claim = shared.claim_sample().expect("a slot was freed");
-        assert_eq!(claim.position, SAMPLE_SLOTS as u64);
-        shared.commit(claim);
-        assert!(shared.claim_sample().is_none());
-        for position in 1..=SAMPLE_SLOTS as u64 {
-            assert!(consume(&shared, position), "slot {position}");
+        assert!(!written(&shared, 0), "overwritten by the next lap");
+        assert!(written(&shared, SAMPLE_SLOTS as u64));
+        // A producer a lap behind, still writing, keeps its slot: the one
+        // that comes to it meanwhile drops its sample and counts it.
+        let slow = shared.claim_sample().unwrap();
+        for _ in 1..SAMPLE_SLOTS {
+            let claim = shared.claim_sample().unwrap();
+            shared.commit(claim);
         }
-        assert!(!consume(&shared, SAMPLE_SLOTS as u64 + 1));
+        assert!(shared.claim_sample().is_none());
+        assert_eq!(shared.header().samples_dropped.load(Ordering::Relaxed), 1);
+        shared.commit(slow);
+        let claim = shared.claim_sample().expect("the slot after is free");
+        assert_eq!(claim.position, 2 * SAMPLE_SLOTS as u64 + 2);
+    }
+
+    #[test]
+    fn consumer_slots_are_live_while_their_lock_is_held() {
+        let shared = SharedMemory::create().unwrap();
+        assert_eq!(shared.live_consumers().count(), 0);
+        // A stoke's own description of the memfd, as stoke reopens it.
+        let own = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", shared.memfd.as_raw_fd()))
+            .unwrap();
+        // SAFETY: a zeroed flock is valid; fields set below.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_start = (CONSUMER_LOCKS + 3) as libc::off_t;
+        lock.l_len = 1;
+        // SAFETY: F_OFD_SETLK on a descriptor we own.
+        assert_eq!(
+            unsafe { libc::fcntl(own.as_raw_fd(), libc::F_OFD_SETLK, &lock) },
+            0
+        );
+        assert!(shared.consumer_held(3) && !shared.consumer_held(2));
+        assert_eq!(shared.live_consumers().count(), 1);
+        drop(own);
+        assert_eq!(shared.live_consumers().count(), 0, "released on close");
     }
 
     #[test]
     fn requests_beyond_one_ring_are_never_read_twice() {
         let shared = SharedMemory::create().unwrap();
         let header = shared.header();
-        // A stoke (or a process posing as one) claims far more requests
-        // than the ring holds: only the last ring's worth is read.
-        header
+        // A stoke claims far more requests than its part of the ring
+        // holds: only the last ring's worth is read.
+        let consumer = &header.consumers[5];
+        consumer
             .requests_written
             .store(10 * REQUEST_SLOTS as u64, Ordering::Release);
         let mut answered = 0;
@@ -448,7 +495,7 @@ mod tests {
         shared.take_requests(|_| answered += 1);
         assert_eq!(answered, REQUEST_SLOTS, "nothing new was written");
         assert_eq!(
-            header.requests_read.load(Ordering::Relaxed),
+            consumer.requests_read.load(Ordering::Relaxed),
             10 * REQUEST_SLOTS as u64
         );
     }
@@ -475,7 +522,8 @@ mod tests {
             .activity
             .store(Activity::Waking as u32, Ordering::Release);
         shared.wait_for_stoke();
-        assert!(!consume(&shared, 0), "the ring was emptied");
+        assert!(!written(&shared, 0), "the ring was emptied");
+        assert_eq!(shared.header().samples_written.load(Ordering::Acquire), 0);
         assert!(shared.append_event(&event));
     }
 }

@@ -1,27 +1,27 @@
 //! Java allocation and lock events, in the memory the agent shares with
-//! `stoke` ([`crate::jvm`]): stoke says which events it wants in the
-//! header ([`crate::jvm::Header::java_events_wanted`]), and the agent's
+//! `stoke` ([`crate::jvm`]): each stoke says which events it wants in its
+//! consumer slot ([`crate::jvm::Consumer::java_events_wanted`]), and the agent's
 //! JVMTI callbacks, on the allocating or contending Java thread, append one
 //! [`JavaEventSlot`] each to a ring of [`JAVA_EVENT_SLOTS`] at
 //! [`crate::jvm::JAVA_EVENTS_OFFSET`].
 //!
-//! The ring is the sample ring's protocol (Vyukov's bounded queue: a
-//! sequence number per slot, producers claim with one compare-and-swap):
-//! a Java thread never waits for stoke; when the ring is full, the event is
-//! dropped and counted in [`crate::jvm::Header::java_events_dropped`].
-//! Unlike the sample ring's, a slot's sequence is stored minus the slot's
-//! index ([`stored_sequence`]): a zeroed ring (a fresh memfd, or one whose
-//! pages the idle agent gave back) is an empty one, so that a JVM that
-//! never records these events never touches the ring's 4.5 MB.
+//! The ring is the sample ring's broadcast protocol (a seqlock per slot,
+//! producers claim with one `fetch_add`, each stoke reads at its own
+//! position): a Java thread never waits for stoke; an event whose slot is
+//! mid-write by another producer is dropped and counted in
+//! [`crate::jvm::Header::java_events_dropped`]. A zeroed ring (a fresh
+//! memfd, or one whose pages the idle agent gave back) is an empty one,
+//! so that a JVM that never records these events never touches the ring's
+//! 4.5 MB. Every stoke sees every event and keeps those it asked for.
 
 use core::sync::atomic::AtomicU64;
 
 use crate::jvm::JavaFrame;
 
-/// [`crate::jvm::Header::java_events_wanted`] bit: sampled allocations
+/// [`crate::jvm::Consumer::java_events_wanted`] bit: sampled allocations
 /// (JVMTI SampledObjectAlloc).
 pub const WANT_ALLOC: u32 = 1;
-/// [`crate::jvm::Header::java_events_wanted`] bit: contended Java monitors
+/// [`crate::jvm::Consumer::java_events_wanted`] bit: contended Java monitors
 /// (JVMTI MonitorContendedEnter/Entered).
 pub const WANT_LOCK: u32 = 2;
 
@@ -58,9 +58,8 @@ impl JavaEventKind {
 /// One slot of the Java event ring.
 #[repr(C)]
 pub struct JavaEventSlot {
-    /// Vyukov sequence, stored by [`stored_sequence`]: `position + 1`
-    /// once the slot at `position` is complete, `position +
-    /// JAVA_EVENT_SLOTS` once consumed.
+    /// The seqlock, as the sample ring's
+    /// ([`crate::jvm::SampleSlot::sequence`]).
     pub sequence: AtomicU64,
     /// A [`JavaEventKind`], raw.
     pub kind: u32,
@@ -80,17 +79,6 @@ pub struct JavaEventSlot {
     /// Innermost first; the bci of a native method is
     /// [`crate::jvm::BCI_NATIVE`].
     pub frames: [JavaFrame; MAX_EVENT_FRAMES],
-}
-
-/// What [`JavaEventSlot::sequence`] holds for the Vyukov sequence
-/// `sequence` of the slot at `index`.
-pub fn stored_sequence(sequence: u64, index: usize) -> u64 {
-    sequence.wrapping_sub(index as u64)
-}
-
-/// The Vyukov sequence a slot at `index` holds, from its stored value.
-pub fn sequence_of(stored: u64, index: usize) -> u64 {
-    stored.wrapping_add(index as u64)
 }
 
 /// The Java name of a class signature: `byte[]` for `[B`,

@@ -7,14 +7,27 @@
 //! | --- | --- |
 //! | 0 | [`Header`] |
 //! | [`SAMPLES_OFFSET`] | [`SAMPLE_SLOTS`] × [`SampleSlot`]: Java stacks taken by the signal handler |
-//! | [`REQUESTS_OFFSET`] | [`REQUEST_SLOTS`] × `u64`: method ids stoke wants named |
+//! | [`REQUESTS_OFFSET`] | [`MAX_CONSUMERS`] × [`REQUEST_SLOTS`] × `u64`: method ids each stoke wants named |
 //! | [`EVENTS_OFFSET`] | [`EVENTS_SIZE`] bytes of [`Event`] records, appended by the agent |
 //! | [`JAVA_EVENTS_OFFSET`] | [`JAVA_EVENT_SLOTS`] × [`JavaEventSlot`]: allocations and contended locks ([`crate::java_events`]) |
 //!
-//! The sample ring is a bounded multi-producer queue (Vyukov's): every slot
-//! carries a sequence number, so producers (signal handlers on any thread)
-//! claim slots with one compare-and-swap and never lock, and the consumer
-//! (stoke) sees a slot only once it is complete.
+//! Several stokes may read one agent at once (at most [`MAX_CONSUMERS`]),
+//! each at its own pace: the sample ring is a broadcast ring. Producers
+//! (signal handlers on any thread) claim position `p` with one `fetch_add`
+//! and write its slot under the slot's sequence, a seqlock
+//! ([`writing_sequence`], [`written_sequence`]); a producer that finds the
+//! slot mid-write by another drops its sample and counts it. Each stoke
+//! keeps its own read position, copies a complete slot and checks the
+//! sequence again after the copy: a slot overwritten meanwhile, or a
+//! position the producers lapped, is lost to that stoke alone, and a stoke
+//! never writes the ring, so one killed at any point disturbs no other.
+//!
+//! Each stoke owns one [`Consumer`] slot of the header while it reads: it
+//! holds an open-file-description write lock (`F_OFD_SETLK`) on byte
+//! [`CONSUMER_LOCKS`]` + i` of the memfd, which the kernel drops when the
+//! stoke dies, and the agent heeds a slot's wishes only while its lock is
+//! held (`F_OFD_GETLK`). Every stoke also holds a shared `flock` on the
+//! memfd: the agent's exclusive try tells whether any stoke reads.
 //!
 //! Stoke reads what a profiled, untrusted process wrote: every count and
 //! length here is checked against the mapping before use.
@@ -26,7 +39,7 @@ use crate::java_events::{JavaEventSlot, JAVA_EVENT_SLOTS};
 /// The first eight bytes of the header: "STOKEJVM".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"STOKEJVM");
 /// Bumped on any change to this layout.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// The name the agent gives its memfd; `/proc/PID/fd` shows it as
 /// `/memfd:stoke-agent (deleted)`.
 pub const MEMFD_NAME: &str = "stoke-agent";
@@ -38,8 +51,13 @@ pub const SIGNAL: i32 = 23;
 pub const MAX_JAVA_FRAMES: usize = 256;
 /// Slots of the sample ring.
 pub const SAMPLE_SLOTS: usize = 1024;
-/// Slots of the method-request ring.
-pub const REQUEST_SLOTS: usize = 4096;
+/// Most stokes that read one agent at once.
+pub const MAX_CONSUMERS: usize = 8;
+/// The first byte of the memfd whose OFD lock claims [`Consumer`] slot 0;
+/// slot `i` is claimed by a lock on byte `CONSUMER_LOCKS + i`.
+pub const CONSUMER_LOCKS: u64 = 0;
+/// Slots of each stoke's method-request ring.
+pub const REQUEST_SLOTS: usize = 512;
 /// Bit 63 of a method request: not "describe this method" but "have the
 /// JIT recompile its class" (jmethodIDs are user-space pointers, so the bit
 /// is free).
@@ -55,7 +73,7 @@ pub const SAMPLES_OFFSET: usize = 4096;
 /// Offset of the method-request ring.
 pub const REQUESTS_OFFSET: usize = SAMPLES_OFFSET + SAMPLE_SLOTS * size_of::<SampleSlot>();
 /// Offset of the event log.
-pub const EVENTS_OFFSET: usize = REQUESTS_OFFSET + REQUEST_SLOTS * size_of::<u64>();
+pub const EVENTS_OFFSET: usize = REQUESTS_OFFSET + MAX_CONSUMERS * REQUEST_SLOTS * size_of::<u64>();
 /// Offset of the Java event ring.
 pub const JAVA_EVENTS_OFFSET: usize = EVENTS_OFFSET + EVENTS_SIZE;
 /// Size of the whole shared memory.
@@ -163,14 +181,13 @@ pub struct Header {
     pub pid: u32,
     /// Producers' claim position in the sample ring.
     pub samples_written: AtomicU64,
-    /// Consumer's position in the sample ring (stoke's).
-    pub samples_read: AtomicU64,
-    /// Samples dropped because the ring was full.
+    /// Zero (each stoke keeps its read position to itself).
+    pub reserved_samples_read: u64,
+    /// Samples dropped because their slot was mid-write by another
+    /// producer.
     pub samples_dropped: AtomicU64,
-    /// Method requests written by stoke.
-    pub requests_written: AtomicU64,
-    /// Method requests answered by the agent.
-    pub requests_read: AtomicU64,
+    /// Zero (see [`Consumer::requests_written`]).
+    pub reserved_requests: [u64; 2],
     /// Bytes of the event log that hold complete records.
     pub events_committed: AtomicU64,
     /// Events dropped because the log was full.
@@ -178,23 +195,23 @@ pub struct Header {
     /// An [`Activity`], raw: whether the agent's worker runs or waits,
     /// idle, for the next stoke. Also the futex word stoke wakes it with.
     pub activity: AtomicU32,
-    /// The Java events stoke wants ([`crate::java_events::WANT_ALLOC`],
-    /// [`crate::java_events::WANT_LOCK`]), set while its recording runs and
-    /// cleared at its end. The agent heeds it only while a stoke holds the
-    /// memory's lock: a stoke that dies leaves no event on.
-    pub java_events_wanted: AtomicU32,
-    /// The Java events the agent has enabled in the JVM now (same bits).
+    /// Zero (see [`Consumer::java_events_wanted`]).
+    pub reserved_wanted: u32,
+    /// The Java events the agent has enabled in the JVM now
+    /// ([`crate::java_events::WANT_ALLOC`],
+    /// [`crate::java_events::WANT_LOCK`]): those of every stoke reading.
     pub java_events_on: AtomicU32,
-    /// The mean bytes between sampled allocations stoke wants.
-    pub alloc_interval: AtomicU64,
-    /// The shortest wait for a contended lock that is recorded, in
-    /// nanoseconds.
-    pub lock_threshold_ns: AtomicU64,
+    /// The mean bytes between sampled allocations the JVM samples at now:
+    /// the smallest interval any stoke reading wants.
+    pub alloc_interval_on: AtomicU64,
+    /// Zero (see [`Consumer::lock_threshold_ns`]).
+    pub reserved_threshold: u64,
     /// Producers' claim position in the Java event ring.
     pub java_events_written: AtomicU64,
-    /// Consumer's position in the Java event ring (stoke's).
-    pub java_events_read: AtomicU64,
-    /// Java events dropped because the ring was full.
+    /// Zero (each stoke keeps its read position to itself).
+    pub reserved_events_read: u64,
+    /// Java events dropped because their slot was mid-write by another
+    /// producer.
     pub java_events_dropped: AtomicU64,
     /// Sampled allocations the JVM reported to the agent, ever: it stands
     /// still while allocation sampling is off.
@@ -225,6 +242,45 @@ pub struct Header {
     /// at once, and otherwise wakes a few times a second, not at a fixed
     /// short period that would take the JVM's CPUs from its threads.
     pub doorbell: AtomicU32,
+    /// Zero.
+    pub reserved_doorbell: u32,
+    /// What each stoke reading wants, by the slot it claimed.
+    pub consumers: [Consumer; MAX_CONSUMERS],
+}
+
+/// One stoke's wishes, in [`Header::consumers`]: heeded by the agent only
+/// while the stoke holds the slot's OFD lock, so a stoke that dies leaves
+/// no event on.
+#[repr(C)]
+pub struct Consumer {
+    /// The Java events this stoke wants ([`crate::java_events::WANT_ALLOC`],
+    /// [`crate::java_events::WANT_LOCK`]), set while its recording runs and
+    /// cleared at its end.
+    pub java_events_wanted: AtomicU32,
+    /// Zero.
+    pub reserved: u32,
+    /// The mean bytes between sampled allocations this stoke wants.
+    pub alloc_interval: AtomicU64,
+    /// The shortest wait for a contended lock this stoke records, in
+    /// nanoseconds.
+    pub lock_threshold_ns: AtomicU64,
+    /// Method requests written by this stoke into its part of the request
+    /// ring.
+    pub requests_written: AtomicU64,
+    /// This stoke's method requests answered by the agent.
+    pub requests_read: AtomicU64,
+}
+
+/// A ring slot's sequence while the producer of position `position` writes
+/// it (odd).
+pub const fn writing_sequence(position: u64) -> u64 {
+    position.wrapping_mul(2).wrapping_add(1)
+}
+
+/// A ring slot's sequence once position `position` is written in it
+/// (even, above zero: a zeroed slot holds no position).
+pub const fn written_sequence(position: u64) -> u64 {
+    position.wrapping_mul(2).wrapping_add(2)
 }
 
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent
@@ -272,8 +328,8 @@ impl JavaFrame {
 /// One slot of the sample ring.
 #[repr(C)]
 pub struct SampleSlot {
-    /// Vyukov sequence: `position + 1` once the slot at `position` is
-    /// complete, `position + SAMPLE_SLOTS` once consumed.
+    /// The seqlock: [`writing_sequence`] of the position being written,
+    /// then its [`written_sequence`]; zero before any.
     pub sequence: AtomicU64,
     /// The sampled thread (the kernel's tid).
     pub tid: u32,

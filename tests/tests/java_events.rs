@@ -478,3 +478,73 @@ fn locks_on(jdk: Jdk) {
     );
     running.wait_success(Duration::from_secs(30));
 }
+
+/// Three stokes read one JVM's agent at once: two record its allocations
+/// at different sampling intervals, the third its CPU only. Each
+/// allocation profile has the 70:30 split by bytes and an estimate of
+/// what the JVM allocated (weighed by the interval the JVM sampled at, the
+/// smaller one); the CPU profile holds no allocation.
+#[test]
+fn stokes_recording_allocations_and_cpu_at_once_each_get_their_own() {
+    let (dir, workload) = prepare_java("java-alloc-consumers", "JavaAlloc", JDK_17);
+    let mut running = workload.spawn(&["14"]);
+    let pid = running.pid();
+    let fine_out = dir.join("fine.folded");
+    let coarse_out = dir.join("coarse.folded");
+    let cpu_out = dir.join("cpu.folded");
+    let (mut start, mut end) = (Instant::now(), Instant::now());
+    assert_unharmed(&mut running, || {
+        start = Instant::now();
+        let fine = Stoke::spawn(&alloc_args(pid, &fine_out));
+        let coarse = Stoke::spawn(&record_args(
+            &args!["-p", pid, "-e", "alloc", "--alloc-interval", 2 << 20],
+            99,
+            RECORD_SECONDS,
+            &coarse_out,
+        ));
+        let cpu = Stoke::spawn(&record_args(
+            &args!["-p", pid],
+            99,
+            RECORD_SECONDS,
+            &cpu_out,
+        ));
+        for stoke in [fine, coarse, cpu] {
+            let output = stoke.wait_recording(RECORD_SECONDS);
+            println!("{}", output.stderr);
+        }
+        end = Instant::now();
+    });
+    let allocated: u64 = rates(&running, start, end).iter().map(|r| r[1]).sum();
+    for (label, out) in [("512 KiB", &fine_out), ("2 MiB", &coarse_out)] {
+        let stacks = read_folded(out);
+        let total: u64 = stacks.iter().map(|stack| stack.count).sum();
+        let seventy = bytes_of(&stacks, SEVENTY, "byte[]");
+        let thirty = bytes_of(&stacks, THIRTY, "long[]");
+        let share = 100.0 * seventy as f64 / (seventy + thirty).max(1) as f64;
+        let ratio = total as f64 / allocated.max(1) as f64;
+        println!("{label}: {seventy} bytes in {SEVENTY}, {thirty} in {THIRTY}: {share:.2}%; estimated {total} of {allocated} allocated ({ratio:.2})");
+        assert!(
+            (67.0..=73.0).contains(&share),
+            "{label}: {share:.2}% of the bytes in {SEVENTY}, not 70 ± 3\n{}",
+            describe(&stacks, 10)
+        );
+        // Both started a little after the window the rates cover, and
+        // attached later still.
+        assert!(
+            (0.5..=1.1).contains(&ratio),
+            "{label}: estimated {total} bytes, but the JVM allocated {allocated} while stoke ran"
+        );
+    }
+    let cpu = read_folded(&cpu_out);
+    let classes = cpu
+        .iter()
+        .filter(|stack| ["byte[]", "long[]"].contains(&stack.leaf()))
+        .count();
+    assert_eq!(classes, 0, "the CPU recording holds allocations");
+    // The workload paces itself, idle most of the time: a few samples.
+    assert!(
+        cpu.iter().map(|stack| stack.count).sum::<u64>() > 0,
+        "the CPU recording has no sample"
+    );
+    running.wait_success(Duration::from_secs(30));
+}

@@ -1,7 +1,7 @@
 /* A fake JVM, hostile to stoke: it maps a file named libjvm.so (argv[2],
  * any small library copied under that name) and, in mode "flood", creates
  * a memfd named like Stoke's agent's with a header that looks right (the
- * layout of profiler-common/src/jvm.rs, version 6) and state Ready, and
+ * layout of profiler-common/src/jvm.rs, version 8) and state Ready, and
  * says its agent catches SIGTRAP (a lie: it has no handler, and the signal's
  * default action would end it), then
  * for argv[1] seconds keeps its sample ring full of stacks with future,
@@ -26,7 +26,7 @@
 #include "common.h"
 #include "count_signal.h"
 
-#define VERSION 6
+#define VERSION 8
 #define MAX_FRAMES 256
 #define SAMPLE_SLOTS 1024
 #define REQUEST_SLOTS 4096
@@ -108,11 +108,12 @@ static unsigned char *create_agent_memory(uint32_t version)
 	return base;
 }
 
-/* Fills every slot the consumer will look at next with a forged stack. */
+/* Fills a whole lap of the broadcast ring with forged stacks, from where
+ * the producers' position is on. */
 static void flood_ring(unsigned char *base)
 {
 	struct header *header = (struct header *)base;
-	uint64_t read = __atomic_load_n(&header->samples_read, __ATOMIC_ACQUIRE);
+	uint64_t read = __atomic_load_n(&header->samples_written, __ATOMIC_ACQUIRE);
 	uint64_t now = now_ns();
 	for (uint64_t position = read; position < read + SAMPLE_SLOTS; position++) {
 		struct slot *slot =
@@ -131,9 +132,10 @@ static void flood_ring(unsigned char *base)
 			slot->frames[i].bci = (int32_t)next_random(&rng);
 			slot->frames[i].method_id = next_random(&rng);
 		}
-		__atomic_store_n(&slot->sequence, position + 1, __ATOMIC_RELEASE);
+		/* The seqlock's "written" value of the position. */
+		__atomic_store_n(&slot->sequence, 2 * position + 2, __ATOMIC_RELEASE);
 	}
-	header->samples_written = read + SAMPLE_SLOTS;
+	__atomic_store_n(&header->samples_written, read + SAMPLE_SLOTS, __ATOMIC_RELEASE);
 }
 
 /* The event log: code loads of one method at ever new addresses, then

@@ -15,9 +15,9 @@ use std::{
 
 use bolero::TypeGenerator;
 use profiler_common::jvm::{
-    self, encode, Event, Header, InlineEdge, JavaFrame, MethodInfo, SampleSlot, EVENTS_OFFSET,
-    EVENTS_SIZE, MAGIC, MAX_JAVA_FRAMES, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS, TOTAL_SIZE,
-    VERSION,
+    self, encode, written_sequence, Consumer, Event, Header, InlineEdge, JavaFrame, MethodInfo,
+    SampleSlot, EVENTS_OFFSET, EVENTS_SIZE, MAGIC, MAX_JAVA_FRAMES, REQUEST_SLOTS, SAMPLES_OFFSET,
+    SAMPLE_SLOTS, TOTAL_SIZE, VERSION,
 };
 
 use super::{
@@ -90,7 +90,10 @@ struct SlotInput {
 #[derive(Debug, TypeGenerator)]
 struct AgentInput {
     state: u32,
-    samples_read: u64,
+    /// Where the producers are when stoke comes.
+    samples_start: u64,
+    /// How far they claimed once stoke reads (any value: it may lie).
+    samples_claimed: u64,
     requests_written: u64,
     requests_read: u64,
     events: Vec<EventInput>,
@@ -262,19 +265,26 @@ impl SharedMemory {
         self.header(offset_of!(Header, magic), MAGIC);
         self.write(offset_of!(Header, version), &VERSION.to_le_bytes());
         self.write(offset_of!(Header, state), &input.state.to_le_bytes());
-        self.header(offset_of!(Header, samples_read), input.samples_read);
-        self.header(offset_of!(Header, requests_written), input.requests_written);
-        self.header(offset_of!(Header, requests_read), input.requests_read);
+        self.header(offset_of!(Header, samples_written), input.samples_start);
+        let consumer = offset_of!(Header, consumers);
+        self.header(
+            consumer + offset_of!(Consumer, requests_written),
+            input.requests_written,
+        );
+        self.header(
+            consumer + offset_of!(Consumer, requests_read),
+            input.requests_read,
+        );
         self.header(
             offset_of!(Header, events_committed),
             committed_length(&input.committed, log.len()),
         );
         for (index, slot) in input.slots.iter().take(SAMPLE_SLOTS).enumerate() {
-            let position = input.samples_read.wrapping_add(index as u64);
+            let position = input.samples_start.wrapping_add(index as u64);
             let at = SAMPLES_OFFSET
                 + (position % SAMPLE_SLOTS as u64) as usize * size_of::<SampleSlot>();
             let sequence = if slot.complete {
-                position.wrapping_add(1)
+                written_sequence(position)
             } else {
                 slot.raw_sequence
             };
@@ -353,6 +363,10 @@ fn agent() {
                 }
                 assert!(log.len() <= EVENTS_SIZE);
 
+                memory.header(
+                    offset_of!(Header, samples_written),
+                    input.samples_start.wrapping_add(input.samples_claimed),
+                );
                 let mut javas = Vec::new();
                 agent.drain_samples(|sample| javas.push(sample));
                 let mut merger = Merger::default();

@@ -8,9 +8,10 @@
 //! SIGBUS), checked on the descriptor mapped; and every count, length and
 //! position read from it is bounded before use.
 //!
-//! The consumer side is restartable: a stoke killed at any point leaves the
-//! ring for the next one ([`AgentMemory::drain_samples`]), and the kernel
-//! drops its lock.
+//! Several stokes read one agent at once, each from a consumer slot of its
+//! own ([`super::memory_lock`]) and at its own position in the broadcast
+//! rings ([`super::broadcast`]): a stoke never writes the rings, so one
+//! killed at any point disturbs no other, and the kernel drops its locks.
 
 use std::{
     fs::File,
@@ -26,18 +27,23 @@ use std::{
 
 use crate::{process::pidfd, sample::thread_timers::Trap};
 use anyhow::{bail, Context, Result};
-use profiler_common::jvm::{
-    self, Activity, AgentState, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET, EVENTS_SIZE,
-    MAGIC, MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS,
-    TOTAL_SIZE, VERSION,
+use profiler_common::{
+    java_events::JAVA_EVENT_SLOTS,
+    jvm::{
+        self, Activity, AgentState, Consumer, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET,
+        EVENTS_SIZE, MAGIC, MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET,
+        SAMPLE_SLOTS, TOTAL_SIZE, VERSION,
+    },
 };
 
-use super::memory_lock::lock_exclusively;
+use super::{
+    broadcast::RingReader,
+    memory_lock::{claim_consumer_slot, lock_shared, LockRefused},
+};
 
 /// A test hook, for tests/tests/java_lifecycle.rs: with this environment
 /// variable set to N, stoke kills itself with SIGKILL right after it took
-/// its Nth Java sample from an agent's ring, at the worst point for the
-/// next stoke (the read position moved, the slot not given back yet).
+/// its Nth Java sample from an agent's ring, in the middle of a drain.
 pub const KILL_AFTER_DRAINED: &str = "STOKE_TEST_KILL_AFTER_DRAINED";
 
 /// How long an idle agent may take to wake and replay its code map (8-32
@@ -76,8 +82,17 @@ pub struct AgentMemory {
     drained: u64,
     /// The test hook [`KILL_AFTER_DRAINED`].
     kill_after_drained: Option<u64>,
-    /// The memfd, held with an exclusive `flock`: one stoke at a time takes
-    /// a JVM's Java stacks (the kernel drops the lock when stoke dies).
+    /// This stoke's position in the sample ring.
+    samples: RingReader,
+    /// This stoke's position in the Java event ring.
+    pub(super) java_events: RingReader,
+    /// The consumer slot this stoke claimed.
+    consumer: usize,
+    /// The Java events this stoke asked for (`WANT_*` bits), and its lock
+    /// threshold: the agent records what every stoke reading asks for.
+    pub(super) java_events_wanted: (u32, u64),
+    /// The memfd, held with a shared `flock` and an OFD lock on the
+    /// consumer slot's byte (the kernel drops both when stoke dies).
     file: File,
 }
 
@@ -171,27 +186,32 @@ impl AgentMemory {
             events_read: 0,
             drained: 0,
             kill_after_drained: kill_after_drained(),
+            samples: RingReader::new(SAMPLE_SLOTS, 0),
+            java_events: RingReader::new(JAVA_EVENT_SLOTS, 0),
+            consumer: 0,
+            java_events_wanted: (0, u64::MAX),
             file,
         };
-        lock_exclusively(&memory.file, pid)?;
-        memory.recover_ring();
-        memory.recover_java_event_ring();
+        lock_shared(&memory.file, pid)?;
+        memory.consumer = claim_consumer_slot(&memory.file).ok_or(LockRefused::Full)?;
+        // What the slot's last owner wanted is no more.
+        memory.want_java_events(0, 0, 0);
         memory.wake()?;
+        // What the producers wrote before this stoke came answers none of
+        // its samples.
+        let header = memory.header();
+        let (samples, events) = (
+            header.samples_written.load(Ordering::Acquire),
+            header.java_events_written.load(Ordering::Acquire),
+        );
+        memory.samples = RingReader::new(SAMPLE_SLOTS, samples);
+        memory.java_events = RingReader::new(JAVA_EVENT_SLOTS, events);
         Ok(memory)
     }
 
-    /// Gives back the slot a consumer killed mid-drain took and never
-    /// released (see [`Self::drain_samples`]): with the lock held, this
-    /// stoke is the only consumer.
-    fn recover_ring(&mut self) {
-        let read = self.header().samples_read.load(Ordering::Acquire);
-        let last = read.wrapping_sub(1);
-        let _ = self.slot(last).sequence.compare_exchange(
-            read,
-            last.wrapping_add(SAMPLE_SLOTS as u64),
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+    /// This stoke's consumer slot in the header.
+    pub(super) fn consumer(&self) -> &Consumer {
+        &self.header().consumers[self.consumer]
     }
 
     /// Wakes an agent that went idle, and waits until it has replayed its
@@ -286,60 +306,45 @@ impl AgentMemory {
     }
 
     /// Hands every complete Java sample to `take`, oldest first; at most one
-    /// ring's worth per call.
-    ///
-    /// Restartable: a slot is copied, then the read position passes it,
-    /// then the slot goes back to the producers. A stoke killed between
-    /// the last two steps leaves one slot taken, which the next stoke gives
-    /// back ([`Self::recover_ring`]); killed at any other point it leaves
-    /// the ring as a live consumer would.
+    /// ring's worth per call. The samples answer every stoke's signals, not
+    /// only this one's.
     pub fn drain_samples(&mut self, mut take: impl FnMut(JavaSample)) {
-        let mut position = self.header().samples_read.load(Ordering::Relaxed);
-        for _ in 0..SAMPLE_SLOTS {
-            let slot = self.slot(position);
-            if slot.sequence.load(Ordering::Acquire) != position.wrapping_add(1) {
-                break;
-            }
-            let sample = read_sample(slot);
-            let next = position.wrapping_add(1);
-            self.header().samples_read.store(next, Ordering::Release);
-            self.drained += 1;
-            if self.kill_after_drained == Some(self.drained) {
-                // SAFETY: kill(2) of this very process (the test hook).
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-            }
-            self.slot(position).sequence.store(
-                position.wrapping_add(SAMPLE_SLOTS as u64),
-                Ordering::Release,
-            );
-            position = next;
-            take(sample);
-        }
+        let written = self.header().samples_written.load(Ordering::Acquire);
+        let base = self.base;
+        let slot = |position: u64| slot_at(base, position);
+        let (drained, kill_after) = (&mut self.drained, self.kill_after_drained);
+        self.samples.drain(
+            written,
+            |position| &slot(position).sequence,
+            |position| read_sample(slot(position)),
+            |sample| {
+                *drained += 1;
+                if kill_after == Some(*drained) {
+                    // SAFETY: kill(2) of this very process (the test hook).
+                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                }
+                take(sample)
+            },
+        );
     }
 
-    fn slot(&self, position: u64) -> &SampleSlot {
-        let index = (position % SAMPLE_SLOTS as u64) as usize;
-        // SAFETY: the ring lies inside the mapping, index is bounded.
-        unsafe {
-            &*self
-                .base
-                .as_ptr()
-                .add(SAMPLES_OFFSET)
-                .cast::<SampleSlot>()
-                .add(index)
-        }
+    /// Java samples this stoke lost: overwritten in the ring before it read
+    /// them, or never written.
+    pub fn samples_lost(&self) -> u64 {
+        self.samples.lost()
     }
 
-    /// Asks the agent to describe methods; returns how many it took (the
-    /// request ring may be full: ask again later).
+    /// Asks the agent to describe methods; returns how many it took (this
+    /// stoke's part of the request ring may be full: ask again later).
     pub fn request_methods(&mut self, method_ids: &[u64]) -> usize {
-        let header = self.header();
-        let written = header.requests_written.load(Ordering::Relaxed);
-        let read = header.requests_read.load(Ordering::Acquire);
+        let consumer = self.consumer();
+        let written = consumer.requests_written.load(Ordering::Relaxed);
+        let read = consumer.requests_read.load(Ordering::Acquire);
         let free = (REQUEST_SLOTS as u64).saturating_sub(written.wrapping_sub(read));
         let taken = method_ids.len().min(free as usize);
         for (offset, &method_id) in method_ids[..taken].iter().enumerate() {
-            let index = (written.wrapping_add(offset as u64) % REQUEST_SLOTS as u64) as usize;
+            let index = self.consumer * REQUEST_SLOTS
+                + (written.wrapping_add(offset as u64) % REQUEST_SLOTS as u64) as usize;
             // SAFETY: the request ring lies inside the mapping.
             unsafe {
                 let slot = self
@@ -351,7 +356,7 @@ impl AgentMemory {
                 (*slot).store(method_id, Ordering::Relaxed);
             }
         }
-        header
+        consumer
             .requests_written
             .store(written.wrapping_add(taken as u64), Ordering::Release);
         if taken > 0 {
@@ -375,11 +380,10 @@ impl AgentMemory {
     /// A number that moves whenever the agent takes requests or appends
     /// events.
     pub fn progress(&self) -> u64 {
-        let header = self.header();
-        header
+        self.consumer()
             .requests_read
             .load(Ordering::Relaxed)
-            .wrapping_add(header.events_committed.load(Ordering::Relaxed))
+            .wrapping_add(self.header().events_committed.load(Ordering::Relaxed))
     }
 
     /// Hands every event appended since the last call to `take`.
@@ -403,6 +407,20 @@ impl AgentMemory {
             consumed = record_end;
         }
         self.events_read += consumed;
+    }
+}
+
+/// The sample slot of `position` in the mapping at `base`.
+fn slot_at<'a>(base: NonNull<u8>, position: u64) -> &'a SampleSlot {
+    let index = (position % SAMPLE_SLOTS as u64) as usize;
+    // SAFETY: the ring lies inside the mapping, index is bounded; the
+    // mapping lives as long as the AgentMemory whose drain calls this.
+    unsafe {
+        &*base
+            .as_ptr()
+            .add(SAMPLES_OFFSET)
+            .cast::<SampleSlot>()
+            .add(index)
     }
 }
 
@@ -443,8 +461,8 @@ fn kill_after_drained() -> Option<u64> {
 }
 
 /// Checks that `taken` is an agent memfd, then opens it anew: the copy
-/// shares the agent's open file description, and the exclusive lock must
-/// be this stoke's own.
+/// shares the agent's open file description, and the locks must be this
+/// stoke's own.
 fn own_description(taken: &OwnedFd) -> Result<File> {
     let fd = taken.as_raw_fd();
     // SAFETY: fstatfs, fstat and fcntl on a descriptor we own, into

@@ -1,14 +1,16 @@
 //! Stoke's side of the Java event ring in an agent's memory
 //! (`profiler_common::java_events`): says which events the recording
-//! wants, and takes the events the agent's JVMTI callbacks wrote. The
-//! JVM is not trusted: every count read from a slot is bounded before use.
+//! wants, and takes the events the agent's JVMTI callbacks wrote, keeping
+//! only those it asked for (the agent records what every stoke reading
+//! asks for). The JVM is not trusted: every count read from a slot is
+//! bounded before use.
 
-use std::sync::atomic::Ordering;
+use std::{cell::RefCell, sync::atomic::Ordering};
 
 use profiler_common::{
     java_events::{
-        sequence_of, stored_sequence, JavaEventKind, JavaEventSlot, JAVA_EVENT_SLOTS,
-        MAX_CLASS_NAME, MAX_EVENT_FRAMES,
+        JavaEventKind, JavaEventSlot, JAVA_EVENT_SLOTS, MAX_CLASS_NAME, MAX_EVENT_FRAMES,
+        WANT_ALLOC, WANT_LOCK,
     },
     jvm::{JavaFrame, JAVA_EVENTS_OFFSET},
 };
@@ -33,80 +35,80 @@ pub struct RawJavaEvent {
 impl AgentMemory {
     /// Asks the agent for the Java events of `wanted` (`WANT_*` bits; 0 to
     /// stop), with the allocation sampling interval and the lock
-    /// threshold.
-    pub fn want_java_events(&self, wanted: u32, alloc_interval: u64, lock_threshold_ns: u64) {
-        let header = self.header();
-        header
+    /// threshold, in this stoke's consumer slot.
+    pub fn want_java_events(&mut self, wanted: u32, alloc_interval: u64, lock_threshold_ns: u64) {
+        let consumer = self.consumer();
+        consumer
             .alloc_interval
             .store(alloc_interval, Ordering::Relaxed);
-        header
+        consumer
             .lock_threshold_ns
             .store(lock_threshold_ns, Ordering::Relaxed);
-        header.java_events_wanted.store(wanted, Ordering::Release);
+        consumer.java_events_wanted.store(wanted, Ordering::Release);
+        self.java_events_wanted = (wanted, lock_threshold_ns);
         self.ring_doorbell();
     }
 
-    /// Java events the agent dropped, ever, because the ring was full.
+    /// Java events the agent dropped, ever, their slot mid-write by another
+    /// producer.
     pub fn java_events_dropped(&self) -> u64 {
         self.header().java_events_dropped.load(Ordering::Relaxed)
     }
 
-    fn event_slot(&self, position: u64) -> &JavaEventSlot {
-        let index = index_of(position);
-        let offset = JAVA_EVENTS_OFFSET + index * size_of::<JavaEventSlot>();
-        // SAFETY: the ring lies inside the mapping, index is bounded.
-        unsafe { &*self.at(offset).cast::<JavaEventSlot>() }
+    /// Java events this stoke lost: overwritten in the ring before it read
+    /// them, or never written.
+    pub fn java_events_lost(&self) -> u64 {
+        self.java_events.lost()
     }
 
-    /// Gives back the slot a consumer killed mid-drain took and never
-    /// released, as for the sample ring.
-    pub(super) fn recover_java_event_ring(&self) {
-        let read = self.header().java_events_read.load(Ordering::Acquire);
-        let last = read.wrapping_sub(1);
-        let index = index_of(last);
-        let _ = self.event_slot(last).sequence.compare_exchange(
-            stored_sequence(read, index),
-            stored_sequence(last.wrapping_add(JAVA_EVENT_SLOTS as u64), index),
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+    /// The mean bytes between sampled allocations the JVM samples at now
+    /// (the smallest interval any stoke reading asked for); 0 if the agent
+    /// does not say.
+    pub fn alloc_interval_on(&self) -> u64 {
+        self.header().alloc_interval_on.load(Ordering::Acquire)
     }
 
-    /// Hands every complete Java event to `take`, oldest first; at most one
-    /// ring's worth per call. Restartable like the sample ring's drain.
-    /// The event handed over is read into one buffer, reused from event to
-    /// event: an allocation recording takes thousands a second.
-    pub fn drain_java_events(&self, mut take: impl FnMut(&RawJavaEvent)) {
-        let header = self.header();
-        let mut position = header.java_events_read.load(Ordering::Relaxed);
+    /// Hands every complete Java event this stoke asked for to `take`,
+    /// oldest first; at most one ring's worth per call. The event handed
+    /// over is read into one buffer, reused from event to event: an
+    /// allocation recording takes thousands a second.
+    pub fn drain_java_events(&mut self, mut take: impl FnMut(&RawJavaEvent)) {
+        let written = self.header().java_events_written.load(Ordering::Acquire);
+        let base = self.at(0);
+        let slot = |position: u64| event_slot(base, position);
+        let (wanted, threshold) = self.java_events_wanted;
         // Every field is written by read_event before `take` sees it.
-        let mut event = RawJavaEvent {
+        let event = RefCell::new(RawJavaEvent {
             kind: JavaEventKind::Alloc,
             tid: 0,
             value: 0,
             class: Vec::with_capacity(MAX_CLASS_NAME),
             frames: Vec::with_capacity(MAX_EVENT_FRAMES),
-        };
-        for _ in 0..JAVA_EVENT_SLOTS {
-            let slot = self.event_slot(position);
-            let index = index_of(position);
-            if sequence_of(slot.sequence.load(Ordering::Acquire), index) != position.wrapping_add(1)
-            {
-                break;
-            }
-            let known = read_event(slot, &mut event);
-            let next = position.wrapping_add(1);
-            header.java_events_read.store(next, Ordering::Release);
-            slot.sequence.store(
-                stored_sequence(position.wrapping_add(JAVA_EVENT_SLOTS as u64), index),
-                Ordering::Release,
-            );
-            position = next;
-            if known {
-                take(&event);
-            }
-        }
+        });
+        self.java_events.drain(
+            written,
+            |position| &slot(position).sequence,
+            |position| read_event(slot(position), &mut event.borrow_mut()),
+            |known| {
+                let event = event.borrow();
+                let asked = match event.kind {
+                    JavaEventKind::Alloc => wanted & WANT_ALLOC != 0,
+                    JavaEventKind::Monitor => wanted & WANT_LOCK != 0 && event.value >= threshold,
+                };
+                if known && asked {
+                    take(&event);
+                }
+            },
+        );
     }
+}
+
+/// The Java event slot of `position` in the mapping at `base`.
+fn event_slot<'a>(base: *mut u8, position: u64) -> &'a JavaEventSlot {
+    let offset = JAVA_EVENTS_OFFSET + index_of(position) * size_of::<JavaEventSlot>();
+    // SAFETY: the ring lies inside the mapping, index is bounded; the
+    // mapping lives as long as the AgentMemory whose drain calls this.
+    unsafe { &*base.add(offset).cast::<JavaEventSlot>() }
 }
 
 fn index_of(position: u64) -> usize {

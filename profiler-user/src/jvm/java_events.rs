@@ -103,7 +103,7 @@ pub fn allocated_bytes(size: u64, interval: u64) -> u64 {
 /// the method ids their frames need named, and not asked about yet, added
 /// to `wanted`.
 pub fn take(
-    memory: &AgentMemory,
+    memory: &mut AgentMemory,
     symbols: &JavaSymbols,
     threads: &mut ThreadIds,
     (classes, stacks): (&mut ClassNames, &mut EventStacks),
@@ -112,12 +112,18 @@ pub fn take(
     wanted: &mut Vec<u64>,
 ) -> Vec<JavaEventSample> {
     let mut events = Vec::new();
+    // The JVM samples at the smallest interval any stoke reading asked
+    // for: the weights follow the interval it samples at.
+    let interval = match memory.alloc_interval_on() {
+        0 => settings.alloc_interval,
+        on => on,
+    };
     memory.drain_java_events(|event| {
         let Some(tid) = threads.host_tid(pid, event.tid) else {
             return;
         };
         let weight = match event.kind {
-            JavaEventKind::Alloc => allocated_bytes(event.value, settings.alloc_interval),
+            JavaEventKind::Alloc => allocated_bytes(event.value, interval),
             JavaEventKind::Monitor => event.value,
         };
         events.push(JavaEventSample {

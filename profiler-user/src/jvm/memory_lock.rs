@@ -1,10 +1,11 @@
-//! The exclusive `flock` on an agent's memfd that makes one stoke the
-//! agent's only consumer (the kernel drops it when that stoke dies), and,
-//! when it cannot be taken, who holds it (`/proc/locks`).
-//!
-//! The agent takes the same lock for a moment every 0.1 s, to see whether
-//! a stoke still reads it: a JVM starved of CPU may hold it a while, so its
-//! own hold is waited out longer than another stoke's.
+//! The locks a stoke holds on an agent's memfd while it reads it: a shared
+//! `flock`, which tells the agent that some stoke reads (the agent takes the
+//! lock exclusively for a moment every 0.1 s to see whether any does), and
+//! an OFD write lock on one byte, which claims one of the agent's consumer
+//! slots (`profiler_common::jvm::Consumer`). The kernel drops both when
+//! the stoke dies. When the shared lock cannot be taken, `/proc/locks` says
+//! who holds it: a JVM starved of CPU may hold it a while, so its own hold
+//! is waited out longer than another process's.
 
 use std::{
     fs::File,
@@ -12,6 +13,8 @@ use std::{
     os::{fd::AsRawFd, unix::fs::MetadataExt},
     time::{Duration, Instant},
 };
+
+use profiler_common::jvm::{CONSUMER_LOCKS, MAX_CONSUMERS};
 
 use crate::process::procfs;
 
@@ -25,12 +28,12 @@ const AGENT_HOLD_TIMEOUT: Duration = Duration::from_secs(3);
 /// gets the message without the holder.
 const MAX_LOCKS_BYTES: u64 = 4 << 20;
 
-/// Takes the exclusive lock on `file`, the agent memory of JVM `jvm`.
+/// Takes the shared lock on `file`, the agent memory of JVM `jvm`.
 ///
 /// `/proc/locks` is read at most twice: once when the lock has not come
 /// within [`LOCK_TIMEOUT`] (a JVM holding it gets until
 /// [`AGENT_HOLD_TIMEOUT`]), and once more at that later deadline.
-pub fn lock_exclusively(file: &File, jvm: u32) -> Result<(), LockRefused> {
+pub fn lock_shared(file: &File, jvm: u32) -> Result<(), LockRefused> {
     let started = Instant::now();
     let mut deadline = LOCK_TIMEOUT;
     loop {
@@ -53,23 +56,40 @@ pub fn lock_exclusively(file: &File, jvm: u32) -> Result<(), LockRefused> {
     }
 }
 
-/// One try at the exclusive lock, without waiting.
+/// One try at the shared lock, without waiting.
 fn try_lock(file: &File) -> bool {
     // SAFETY: flock on a descriptor the caller keeps open.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0 }
+}
+
+/// Claims the first free consumer slot of the agent memory `file`: its
+/// index, or `None` if [`MAX_CONSUMERS`] stokes read the agent already.
+pub fn claim_consumer_slot(file: &File) -> Option<usize> {
+    (0..MAX_CONSUMERS).find(|&index| {
+        // SAFETY: a zeroed flock is valid; fields set below.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_start = (CONSUMER_LOCKS + index as u64) as libc::off_t;
+        lock.l_len = 1;
+        // SAFETY: F_OFD_SETLK on a descriptor the caller keeps open, with a
+        // valid flock; it fails at once where another description holds it.
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) == 0 }
+    })
 }
 
 /// Why the agent memory's lock was not had.
 #[derive(Debug, thiserror::Error)]
 pub enum LockRefused {
-    #[error("this stoke already reads this JVM's agent memory")]
-    Ours,
     #[error("the JVM's agent held its memory's lock for {} s (a JVM starved of CPU?): record again", AGENT_HOLD_TIMEOUT.as_secs())]
     ByTheAgent,
-    /// Another stoke reads the agent, `pid` if `/proc/locks` names it
-    /// (not for a holder in another pid namespace).
-    #[error("another stoke ({}) is recording this JVM and takes its Java stacks", holder_name(*.pid))]
-    ByAnotherStoke { pid: Option<u32> },
+    /// Another process holds the memory exclusively, `pid` if
+    /// `/proc/locks` names it (not for a holder in another pid namespace).
+    #[error("another process ({}) holds the lock of this JVM's agent memory", holder_name(*.pid))]
+    ByAnother { pid: Option<u32> },
+    /// Every consumer slot is taken.
+    #[error("{MAX_CONSUMERS} stokes read this JVM's agent already, the most one agent serves")]
+    Full,
 }
 
 /// The other stoke holding the lock, for a message.
@@ -83,9 +103,8 @@ fn holder_name(pid: Option<u32>) -> String {
 /// Why the lock held by `holder` (if `/proc/locks` named it) was not had.
 fn refusal(holder: Option<u32>, jvm: u32) -> LockRefused {
     match holder {
-        Some(pid) if pid == std::process::id() => LockRefused::Ours,
         Some(pid) if pid == jvm => LockRefused::ByTheAgent,
-        pid => LockRefused::ByAnotherStoke { pid },
+        pid => LockRefused::ByAnother { pid },
     }
 }
 
@@ -138,23 +157,37 @@ mod tests {
         let me = std::process::id();
         let jvm = me + 1;
         let said = |holder| format!("{}", refusal(holder, jvm));
-        assert!(said(Some(me)).contains("this stoke already reads"));
         assert!(said(Some(jvm)).contains("the JVM's agent held"));
         assert!(said(Some(me + 2)).contains(&format!("pid {}", me + 2)));
-        assert!(said(None).starts_with("another stoke (not visible from here) is recording"));
+        assert!(said(None).starts_with("another process (not visible from here) holds"));
     }
 
-    /// The holder of a real lock on a real file: this process, through
-    /// another description of the file.
+    /// Real locks on a real file: shared locks of several descriptions
+    /// together, an exclusive one keeps them out, and each description
+    /// claims its own consumer slot until closed.
     #[test]
-    fn a_lock_held_here_is_named_by_this_process() {
+    fn stokes_share_the_lock_and_claim_a_slot_each() {
         let path = std::env::temp_dir().join(format!("stoke-lock-{}", std::process::id()));
         let first = File::create(&path).unwrap();
-        let second = File::open(&path).unwrap();
+        let open = || File::options().read(true).write(true).open(&path).unwrap();
+        let opened: Vec<File> = (0..MAX_CONSUMERS).map(|_| open()).collect();
         std::fs::remove_file(&path).unwrap();
-        lock_exclusively(&first, 1).unwrap();
-        assert_eq!(holder(&second), Some(std::process::id()));
-        let error = lock_exclusively(&second, 1).unwrap_err();
-        assert!(format!("{error}").contains("already reads"), "{error}");
+        lock_shared(&first, 1).unwrap();
+        lock_shared(&opened[0], 1).unwrap();
+        // SAFETY: flock on a descriptor we own.
+        let exclusive =
+            unsafe { libc::flock(opened[1].as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_ne!(exclusive, 0, "an exclusive lock beside shared ones");
+        assert_eq!(holder(&opened[1]), Some(std::process::id()));
+
+        assert_eq!(claim_consumer_slot(&first), Some(0));
+        let claimed: Vec<_> = opened[1..].iter().map(claim_consumer_slot).collect();
+        assert!(claimed
+            .iter()
+            .enumerate()
+            .all(|(i, &slot)| slot == Some(i + 1)));
+        assert_eq!(claim_consumer_slot(&opened[0]), None, "all taken");
+        drop(first);
+        assert_eq!(claim_consumer_slot(&opened[0]), Some(0), "freed on close");
     }
 }

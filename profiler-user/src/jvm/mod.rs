@@ -10,8 +10,8 @@
 pub mod agent;
 pub mod agent_memory;
 pub mod attach;
+mod broadcast;
 pub mod coverage;
-mod held;
 pub mod java_event_ring;
 pub mod java_events;
 mod memory_lock;

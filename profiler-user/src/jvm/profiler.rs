@@ -22,9 +22,7 @@ use super::{
     agent_memory::{AgentMemory, JavaSample},
     attach,
     coverage::{Coverage, MAX_JVMS_TIMED},
-    held::HeldJvms,
     java_events::{self, ClassNames, EventStacks, JavaEventSample, JavaEventSettings},
-    memory_lock::LockRefused,
     merge::{Merger, Outcome, Rejected},
     symbols::JavaSymbols,
     thread_ids::ThreadIds,
@@ -177,8 +175,6 @@ pub struct JavaProfiler {
     /// Attaches retried because the JVM was still starting: how often, and
     /// the last failure, said at the end if no retry succeeds.
     attach_retries: HashMap<u32, (u32, String)>,
-    /// JVMs whose agent another stoke reads, attached again once it ends.
-    held: HeldJvms,
     jvms: HashMap<u32, Jvm>,
     /// JVMs whose process ended, released at the next
     /// [`Self::release_ended`].
@@ -233,7 +229,6 @@ impl JavaProfiler {
             attaching: HashSet::new(),
             coverage: Coverage::new(monotonic_ns()),
             attach_retries: HashMap::new(),
-            held: HeldJvms::default(),
             jvms: HashMap::new(),
             ended: Vec::new(),
             merger: Merger::default(),
@@ -296,9 +291,10 @@ impl JavaProfiler {
     /// Hands JVM `pid` to the attach thread; its samples wait for the agent.
     fn ask_attach(&mut self, pid: u32) {
         // One attach at a time per JVM, and none of a JVM profiled already:
-        // a second would find the first's lock on the agent memory. An
-        // attach in flight when the process exec'd is answered first: if it
-        // began before the exec, the new image is looked at again then
+        // a second would read the agent again, in a consumer slot of its
+        // own. An attach in flight when the process exec'd is answered
+        // first: if it began before the exec, the new image is looked at
+        // again then
         // ([`Self::profile_attached`]): the maps of a sample taken before an
         // exec (a fork about to exec java) may be read after it.
         let profiled = self.jvms.contains_key(&pid) && !self.ended.contains(&pid);
@@ -465,9 +461,6 @@ impl JavaProfiler {
             self.profile_attached(attached, sampler)?;
         }
         self.look_at_starting();
-        for pid in self.held.due() {
-            self.ask_attach(pid);
-        }
         for (&pid, jvm) in &mut self.jvms {
             if jvm.signalled && jvm.memory.state() != AgentState::Ready {
                 sampler.forbid_signals(pid)?;
@@ -492,12 +485,15 @@ impl JavaProfiler {
                 self.warnings - MAX_WARNINGS
             );
         }
-        for (pid, jvm) in &self.jvms {
+        for (pid, jvm) in &mut self.jvms {
             jvm.memory.want_java_events(0, 0, 0);
-            let dropped =
-                (jvm.memory.java_events_dropped()).saturating_sub(jvm.java_events_dropped);
+            // Dropped by the agent (a slot mid-write when the ring came
+            // round to it), or lost to this stoke (overwritten before read).
+            let dropped = (jvm.memory.java_events_dropped())
+                .saturating_sub(jvm.java_events_dropped)
+                .saturating_add(jvm.memory.java_events_lost());
             if dropped > 0 {
-                eprintln!("stoke: warning: JVM {pid}: its agent dropped {dropped} allocation or lock events, its ring full (raise --alloc-interval or --lock-threshold)");
+                eprintln!("stoke: warning: JVM {pid}: {dropped} allocation or lock events were lost, its agent's ring overrun (raise --alloc-interval or --lock-threshold)");
             }
         }
         std::thread::sleep(FINAL_ANSWER_WAIT);
@@ -505,6 +501,7 @@ impl JavaProfiler {
         for (&pid, jvm) in &mut self.jvms {
             drain_agent(pid, jvm, &mut self.merger);
             let events = jvm.symbols.dropped();
+            jvm.dropped.lost = jvm.memory.samples_lost();
             jvm.dropped.warn(pid, events);
             jvm.dropped.count_in(&mut self.summary, events);
         }
@@ -564,7 +561,6 @@ impl JavaProfiler {
         self.coverage.ended(pid);
         self.considered.remove(&pid);
         self.attach_retries.remove(&pid);
-        self.held.forget(pid);
         if self.jvms.contains_key(&pid) {
             self.ended.push(pid);
         }
@@ -590,7 +586,7 @@ impl JavaProfiler {
             let image = processes.image_for(pid, "");
             let ids = wanted.entry(pid).or_insert_with(Vec::new);
             self.events.extend(java_events::take(
-                &jvm.memory,
+                &mut jvm.memory,
                 &jvm.symbols,
                 &mut jvm.threads,
                 (&mut jvm.classes, &mut jvm.event_stacks),
@@ -633,12 +629,8 @@ impl JavaProfiler {
     fn profile_attached(&mut self, attached: Attached, sampler: &mut Sampler) -> Result<()> {
         let pid = attached.pid;
         match attached.result {
-            Ok(memory) => {
+            Ok(mut memory) => {
                 self.attach_retries.remove(&pid);
-                if self.held.forget(pid) {
-                    // Said to stay native while another stoke held it.
-                    self.summary.not_attached.retain(|(held, _)| *held != pid);
-                }
                 if let Err(refused) = sampler.allow_signals(
                     pid,
                     SIGNAL as u32,
@@ -699,22 +691,6 @@ impl JavaProfiler {
                 let reason = message
                     .strip_prefix(&own_name)
                     .map_or(message.as_str(), |rest| rest.trim_start_matches([':', ' ']));
-                if let Some(LockRefused::ByAnotherStoke { pid: holder }) = error.downcast_ref() {
-                    self.coverage.agent_answered(pid, false);
-                    match self.held.hold(pid, *holder) {
-                        Some(false) => return Ok(()),
-                        Some(true) => {
-                            let reason = reason.to_owned();
-                            self.warn(
-                                pid,
-                                &reason,
-                                "its stacks stay native-only until that stoke ends",
-                            );
-                            return Ok(());
-                        }
-                        None => {}
-                    }
-                }
                 let (attempts, last) = self.attach_retries.entry(pid).or_default();
                 if starting && *attempts < MAX_SOON_LOOKS {
                     // A JVM still starting has no SIGQUIT handler, no
@@ -894,6 +870,10 @@ struct Dropped {
     stale: u64,
     unknown_thread: u64,
     full: u64,
+    /// Overwritten in the agent's ring before stoke read them, or never
+    /// written: no sign of trouble, the ring serves every stoke at its own
+    /// pace.
+    lost: u64,
 }
 
 impl Dropped {
@@ -904,6 +884,7 @@ impl Dropped {
             ("before the pairing window", self.stale),
             ("of unknown threads", self.unknown_thread),
             ("beyond the bound of held stacks", self.full),
+            ("lost in the agent's ring", self.lost),
         ] {
             if count > 0 {
                 *summary.dropped_stacks.entry(reason).or_default() += count;
