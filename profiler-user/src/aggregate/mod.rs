@@ -453,29 +453,14 @@ fn describe(stop: StopReason) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use profiler_common::unwind::StopReason;
-
     use super::*;
     use crate::{sample::ring_record::Sample, symbolize::Symbolizer};
 
     fn sample(tgid: u32, tid: u32, user: Vec<u64>) -> Sample {
         Sample {
-            tgid,
-            tid,
-            cpu: 0,
-            time_ns: 0,
             comm: format!("t{tid}").as_str().into(),
-            kernel: vec![],
-            user,
             signalled: false,
-            exiting: false,
-            kernel_thread: false,
-            in_code_cache: false,
-            cgroup_key: None,
-            exe_file: None,
-            age: None,
-            stop: StopReason::End,
-            measure: crate::sample::ring_record::Measure::Cpu,
+            ..Sample::for_test(tgid, tid, 0, user)
         }
     }
 
