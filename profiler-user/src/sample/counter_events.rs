@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use aya::Ebpf;
+use aya::{programs::Program, Ebpf};
 use aya_obj::generated::perf_event_attr;
 use profiler_common::{COUNTER_COOKIE_BASE, COUNTER_COOKIE_QUIET};
 
@@ -84,13 +84,21 @@ pub struct CounterEvents {
     _open: Vec<(OwnedFd, OwnedFd)>,
 }
 
-/// The attributes of `counter`'s event at `rate`.
-fn counter_attributes(counter: Counter, rate: Rate) -> perf_event_attr {
+/// The attributes of an event of perf type `perf_type` and `config`,
+/// sampled every event.
+fn attributes(perf_type: u32, config: u64) -> perf_event_attr {
     // SAFETY: a zeroed perf_event_attr is valid; fields set below.
     let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
-    attr.type_ = counter.perf_type();
-    attr.config = counter.config();
+    attr.type_ = perf_type;
+    attr.config = config;
     attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr
+}
+
+/// The attributes of `counter`'s event at `rate`.
+fn counter_attributes(counter: Counter, rate: Rate) -> perf_event_attr {
+    let mut attr = attributes(counter.perf_type(), counter.config());
     match rate {
         Rate::Frequency(hz) => {
             attr.set_freq(1);
@@ -131,13 +139,7 @@ fn open_on(event: Event, rate: Rate, cpu: u32, disabled: bool) -> Result<OwnedFd
             let id = tracepoint_id(system, name).map_err(|error| {
                 Unavailable::Other(format!("tracepoint {system}:{name}: {error}"))
             })?;
-            // SAFETY: a zeroed perf_event_attr is valid; fields set below.
-            let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
-            attr.type_ = PERF_TYPE_TRACEPOINT;
-            attr.config = id;
-            attr.size = std::mem::size_of::<perf_event_attr>() as u32;
-            attr.__bindgen_anon_1.sample_period = 1;
-            attr
+            attributes(PERF_TYPE_TRACEPOINT, id)
         }
         Event::Probe(probe) => {
             let (kind, name, offset) = match &probe.target {
@@ -149,11 +151,7 @@ fn open_on(event: Event, rate: Rate, cpu: u32, disabled: bool) -> Result<OwnedFd
             };
             target_name = CString::new(name)
                 .map_err(|_| Unavailable::Other("a NUL in the probe's name".into()))?;
-            // SAFETY: a zeroed perf_event_attr is valid; fields set below.
-            let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
-            attr.type_ = probe_pmu(kind)?;
-            attr.size = std::mem::size_of::<perf_event_attr>() as u32;
-            attr.__bindgen_anon_1.sample_period = 1;
+            let mut attr = attributes(probe_pmu(kind)?, 0);
             attr.__bindgen_anon_3.config1 = target_name.as_ptr() as u64;
             attr.__bindgen_anon_4.config2 = offset;
             attr
@@ -193,15 +191,6 @@ pub fn probe(event: Event, cpu: u32) -> Result<(), Unavailable> {
 /// of each is its index): a counter on every CPU of `cpus` at `rate`, a
 /// probe once.
 pub fn open(ebpf: &Ebpf, events: &[Event], cpus: &[u32], rate: Rate) -> Result<CounterEvents> {
-    // Each loaded only when the recording has probes of its kind.
-    let probe_program = match ebpf.program(PROBE_PROGRAM) {
-        Some(aya::programs::Program::KProbe(program)) => program.fd().ok(),
-        _ => None,
-    };
-    let tracepoint_program = match ebpf.program(TRACEPOINT_PROGRAM) {
-        Some(aya::programs::Program::TracePoint(program)) => program.fd().ok(),
-        _ => None,
-    };
     let mut open = Vec::with_capacity(events.len() * cpus.len());
     for (index, &event) in (0u64..).zip(events) {
         let (on, quiet): (&[u32], bool) = match event {
@@ -212,28 +201,42 @@ pub fn open(ebpf: &Ebpf, events: &[Event], cpus: &[u32], rate: Rate) -> Result<C
             _ => continue,
         };
         let cookie = COUNTER_COOKIE_BASE + index + if quiet { COUNTER_COOKIE_QUIET } else { 0 };
+        let program = program_of(ebpf, event)?;
         for &cpu in on {
             let opened = open_on(event, rate, cpu, false)
                 .with_context(|| format!("opening event {} on CPU {cpu}", event.name()))?;
-            let program = match event {
-                Event::Probe(Probe {
-                    target: ProbeTarget::Tracepoint { .. },
-                    ..
-                }) => Some(tracepoint_program),
-                Event::Probe(_) => Some(probe_program),
-                _ => None,
-            };
-            let linked = match program {
-                Some(Some(program)) => link_program(program.as_fd().as_raw_fd(), &opened, cookie),
-                Some(None) => Err(anyhow::anyhow!("the probe program is not loaded")),
+            let link = match program {
+                Some(program) => link_program(program, &opened, cookie),
                 None => link(ebpf, &opened, cookie),
-            };
-            let link =
-                linked.with_context(|| format!("sampling event {} on CPU {cpu}", event.name()))?;
+            }
+            .with_context(|| format!("sampling event {} on CPU {cpu}", event.name()))?;
             open.push((opened, link));
         }
     }
     Ok(CounterEvents { _open: open })
+}
+
+/// The descriptor of the program a probe's event is linked to (loaded only
+/// when the recording has probes of its kind); `None` for a counter, which
+/// the CPUs' sampler takes.
+fn program_of(ebpf: &Ebpf, event: Event) -> Result<Option<i32>> {
+    let Event::Probe(probe) = event else {
+        return Ok(None);
+    };
+    let fd = match (
+        &probe.target,
+        ebpf.program(PROBE_PROGRAM),
+        ebpf.program(TRACEPOINT_PROGRAM),
+    ) {
+        (ProbeTarget::Tracepoint { .. }, _, Some(Program::TracePoint(program))) => program.fd(),
+        (
+            ProbeTarget::Kernel { .. } | ProbeTarget::User { .. },
+            Some(Program::KProbe(program)),
+            _,
+        ) => program.fd(),
+        _ => anyhow::bail!("the program of probe {} is missing", probe.name()),
+    };
+    Ok(Some(fd?.as_fd().as_raw_fd()))
 }
 
 /// What the start says of `probe` when it cannot be placed.

@@ -579,8 +579,6 @@ pub enum SignalsRefused {
     Map(String),
 }
 
-/// Ring buffer bytes for a host: half a second of samples with full stacks
-/// (2 KiB) on every CPU, a power of two between 1 MiB and 256 MiB.
 /// Refuses, before anything starts, counted events this host cannot
 /// sample.
 fn check_counters(counters: &[event::Event], cpus: &[u32], legacy: bool) -> Result<()> {
@@ -614,6 +612,8 @@ fn check_counters(counters: &[event::Event], cpus: &[u32], legacy: bool) -> Resu
     Ok(())
 }
 
+/// Ring buffer bytes for a host: half a second of samples with full stacks
+/// (2 KiB) on every CPU, a power of two between 1 MiB and 256 MiB.
 fn ring_size(cpus: usize, frequency_hz: u64) -> u32 {
     let wanted = (cpus as u64)
         .saturating_mul(frequency_hz)
