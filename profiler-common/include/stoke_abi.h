@@ -81,6 +81,14 @@
 #define STOKE_SAMPLE_IN_CODE_CACHE (1 << 4)
 
 /**
+ * [`RecordHeader::flags`] bit of an off-CPU record that only wall-clock
+ * time counts: the thread was runnable (preempted), not waiting, or its
+ * wait was shorter than the off-CPU minimum, recorded by chance in
+ * proportion to its length and weighed as that minimum.
+ */
+#define STOKE_SAMPLE_WALL_ONLY (1 << 5)
+
+/**
  * Number of [`Counter`]s, the size of the `counters` array.
  */
 #define STOKE_COUNTER_COUNT 11

@@ -72,6 +72,12 @@ pub const SAMPLE_KERNEL_THREAD: u32 = 1 << 3;
 /// read.
 pub const SAMPLE_IN_CODE_CACHE: u32 = 1 << 4;
 
+/// [`RecordHeader::flags`] bit of an off-CPU record that only wall-clock
+/// time counts: the thread was runnable (preempted), not waiting, or its
+/// wait was shorter than the off-CPU minimum, recorded by chance in
+/// proportion to its length and weighed as that minimum.
+pub const SAMPLE_WALL_ONLY: u32 = 1 << 5;
+
 /// A JVM whose agent waits for signals: the `signal_tgids` map's value.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

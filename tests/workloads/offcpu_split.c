@@ -12,10 +12,16 @@
  * call that returns EINTR is counted: a profiler must never interrupt a
  * blocked call. After every round it prints "round" (the tests count them
  * to measure its pace) with eintr= and seventy_share=, the percentage of
- * the two functions' time so far that it measured in sleep_seventy(). */
+ * the two functions' time so far that it measured in sleep_seventy().
+ *
+ * With `threads` as its second argument, two more threads run beside the
+ * pipe's writer (`answer`): `spinner` runs in spin() all the time, and
+ * `blocked` waits in block() on a pipe nobody writes: every thread of the
+ * process has the same wall-clock time, spent differently. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -23,7 +29,7 @@
 
 #define ROUND_NS 10000000L
 
-static int pipe_fds[2];
+static int pipe_fds[2], never_fds[2];
 static volatile long eintr;
 static struct timespec start;
 
@@ -72,10 +78,46 @@ __attribute__((noinline)) void wait_thirty(void)
 	transfer(SYS_read, pipe_fds[0]);
 }
 
+__attribute__((noinline)) void spin(unsigned long *state)
+{
+	for (int i = 0; i < 100000; i++)
+		next_random(state);
+}
+
+static void *spinner(void *unused)
+{
+	unsigned long state = 1;
+
+	(void)unused;
+	pthread_setname_np(pthread_self(), "spinner");
+	/* Not at the process's nice -10: the host keeps a CPU for others. */
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 0);
+	for (;;)
+		spin(&state);
+	return NULL;
+}
+
+__attribute__((noinline)) void block(void)
+{
+	char byte;
+
+	call4(SYS_read, never_fds[0], (long)&byte, 1, 0);
+}
+
+static void *blocked(void *unused)
+{
+	(void)unused;
+	pthread_setname_np(pthread_self(), "blocked");
+	for (;;)
+		block();
+	return NULL;
+}
+
 /* The second thread: writes the pipe at the end of every round. */
 static void *answer(void *unused)
 {
 	(void)unused;
+	pthread_setname_np(pthread_self(), "answer");
 	for (unsigned long round = 0;; round++) {
 		sleep_until(round, ROUND_NS);
 		transfer(SYS_write, pipe_fds[1]);
@@ -86,14 +128,20 @@ static void *answer(void *unused)
 int main(int argc, char **argv)
 {
 	double seconds = run_seconds(argc, argv, 5);
-	pthread_t thread;
+	pthread_t thread, spinning, blocking;
 
 	/* Its pace is what the tests compare: at nice -10 (as root, and
 	 * inherited by its thread) other load on a shared host moves it less. */
 	if (setpriority(PRIO_PROCESS, 0, -10) != 0)
 		perror("setpriority");
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	if (pipe(pipe_fds) || pthread_create(&thread, NULL, answer, NULL)) {
+	if (pipe(pipe_fds) || pipe(never_fds) || pthread_create(&thread, NULL, answer, NULL)) {
+		perror("offcpu_split");
+		return 1;
+	}
+	if (argc > 2 && strcmp(argv[2], "threads") == 0 &&
+	    (pthread_create(&spinning, NULL, spinner, NULL) ||
+	     pthread_create(&blocking, NULL, blocked, NULL))) {
 		perror("offcpu_split");
 		return 1;
 	}

@@ -54,6 +54,11 @@ const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
     ),
     (
         "5.10",
+        "wall",
+        "no bpf_loop (5.17) nor task storage (5.11): wall-clock time refused",
+    ),
+    (
+        "5.10",
         "counters",
         "no BPF attach cookies (5.15): perf counters refused",
     ),

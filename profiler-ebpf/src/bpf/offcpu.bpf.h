@@ -8,7 +8,8 @@
  * leaving the CPU while not runnable gets the time in its task storage
  * (BPF_MAP_TYPE_TASK_STORAGE: one slot per live thread that ever blocked,
  * freed by the kernel with the thread, so nothing to evict and no bound to
- * guess). A preempted thread is runnable, not waiting: it is not counted.
+ * guess). A preempted thread is runnable, not waiting: it is not counted
+ * (but as wall-clock time, below).
  * When the thread is switched back in, the same tracepoint knows how long
  * it was off; only then, and only if that is at least offcpu_min_ns and the
  * CPU's budget of records this second is not spent, is any stack taken: a
@@ -42,6 +43,15 @@
  * Several waits within one kernel entry (a read woken before its data
  * came) add up into one record.
  *
+ * Wall-clock time (-e wall). CPU samples count threads' running time; these
+ * records count the rest: with offcpu_wall, a preempted thread's time on
+ * the run queue too (its record flagged STOKE_SAMPLE_WALL_ONLY: it did not
+ * wait), and a wait shorter than offcpu_min_ns (then the sampling period)
+ * counts as offcpu_min_ns with probability its length / offcpu_min_ns,
+ * else not at all, as a sampler every offcpu_min_ns would see it: its
+ * expected count is its length, and a thread's short waits cost at most a
+ * record each offcpu_min_ns of their time.
+ *
  * Java frames. A thread of a JVM whose agent waits for signals is sent
  * one as its user stack is taken, as a CPU sample does: the agent's handler runs
  * as the thread returns to user mode, its Java stack still the one it
@@ -59,6 +69,8 @@ const volatile __u64 offcpu_min_ns = 0;  /* shorter waits are not counted */
  * profiling without off-CPU time, which needs their parks alone. */
 const volatile __u8 offcpu_jvms_only = 0;
 const volatile __u32 offcpu_budget = 0;  /* records per CPU per second */
+/* Wall-clock time: runnable time and sampled short waits too (above). */
+const volatile __u8 offcpu_wall = 0;
 
 /* A thread's off-CPU state. */
 struct offcpu_task {
@@ -67,7 +79,8 @@ struct offcpu_task {
 	__u64 user_ip;     /* the user registers it waited with */
 	__u64 user_sp;
 	__u32 kernel_frames;
-	__u32 _pad;
+	__u16 off_runnable;   /* it left the CPU runnable (offcpu_wall) */
+	__u16 pending_flags;  /* STOKE_SAMPLE_WALL_ONLY for the pending wait */
 	__u64 kernel[OFFCPU_KERNEL_FRAMES];
 };
 
@@ -229,6 +242,7 @@ static __always_inline void offcpu_send(struct sample_record *record, struct off
 {
 	__u64 off_ns = offcpu_take_pending(state);
 
+	record->header.flags |= state->pending_flags;
 	offcpu_output(record, task, off_ns, state->kernel_frames, user_bytes);
 }
 
@@ -393,11 +407,21 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
 	struct stoke_regs *user;
 	__u64 off, user_ip, user_sp;
+	__u16 flags;
 
 	if (!state || !state->off_since)
 		return;
 	off = now > state->off_since ? now - state->off_since : 0;
 	state->off_since = 0;
+	flags = state->off_runnable ? STOKE_SAMPLE_WALL_ONLY : 0;
+	if (offcpu_wall && off < offcpu_min_ns) {
+		if ((__u64)bpf_get_prandom_u32() % offcpu_min_ns < off) {
+			off = offcpu_min_ns;
+			flags = STOKE_SAMPLE_WALL_ONLY;
+		} else {
+			off = 0;
+		}
+	}
 	if (!state->pending_ns && off < offcpu_min_ns)
 		return;
 	user = (struct stoke_regs *)bpf_task_pt_regs(task);
@@ -415,6 +439,7 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 		return;
 	state->kernel_frames = offcpu_kernel_stack(task, state->kernel);
 	state->pending_ns = off;
+	state->pending_flags = flags;
 	if (off)
 		offcpu_pending_add(1);
 	state->user_ip = user_ip;
@@ -433,11 +458,15 @@ static __always_inline void offcpu_switched(bool preempt, struct task_struct *pr
 	struct offcpu_task *state;
 
 	/* prev_state 0 is TASK_RUNNING: preempted, or woken before it slept. */
-	if (!preempt && prev_state != 0 && offcpu_sampling_start() && offcpu_profiled(prev)) {
+	bool runnable = preempt || prev_state == 0;
+
+	if ((offcpu_wall || !runnable) && offcpu_sampling_start() && offcpu_profiled(prev)) {
 		state = bpf_task_storage_get(&offcpu_tasks, prev, 0,
 					     BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (state)
+		if (state) {
 			state->off_since = now;
+			state->off_runnable = runnable;
+		}
 	}
 	offcpu_switched_in(next, now, task_work);
 }

@@ -245,11 +245,6 @@ impl Aggregator {
         self.samples += 1;
     }
 
-    /// Samples counted so far.
-    pub fn samples(&self) -> u64 {
-        self.samples
-    }
-
     /// The addresses of every distinct stack, for symbolization.
     pub fn addresses<'a>(
         &'a self,

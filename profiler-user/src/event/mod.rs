@@ -19,6 +19,10 @@ pub enum Event {
     /// Time off the CPU: threads blocked or asleep, with the stack they
     /// waited in; values are nanoseconds.
     Offcpu,
+    /// Wall-clock time: every thread's time, running (CPU samples, each
+    /// worth the sampling period) or not (off-CPU waits and time on the
+    /// run queue), by the stack it spent it in; values are nanoseconds.
+    Wall,
     /// Java heap allocations, sampled by the JVM; values are bytes.
     Alloc,
     /// Contended Java locks; values are nanoseconds waited.
@@ -31,9 +35,13 @@ pub enum Event {
 }
 
 /// The events that are no counter, with what they count.
-const OWN: [(Event, &str); 4] = [
+const OWN: [(Event, &str); 5] = [
     (Event::Cpu, "CPU time, sampled at -F"),
     (Event::Offcpu, "time off the CPU, in nanoseconds"),
+    (
+        Event::Wall,
+        "wall-clock time, running or not, in nanoseconds",
+    ),
     (Event::Alloc, "Java heap allocations, in bytes"),
     (Event::Lock, "contended Java locks, in nanoseconds waited"),
 ];
@@ -44,6 +52,7 @@ impl Event {
         match self {
             Self::Cpu => "cpu",
             Self::Offcpu => "offcpu",
+            Self::Wall => "wall",
             Self::Alloc => "alloc",
             Self::Lock => "lock",
             Self::Counter(counter) => counter.name(),
@@ -88,6 +97,7 @@ impl Event {
         match self {
             Self::Cpu => "CPU",
             Self::Offcpu => "off-CPU",
+            Self::Wall => "wall-clock",
             Self::Alloc => "allocation",
             Self::Lock => "lock",
             Self::Counter(counter) => counter.name(),
@@ -100,7 +110,7 @@ impl Event {
     pub fn unit(self) -> &'static str {
         match self {
             Self::Cpu => "samples",
-            Self::Offcpu | Self::Lock => "nanoseconds",
+            Self::Offcpu | Self::Wall | Self::Lock => "nanoseconds",
             Self::Alloc => "bytes",
             Self::Counter(_) => "events",
             Self::Probe(_) => "calls",
@@ -114,12 +124,18 @@ impl Event {
         match self {
             Self::Cpu => ("samples", "count"),
             Self::Offcpu => ("offcpu", "nanoseconds"),
+            Self::Wall => ("wall", "nanoseconds"),
             Self::Alloc => ("alloc_space", "bytes"),
             Self::Lock => ("delay", "nanoseconds"),
             Self::Counter(counter) => (counter.name(), "count"),
             Self::Probe(probe) => (probe.name(), "count"),
         }
     }
+}
+
+/// The CPU time a sample at `frequency_hz` stands for, in nanoseconds.
+pub fn period_ns(frequency_hz: u64) -> u64 {
+    1_000_000_000 / frequency_hz.max(1)
 }
 
 /// The events of `-e` as given, each once, in order (CPU when none).

@@ -62,7 +62,7 @@ impl JavaStackFrame {
 
 /// A sample as aggregation counts it: the process image it is of, and its
 /// native stack with the Java frames merged in.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct MergedSample {
     /// The process image, in the recording's registry.
     pub image: ImageId,

@@ -1,9 +1,10 @@
-//! One aggregation per event of a recording (cpu, offcpu, alloc, lock and
-//! each perf counter), and the summary each event's profile gets.
+//! One aggregation per event of a recording (cpu, offcpu, wall, alloc,
+//! lock and each perf counter), and the summary each event's profile gets.
 
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
-    event::Event,
+    cli::SamplingArgs,
+    event::{period_ns, Event},
     jvm::{
         java_events::{JavaEventSample, JavaEventSettings},
         MergedSample,
@@ -18,14 +19,24 @@ use profiler_common::Counter as SamplerCounter;
 /// What each event has counted since the recording, or its last cut, began.
 pub struct EventAggregators {
     options: AggregateOptions,
-    /// Whether off-CPU waits make a profile of their own (`-e offcpu`).
-    offcpu_profile: bool,
+    /// Whether CPU samples make a profile of their own (`-e cpu`).
+    cpu_profile: bool,
+    /// With `-e offcpu`, the shortest wait its profile counts.
+    offcpu_from_ns: Option<u64>,
+    /// With `-e wall`, what a CPU sample is worth: the sampling period,
+    /// in nanoseconds.
+    wall_sample_ns: Option<u64>,
     /// With `-e lock`, the shortest Java park counted as a lock wait.
     parks_from_ns: Option<u64>,
+    /// CPU samples taken.
+    cpu_samples: u64,
     /// CPU samples.
-    pub cpu: Aggregator,
+    cpu: Aggregator,
     /// Off-CPU waits, weighed by their nanoseconds.
     offcpu: Aggregator,
+    /// Wall-clock time: CPU samples weighed by the period, and the time
+    /// threads spent off the CPU, waiting or runnable.
+    wall: Aggregator,
     /// Java allocations, weighed by their bytes.
     alloc: Aggregator,
     /// Contended Java locks, weighed by the nanoseconds waited.
@@ -36,15 +47,22 @@ pub struct EventAggregators {
 }
 
 impl EventAggregators {
-    /// Aggregations for `events`; with `lock`, JVM threads' parks on locks
-    /// of `lock_threshold_ns` or more are lock waits.
-    pub fn new(options: AggregateOptions, events: &[Event], lock_threshold_ns: u64) -> Self {
+    /// Aggregations for `events`, with the thresholds and rate of `args`
+    /// (with `lock`, JVM threads' parks on locks of `--lock-threshold` or
+    /// more are lock waits).
+    pub fn new(options: AggregateOptions, events: &[Event], args: &SamplingArgs) -> Self {
         Self {
             options,
-            offcpu_profile: events.contains(&Event::Offcpu),
-            parks_from_ns: events.contains(&Event::Lock).then_some(lock_threshold_ns),
+            cpu_profile: events.contains(&Event::Cpu),
+            offcpu_from_ns: events.contains(&Event::Offcpu).then_some(args.offcpu_min),
+            wall_sample_ns: events
+                .contains(&Event::Wall)
+                .then(|| period_ns(args.frequency)),
+            parks_from_ns: events.contains(&Event::Lock).then_some(args.lock_threshold),
+            cpu_samples: 0,
             cpu: Aggregator::new(options, Event::Cpu),
             offcpu: Aggregator::new(options, Event::Offcpu),
+            wall: Aggregator::new(options, Event::Wall),
             alloc: Aggregator::new(options, Event::Alloc),
             lock: Aggregator::new(options, Event::Lock),
             counters: counter_aggregators(options, events),
@@ -54,8 +72,10 @@ impl EventAggregators {
     /// What was counted so far; counting starts anew.
     pub fn take(&mut self) -> Self {
         let fresh = Self {
+            cpu_samples: 0,
             cpu: Aggregator::new(self.options, Event::Cpu),
             offcpu: Aggregator::new(self.options, Event::Offcpu),
+            wall: Aggregator::new(self.options, Event::Wall),
             alloc: Aggregator::new(self.options, Event::Alloc),
             lock: Aggregator::new(self.options, Event::Lock),
             counters: self
@@ -68,17 +88,36 @@ impl EventAggregators {
         std::mem::replace(self, fresh)
     }
 
+    /// The CPU samples taken so far.
+    pub fn cpu_samples(&self) -> u64 {
+        self.cpu_samples
+    }
+
     /// Counts a CPU sample, or an off-CPU record by the time it waited
-    /// (and a Java thread's as a lock wait, if it parked on a lock).
+    /// (and a Java thread's as a lock wait, if it parked on a lock), in
+    /// each event's aggregation that counts it.
     pub fn add(&mut self, merged: MergedSample) {
         let waited = match merged.sample.measure {
-            Measure::Cpu => return self.cpu.add(merged),
+            Measure::Cpu => {
+                self.cpu_samples += 1;
+                return match (self.cpu_profile, self.wall_sample_ns) {
+                    (true, Some(period)) => {
+                        self.wall.add_weighted(merged.clone(), period);
+                        self.cpu.add(merged);
+                    }
+                    (false, Some(period)) => self.wall.add_weighted(merged, period),
+                    (true, None) => self.cpu.add(merged),
+                    // Only there to find the JVMs of Java events.
+                    (false, None) => {}
+                };
+            }
             Measure::Counted { index, events } => {
                 if let Some(counter) = self.counters.get_mut(usize::from(index)) {
                     counter.add_weighted(merged, events);
                 }
                 return;
             }
+            Measure::WallOnly(waited) => return self.wall.add_weighted(merged, waited),
             Measure::OffCpu(waited) => waited,
         };
         if self
@@ -87,8 +126,15 @@ impl EventAggregators {
         {
             self.lock.add_parked(&merged, waited);
         }
-        if self.offcpu_profile {
-            self.offcpu.add_weighted(merged, waited);
+        let offcpu = self.offcpu_from_ns.is_some_and(|least| waited >= least);
+        match (offcpu, self.wall_sample_ns.is_some()) {
+            (true, true) => {
+                self.wall.add_weighted(merged.clone(), waited);
+                self.offcpu.add_weighted(merged, waited);
+            }
+            (true, false) => self.offcpu.add_weighted(merged, waited),
+            (false, true) => self.wall.add_weighted(merged, waited),
+            (false, false) => {}
         }
     }
 
@@ -110,6 +156,7 @@ impl EventAggregators {
         self.cpu
             .addresses(processes)
             .chain(self.offcpu.addresses(processes))
+            .chain(self.wall.addresses(processes))
             .chain(
                 self.counters
                     .iter()
@@ -131,6 +178,7 @@ impl EventAggregators {
         let mut aggregators = [
             Some(self.cpu),
             Some(self.offcpu),
+            Some(self.wall),
             Some(self.alloc),
             Some(self.lock),
         ];
@@ -140,8 +188,9 @@ impl EventAggregators {
                 let aggregator = match event {
                     Event::Cpu => aggregators[0].take(),
                     Event::Offcpu => aggregators[1].take(),
-                    Event::Alloc => aggregators[2].take(),
-                    Event::Lock => aggregators[3].take(),
+                    Event::Wall => aggregators[2].take(),
+                    Event::Alloc => aggregators[3].take(),
+                    Event::Lock => aggregators[4].take(),
                     Event::Counter(_) | Event::Probe(_) => counted.next(),
                 }?;
                 Some(fold(aggregator, summary_of(event, &summary, counters)))
@@ -169,24 +218,32 @@ fn counter_aggregators(options: AggregateOptions, events: &[Event]) -> Vec<Aggre
 
 /// An event's profile summary: the recording's for cpu; for the others
 /// without what only CPU samples have, and with the off-CPU records' own
-/// losses for offcpu (the Java events come with no native stack).
+/// losses for offcpu, and both kinds' for wall (the Java events come with
+/// no native stack).
 fn summary_of(
     event: Event,
     summary: &RecordingSummary,
     counters: &CounterTotals,
 ) -> RecordingSummary {
     let mut summary = summary.clone();
-    if event != Event::Offcpu {
+    let waits = matches!(event, Event::Offcpu | Event::Wall);
+    if !waits {
         summary.waits_in_progress = 0;
         summary.offcpu_user_stacks = None;
     }
     if event == Event::Cpu {
         return summary;
     }
-    summary.idle_skipped = 0;
-    summary.stack_quality = Default::default();
-    if event == Event::Offcpu {
-        summary.lost_ring_full = counters[SamplerCounter::OffCpuLostRingFull as usize];
+    if event != Event::Wall {
+        summary.idle_skipped = 0;
+        summary.stack_quality = Default::default();
+    }
+    if waits {
+        let lost_offcpu = counters[SamplerCounter::OffCpuLostRingFull as usize];
+        summary.lost_ring_full = match event {
+            Event::Wall => summary.lost_ring_full + lost_offcpu,
+            _ => lost_offcpu,
+        };
         summary.over_budget = counters[SamplerCounter::OffCpuOverBudget as usize];
     }
     summary

@@ -135,12 +135,12 @@ impl Recording {
             unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
             // JVMs are found, and their agents loaded, through their CPU
             // samples: the Java events need them too.
-            cpu: events
-                .iter()
-                .any(|event| matches!(event, Event::Cpu | Event::Alloc | Event::Lock)),
+            cpu: events.iter().any(|event| {
+                matches!(event, Event::Cpu | Event::Wall | Event::Alloc | Event::Lock)
+            }),
             cpu_java_stacks: events
                 .iter()
-                .any(|event| *event == Event::Cpu || event.counted()),
+                .any(|event| matches!(event, Event::Cpu | Event::Wall) || event.counted()),
             offcpu: offcpu_config(args, &events),
             counters: self::events::counters(&events),
             counter_rate: args
@@ -182,7 +182,7 @@ impl Recording {
             unwinder,
             images_loaded: 0,
             ended: Vec::new(),
-            counted: EventAggregators::new(options, &events, args.lock_threshold),
+            counted: EventAggregators::new(options, &events, args),
             java,
             symbolizer,
             names: AddressNames::default(),
@@ -234,7 +234,7 @@ impl Recording {
                 let counters = self.sampler.counters()?;
                 progress.update(
                     self.started.elapsed(),
-                    self.counted.cpu.samples(),
+                    self.counted.cpu_samples(),
                     self.processes.processes_seen(),
                     counters[Counter::LostRingFull as usize],
                 );
@@ -543,21 +543,27 @@ impl Recording {
 }
 
 /// What off-CPU waits the sampler records: with `-e offcpu`, every
-/// profiled thread's longer than `--offcpu-min`; with `-e lock` alone, the
-/// JVMs' longer than `--lock-threshold`, for their parks on
+/// profiled thread's longer than `--offcpu-min`; with `-e wall`, every
+/// profiled thread's time off the CPU, the waits shorter than the sampling
+/// period (or `--offcpu-min` with offcpu) sampled; with `-e lock` alone,
+/// the JVMs' longer than `--lock-threshold`, for their parks on
 /// java.util.concurrent locks.
 fn offcpu_config(args: &SamplingArgs, events: &[Event]) -> Option<OffCpuConfig> {
+    let wall = events.contains(&Event::Wall);
+    let offcpu = events.contains(&Event::Offcpu);
     let config = |min_ns, jvms_only| OffCpuConfig {
         min_ns,
         records_per_cpu_second: OFFCPU_RECORDS_PER_CPU_SECOND,
         jvms_only,
+        wall,
     };
-    if events.contains(&Event::Offcpu) {
-        Some(config(args.offcpu_min, false))
-    } else if events.contains(&Event::Lock) {
-        Some(config(args.lock_threshold, true))
-    } else {
-        None
+    let period = event::period_ns(args.frequency);
+    match (offcpu, wall) {
+        (true, true) => Some(config(args.offcpu_min.min(period), false)),
+        (true, false) => Some(config(args.offcpu_min, false)),
+        (false, true) => Some(config(period, false)),
+        (false, false) if events.contains(&Event::Lock) => Some(config(args.lock_threshold, true)),
+        (false, false) => None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use profiler_common::{
     unwind::StopReason, RecordHeader, RecordKind, MAX_COUNTERS, MAX_FRAMES, RECORD_HEADER_SIZE,
     SAMPLE_COUNTER_SHIFT, SAMPLE_EXITING, SAMPLE_IN_CODE_CACHE, SAMPLE_KERNEL_THREAD,
-    SAMPLE_SIGNALLED,
+    SAMPLE_SIGNALLED, SAMPLE_WALL_ONLY,
 };
 
 use super::comm::Comm;
@@ -78,6 +78,10 @@ pub enum Measure {
     /// A wait off the CPU of so many nanoseconds (the sample's `time_ns`
     /// is when the record was sent, once the wait had ended).
     OffCpu(u64),
+    /// Time off the CPU that only wall-clock time counts (a runnable
+    /// thread's, or a short wait's recorded by chance), of so many
+    /// nanoseconds.
+    WallOnly(u64),
     /// So many events of the recording's counter at `index`.
     Counted {
         /// The counter's index among the recording's counters.
@@ -167,6 +171,9 @@ impl Record {
                     age: (header.age_ns != 0).then(|| Duration::from_nanos(header.age_ns)),
                     stop: StopReason::from_flags(header.flags),
                     measure: match kind {
+                        RecordKind::OffCpu if header.flags & SAMPLE_WALL_ONLY != 0 => {
+                            Measure::WallOnly(header.weight)
+                        }
                         RecordKind::OffCpu => Measure::OffCpu(header.weight),
                         RecordKind::Counted => Measure::Counted {
                             index: ((header.flags >> SAMPLE_COUNTER_SHIFT) % MAX_COUNTERS) as u8,
@@ -255,6 +262,14 @@ mod tests {
         };
         assert_eq!(sample.measure, Measure::OffCpu(5_000_000));
         assert_eq!((sample.kernel, sample.user), (vec![1], vec![2, 3]));
+
+        let mut wall_only = raw(RecordKind::OffCpu, &[1], &[2, 3]);
+        let flags = std::mem::offset_of!(RecordHeader, flags);
+        wall_only[flags] |= SAMPLE_WALL_ONLY as u8;
+        let Ok(Record::Sample(sample)) = Record::parse(&wall_only) else {
+            panic!("not an off-CPU record")
+        };
+        assert_eq!(sample.measure, Measure::WallOnly(5_000_000));
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct OffCpuConfig {
     pub records_per_cpu_second: u32,
     /// Only the waits of JVMs whose agent takes signals (for their parks).
     pub jvms_only: bool,
+    /// Wall-clock time: runnable time too, and waits shorter than
+    /// `min_ns` sampled in proportion to their length.
+    pub wall: bool,
 }
 
 /// The running BPF sampler. Sampling stops when it is dropped.
@@ -138,6 +141,7 @@ impl Sampler {
             .offcpu
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
         let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
+        let offcpu_wall = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.wall));
         // The kernel's BTF (some 13 MB parsed, ~20 ms) serves the kfunc
         // ids, the loader and the tracepoints, parsed once: the copy the
         // loader always parses for itself is dropped first, so that only one
@@ -151,7 +155,7 @@ impl Sampler {
         let legacy = !has_bpf_loop();
         if legacy && offcpu {
             bail!(
-                "off-CPU time (and Java locks) need Linux 5.17 or newer (bpf_loop and task storage); this kernel is {}",
+"off-CPU and wall-clock time (and Java locks) need Linux 5.17 or newer (bpf_loop and task storage); this kernel is {}",
                 crate::process::procfs::kernel_release().unwrap_or_default()
             );
         }
@@ -171,6 +175,7 @@ impl Sampler {
             .override_global("offcpu_min_ns", &offcpu_min_ns, offcpu)
             .override_global("offcpu_budget", &offcpu_budget, offcpu)
             .override_global("offcpu_jvms_only", &offcpu_jvms_only, offcpu)
+            .override_global("offcpu_wall", &offcpu_wall, offcpu)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
@@ -255,7 +260,7 @@ impl Sampler {
         }
 
         let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
-        let period_ns = 1_000_000_000 / config.frequency_hz.max(1);
+        let period_ns = event::period_ns(config.frequency_hz);
         let sigtrap_kernel = thread_timers::kernel_supported();
         Ok(Self {
             ebpf,

@@ -120,6 +120,18 @@ fn split(outputs: &Outputs) -> (u64, u64, f64) {
 
 /// The 7:3 page-fault workload's split, counted by page faults or by
 /// the calls of the kernel's fault handler.
+/// A sleeping thread's `what` (nanoseconds) in a 3 s recording: it
+/// cannot wait longer than the recording, plus the moments around it.
+fn asleep(outputs: &Outputs, what: &str) -> Result<String, (String, String)> {
+    let ns = outputs.total(|stack| stack.contains("sleep"));
+    let seconds = ns as f64 / 1e9;
+    require(
+        (2.0..=3.5).contains(&seconds),
+        &format!("expected 2-3.5 s of one sleeping thread's {what}"),
+        format!("{seconds:.2} s"),
+    )
+}
+
 fn fault_split(outputs: &Outputs, what: &str) -> Result<String, (String, String)> {
     let seven = outputs.total(|stack| stack.contains("fault_seven"));
     let three = outputs.total(|stack| stack.contains("fault_three"));
@@ -173,17 +185,8 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
         // Every page fault calls handle_mm_fault once.
         check(out, "kprobe", |outputs| fault_split(outputs, "calls")),
         check(out, "tracepoint", |outputs| fault_split(outputs, "hits")),
-        check(out, "offcpu", |outputs| {
-            let ns = outputs.total(|stack| stack.contains("sleep"));
-            let seconds = ns as f64 / 1e9;
-            // A thread cannot wait longer than the recording: 3 s, plus
-            // the moments around it.
-            require(
-                (2.0..=3.5).contains(&seconds),
-                "expected 2-3.5 s of one sleeping thread's off-CPU time",
-                format!("{seconds:.2} s off the CPU"),
-            )
-        }),
+        check(out, "offcpu", |outputs| asleep(outputs, "off-CPU time")),
+        check(out, "wall", |outputs| asleep(outputs, "wall-clock time")),
         check(out, "java", |outputs| {
             let total = outputs.total(|_| true);
             let java = outputs.total(|stack| stack.contains("JavaSplit.seventy"));

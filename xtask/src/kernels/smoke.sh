@@ -52,6 +52,7 @@ kill "$faults"
 sleep 60 &
 sleeper=$!
 check offcpu -p "$sleeper" -e offcpu -d 3
+check wall -p "$sleeper" -e wall -d 3
 kill "$sleeper"
 
 "$jdk/bin/java" -XX:+UseSerialGC -Xmx64m -cp "$work" JavaSplit 120 > java.out 2>&1 &

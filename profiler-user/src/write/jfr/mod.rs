@@ -7,7 +7,8 @@
 //! CPU stack of N samples is N `jdk.ExecutionSample` events, spread evenly
 //! over the recording's duration and written in time order (at most
 //! [`MAX_EVENTS`] in all: past that, every stack's count is scaled down
-//! alike, and Stoke says so). The other events weigh their stack in one
+//! alike, and Stoke says so); a wall-clock stack, one event per sampling
+//! period of its time, rounded. The other events weigh their stack in one
 //! event each: `jdk.ObjectAllocationSample` (its weight the bytes, its
 //! class the allocated one), `jdk.JavaMonitorEnter` (its duration the time
 //! waited, its class the lock's) and `stoke.OffCPU` (its duration the time
@@ -29,7 +30,7 @@ use metadata::TypeId;
 use pools::Pools;
 
 use crate::{
-    event::Event,
+    event::{period_ns, Event},
     profile::{FoldedStack, Profile},
 };
 
@@ -51,7 +52,7 @@ fn event_type(event: Event) -> TypeId {
     match event {
         // A counter's events and a probe's calls are execution samples
         // where they happened.
-        Event::Cpu | Event::Counter(_) | Event::Probe(_) => TypeId::ExecutionSample,
+        Event::Cpu | Event::Wall | Event::Counter(_) | Event::Probe(_) => TypeId::ExecutionSample,
         Event::Alloc => TypeId::AllocationSample,
         Event::Lock => TypeId::MonitorEnter,
         Event::Offcpu => TypeId::OffCpu,
@@ -84,7 +85,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
         body.bytes.clear();
         body.varint(event_type.id()).varint(ticks);
         match profile.event {
-            Event::Cpu | Event::Counter(_) | Event::Probe(_) => {
+            Event::Cpu | Event::Wall | Event::Counter(_) | Event::Probe(_) => {
                 let state = pools.runnable();
                 body.varint(stack.thread).varint(stack.trace).varint(state);
             }
@@ -176,22 +177,32 @@ impl Stack {
 }
 
 /// How many events each of `stacks` gets: a CPU stack one per sample
-/// (scaled down alike if they are more than [`MAX_EVENTS`]), any other
-/// one event.
+/// (scaled down alike if they are more than [`MAX_EVENTS`]), a wall-clock
+/// one per sampling period of its time, any other one event.
 fn event_counts(profile: &Profile, stacks: &[Stack]) -> Vec<u64> {
-    if !(profile.event == Event::Cpu || profile.event.counted()) {
-        return vec![1; stacks.len()];
-    }
-    let total: u64 = stacks.iter().map(|stack| stack.value).sum();
+    let samples: Vec<u64> = match profile.event {
+        Event::Wall => {
+            let period = period_ns(profile.summary.frequency_hz);
+            stacks
+                .iter()
+                .map(|stack| (stack.value + period / 2) / period)
+                .collect()
+        }
+        Event::Cpu | Event::Counter(_) | Event::Probe(_) => {
+            stacks.iter().map(|stack| stack.value).collect()
+        }
+        Event::Offcpu | Event::Alloc | Event::Lock => return vec![1; stacks.len()],
+    };
+    let total: u64 = samples.iter().sum();
     if total <= MAX_EVENTS {
-        return stacks.iter().map(|stack| stack.value).collect();
+        return samples;
     }
     eprintln!(
         "stoke: the JFR output holds {MAX_EVENTS} of the {total} samples, each stack's count scaled down alike"
     );
-    stacks
+    samples
         .iter()
-        .map(|stack| (u128::from(stack.value) * u128::from(MAX_EVENTS) / u128::from(total)) as u64)
+        .map(|&count| (u128::from(count) * u128::from(MAX_EVENTS) / u128::from(total)) as u64)
         .collect()
 }
 

@@ -89,6 +89,28 @@ fn too_many_samples_are_scaled_down_alike() {
 }
 
 #[test]
+fn wall_clock_stacks_are_one_sample_per_period() {
+    let mut pools = Pools::default();
+    // 100 Hz: a 10 ms period; 25 ms round to 3 samples, 4 ms to none.
+    let mut profile = profile(&[("app [1];a", 70_000_000), ("app [1];b", 25_000_000)]);
+    profile.event = Event::Wall;
+    profile.summary.frequency_hz = 100;
+    let stacks: Vec<Stack> = profile
+        .stacks
+        .iter()
+        .map(|stack| Stack::new(stack, Event::Wall, &mut pools))
+        .collect();
+    assert_eq!(event_counts(&profile, &stacks), [7, 3]);
+    profile.stacks[1].samples = 4_000_000;
+    let stacks: Vec<Stack> = profile
+        .stacks
+        .iter()
+        .map(|stack| Stack::new(stack, Event::Wall, &mut pools))
+        .collect();
+    assert_eq!(event_counts(&profile, &stacks), [7, 0]);
+}
+
+#[test]
 fn weighed_events_carry_their_class_and_value() {
     let mut profile = profile(&[("java [9];Main.run_[j];byte[]", 4096)]);
     profile.event = Event::Alloc;
