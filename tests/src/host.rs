@@ -61,6 +61,24 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }
 
+/// The time the threads of process `pid` have spent runnable but not
+/// running (on a run queue, or throttled), as the scheduler accounts it:
+/// the second field of each `/proc/PID/task/TID/schedstat`.
+pub fn run_delay(pid: u32) -> Duration {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap_or_else(|e| panic!("listing the threads of {pid}: {e}"));
+    let nanoseconds: u64 = tasks
+        .filter_map(|task| fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .map(|line| {
+            line.split_whitespace()
+                .nth(1)
+                .and_then(|field| field.parse::<u64>().ok())
+                .expect("schedstat's second field is a number")
+        })
+        .sum();
+    Duration::from_nanos(nanoseconds)
+}
+
 /// A port on 127.0.0.1 nothing listens on (yet).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -39,7 +39,7 @@ mod temp_dir;
 mod workload;
 
 pub use go_pprof::{go_pprof, pprof_tags};
-pub use host::{cpu_time, free_port, pid_max, require_root, run_tool};
+pub use host::{cpu_time, free_port, pid_max, require_root, run_delay, run_tool};
 pub use java::{
     agent_paths, is_java_frame, java_method, java_workloads_dir, prepare_java, prepare_java_host,
     JavaWorkload, Jdk, JDKS, JDK_11, JDK_17, TEMURIN_25,

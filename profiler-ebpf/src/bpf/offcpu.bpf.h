@@ -52,6 +52,12 @@
  * expected count is its length, and a thread's short waits cost at most a
  * record each offcpu_min_ns of their time.
  *
+ * Run-queue time (-e runqueue). With offcpu_runqueue (and what wall-clock
+ * time sets besides), a wait counts only from the thread's wake-up
+ * (sched_wakeup, offcpu_wakeup) to its switch-in, and a preempted thread's
+ * from its preemption: the time it was runnable but not running, queued
+ * behind other threads or throttled by its cgroup's CPU quota.
+ *
  * Java frames. A thread of a JVM whose agent waits for signals is sent
  * one as its user stack is taken, as a CPU sample does: the agent's handler runs
  * as the thread returns to user mode, its Java stack still the one it
@@ -71,10 +77,13 @@ const volatile __u8 offcpu_jvms_only = 0;
 const volatile __u32 offcpu_budget = 0;  /* records per CPU per second */
 /* Wall-clock time: runnable time and sampled short waits too (above). */
 const volatile __u8 offcpu_wall = 0;
+/* Run-queue time: waits count from their wake-up (above). */
+const volatile __u8 offcpu_runqueue = 0;
 
 /* A thread's off-CPU state. */
 struct offcpu_task {
 	__u64 off_since;   /* when it blocked (offcpu_clock); 0 while it runs */
+	__u64 woken_at;    /* when it was woken since (offcpu_runqueue) */
 	__u64 pending_ns;  /* time off the CPU waiting for its user stack */
 	__u64 user_ip;     /* the user registers it waited with */
 	__u64 user_sp;
@@ -412,7 +421,12 @@ static __always_inline void offcpu_switched_in(struct task_struct *task, __u64 n
 	if (!state || !state->off_since)
 		return;
 	off = now > state->off_since ? now - state->off_since : 0;
+	if (offcpu_runqueue && !state->off_runnable)
+		off = state->woken_at > state->off_since && now > state->woken_at ?
+			      now - state->woken_at :
+			      0;
 	state->off_since = 0;
+	state->woken_at = 0;
 	flags = state->off_runnable ? STOKE_SAMPLE_WALL_ONLY : 0;
 	if (offcpu_wall && off < offcpu_min_ns) {
 		if ((__u64)bpf_get_prandom_u32() % offcpu_min_ns < off) {
@@ -469,6 +483,18 @@ static __always_inline void offcpu_switched(bool preempt, struct task_struct *pr
 		}
 	}
 	offcpu_switched_in(next, now, task_work);
+}
+
+/* A waiting thread is woken: its time on the run queue begins
+ * (offcpu_runqueue). */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(offcpu_wakeup, struct task_struct *task)
+{
+	struct offcpu_task *state = bpf_task_storage_get(&offcpu_tasks, task, 0, 0);
+
+	if (state && state->off_since)
+		state->woken_at = offcpu_clock(task);
+	return 0;
 }
 
 /* User stacks taken at syscall exits (offcpu_syscall_exit). */

@@ -23,6 +23,10 @@ pub enum Event {
     /// worth the sampling period) or not (off-CPU waits and time on the
     /// run queue), by the stack it spent it in; values are nanoseconds.
     Wall,
+    /// Time threads were runnable but not running: queued behind others on
+    /// their CPU, or throttled by their cgroup's CPU quota, by the stack
+    /// they were in; values are nanoseconds.
+    Runqueue,
     /// Java heap allocations, sampled by the JVM; values are bytes.
     Alloc,
     /// Contended Java locks; values are nanoseconds waited.
@@ -35,12 +39,16 @@ pub enum Event {
 }
 
 /// The events that are no counter, with what they count.
-const OWN: [(Event, &str); 5] = [
+const OWN: [(Event, &str); 6] = [
     (Event::Cpu, "CPU time, sampled at -F"),
     (Event::Offcpu, "time off the CPU, in nanoseconds"),
     (
         Event::Wall,
         "wall-clock time, running or not, in nanoseconds",
+    ),
+    (
+        Event::Runqueue,
+        "time runnable but not running (queued, throttled), in nanoseconds",
     ),
     (Event::Alloc, "Java heap allocations, in bytes"),
     (Event::Lock, "contended Java locks, in nanoseconds waited"),
@@ -53,6 +61,7 @@ impl Event {
             Self::Cpu => "cpu",
             Self::Offcpu => "offcpu",
             Self::Wall => "wall",
+            Self::Runqueue => "runqueue",
             Self::Alloc => "alloc",
             Self::Lock => "lock",
             Self::Counter(counter) => counter.name(),
@@ -98,6 +107,7 @@ impl Event {
             Self::Cpu => "CPU",
             Self::Offcpu => "off-CPU",
             Self::Wall => "wall-clock",
+            Self::Runqueue => "run-queue",
             Self::Alloc => "allocation",
             Self::Lock => "lock",
             Self::Counter(counter) => counter.name(),
@@ -110,7 +120,7 @@ impl Event {
     pub fn unit(self) -> &'static str {
         match self {
             Self::Cpu => "samples",
-            Self::Offcpu | Self::Wall | Self::Lock => "nanoseconds",
+            Self::Offcpu | Self::Wall | Self::Runqueue | Self::Lock => "nanoseconds",
             Self::Alloc => "bytes",
             Self::Counter(_) => "events",
             Self::Probe(_) => "calls",
@@ -125,6 +135,7 @@ impl Event {
             Self::Cpu => ("samples", "count"),
             Self::Offcpu => ("offcpu", "nanoseconds"),
             Self::Wall => ("wall", "nanoseconds"),
+            Self::Runqueue => ("runqueue", "nanoseconds"),
             Self::Alloc => ("alloc_space", "bytes"),
             Self::Lock => ("delay", "nanoseconds"),
             Self::Counter(counter) => (counter.name(), "count"),

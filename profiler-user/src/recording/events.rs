@@ -1,5 +1,6 @@
-//! One aggregation per event of a recording (cpu, offcpu, wall, alloc,
-//! lock and each perf counter), and the summary each event's profile gets.
+//! One aggregation per event of a recording (cpu, offcpu, wall, runqueue,
+//! alloc, lock and each perf counter), and the summary each event's
+//! profile gets.
 
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
@@ -26,6 +27,9 @@ pub struct EventAggregators {
     /// With `-e wall`, what a CPU sample is worth: the sampling period,
     /// in nanoseconds.
     wall_sample_ns: Option<u64>,
+    /// Whether the off-CPU records are run-queue time (`-e runqueue`, which
+    /// is recorded apart from offcpu, wall and lock).
+    runqueue_profile: bool,
     /// With `-e lock`, the shortest Java park counted as a lock wait.
     parks_from_ns: Option<u64>,
     /// CPU samples taken.
@@ -37,6 +41,8 @@ pub struct EventAggregators {
     /// Wall-clock time: CPU samples weighed by the period, and the time
     /// threads spent off the CPU, waiting or runnable.
     wall: Aggregator,
+    /// Time on the run queue, by the nanosecond.
+    runqueue: Aggregator,
     /// Java allocations, weighed by their bytes.
     alloc: Aggregator,
     /// Contended Java locks, weighed by the nanoseconds waited.
@@ -58,11 +64,13 @@ impl EventAggregators {
             wall_sample_ns: events
                 .contains(&Event::Wall)
                 .then(|| period_ns(args.frequency)),
+            runqueue_profile: events.contains(&Event::Runqueue),
             parks_from_ns: events.contains(&Event::Lock).then_some(args.lock_threshold),
             cpu_samples: 0,
             cpu: Aggregator::new(options, Event::Cpu),
             offcpu: Aggregator::new(options, Event::Offcpu),
             wall: Aggregator::new(options, Event::Wall),
+            runqueue: Aggregator::new(options, Event::Runqueue),
             alloc: Aggregator::new(options, Event::Alloc),
             lock: Aggregator::new(options, Event::Lock),
             counters: counter_aggregators(options, events),
@@ -76,6 +84,7 @@ impl EventAggregators {
             cpu: Aggregator::new(self.options, Event::Cpu),
             offcpu: Aggregator::new(self.options, Event::Offcpu),
             wall: Aggregator::new(self.options, Event::Wall),
+            runqueue: Aggregator::new(self.options, Event::Runqueue),
             alloc: Aggregator::new(self.options, Event::Alloc),
             lock: Aggregator::new(self.options, Event::Lock),
             counters: self
@@ -117,6 +126,9 @@ impl EventAggregators {
                 }
                 return;
             }
+            Measure::OffCpu(queued) | Measure::WallOnly(queued) if self.runqueue_profile => {
+                return self.runqueue.add_weighted(merged, queued);
+            }
             Measure::WallOnly(waited) => return self.wall.add_weighted(merged, waited),
             Measure::OffCpu(waited) => waited,
         };
@@ -157,6 +169,7 @@ impl EventAggregators {
             .addresses(processes)
             .chain(self.offcpu.addresses(processes))
             .chain(self.wall.addresses(processes))
+            .chain(self.runqueue.addresses(processes))
             .chain(
                 self.counters
                     .iter()
@@ -179,6 +192,7 @@ impl EventAggregators {
             Some(self.cpu),
             Some(self.offcpu),
             Some(self.wall),
+            Some(self.runqueue),
             Some(self.alloc),
             Some(self.lock),
         ];
@@ -189,8 +203,9 @@ impl EventAggregators {
                     Event::Cpu => aggregators[0].take(),
                     Event::Offcpu => aggregators[1].take(),
                     Event::Wall => aggregators[2].take(),
-                    Event::Alloc => aggregators[3].take(),
-                    Event::Lock => aggregators[4].take(),
+                    Event::Runqueue => aggregators[3].take(),
+                    Event::Alloc => aggregators[4].take(),
+                    Event::Lock => aggregators[5].take(),
                     Event::Counter(_) | Event::Probe(_) => counted.next(),
                 }?;
                 Some(fold(aggregator, summary_of(event, &summary, counters)))
@@ -218,15 +233,15 @@ fn counter_aggregators(options: AggregateOptions, events: &[Event]) -> Vec<Aggre
 
 /// An event's profile summary: the recording's for cpu; for the others
 /// without what only CPU samples have, and with the off-CPU records' own
-/// losses for offcpu, and both kinds' for wall (the Java events come with
-/// no native stack).
+/// losses for offcpu and runqueue, and both kinds' for wall (the Java
+/// events come with no native stack).
 fn summary_of(
     event: Event,
     summary: &RecordingSummary,
     counters: &CounterTotals,
 ) -> RecordingSummary {
     let mut summary = summary.clone();
-    let waits = matches!(event, Event::Offcpu | Event::Wall);
+    let waits = matches!(event, Event::Offcpu | Event::Wall | Event::Runqueue);
     if !waits {
         summary.waits_in_progress = 0;
         summary.offcpu_user_stacks = None;

@@ -34,7 +34,7 @@ use crate::{
         counter_events::Rate,
         ring_record::Measure,
         ring_record::Record,
-        sampler::{CounterTotals, OffCpuConfig, Sampler, SamplerConfig},
+        sampler::{CounterTotals, OffCpuConfig, OffCpuCounting, Sampler, SamplerConfig},
         thread_timers::{fresh_cookie, trap_caught},
     },
     symbolize::{names::AddressNames, Symbolizer},
@@ -545,24 +545,36 @@ impl Recording {
 /// What off-CPU waits the sampler records: with `-e offcpu`, every
 /// profiled thread's longer than `--offcpu-min`; with `-e wall`, every
 /// profiled thread's time off the CPU, the waits shorter than the sampling
-/// period (or `--offcpu-min` with offcpu) sampled; with `-e lock` alone,
+/// period (or `--offcpu-min` with offcpu) sampled; with `-e runqueue`, the
+/// time on the run queue alone, sampled as for wall; with `-e lock` alone,
 /// the JVMs' longer than `--lock-threshold`, for their parks on
 /// java.util.concurrent locks.
 fn offcpu_config(args: &SamplingArgs, events: &[Event]) -> Option<OffCpuConfig> {
     let wall = events.contains(&Event::Wall);
     let offcpu = events.contains(&Event::Offcpu);
-    let config = |min_ns, jvms_only| OffCpuConfig {
+    let counting = if wall {
+        OffCpuCounting::Wall
+    } else {
+        OffCpuCounting::Waits
+    };
+    let config = |min_ns, jvms_only, counting| OffCpuConfig {
         min_ns,
         records_per_cpu_second: OFFCPU_RECORDS_PER_CPU_SECOND,
         jvms_only,
-        wall,
+        counting,
     };
     let period = event::period_ns(args.frequency);
+    // Alone of the three ([`setup::check_sampling`]).
+    if events.contains(&Event::Runqueue) {
+        return Some(config(period, false, OffCpuCounting::RunQueue));
+    }
     match (offcpu, wall) {
-        (true, true) => Some(config(args.offcpu_min.min(period), false)),
-        (true, false) => Some(config(args.offcpu_min, false)),
-        (false, true) => Some(config(period, false)),
-        (false, false) if events.contains(&Event::Lock) => Some(config(args.lock_threshold, true)),
+        (true, true) => Some(config(args.offcpu_min.min(period), false, counting)),
+        (true, false) => Some(config(args.offcpu_min, false, counting)),
+        (false, true) => Some(config(period, false, counting)),
+        (false, false) if events.contains(&Event::Lock) => {
+            Some(config(args.lock_threshold, true, counting))
+        }
         (false, false) => None,
     }
 }

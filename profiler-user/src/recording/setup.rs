@@ -6,7 +6,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::{cli::SamplingArgs, event::Event, preflight};
@@ -16,7 +16,19 @@ pub fn check_sampling(args: &SamplingArgs) -> Result<()> {
     preflight::check_frequency(args.frequency)?;
     preflight::check_privileges()?;
     preflight::check_btf()?;
-    preflight::check_pids(&args.pids)
+    preflight::check_pids(&args.pids)?;
+    check_events(&args.events)
+}
+
+/// Refuses events that cannot be recorded together: run-queue time counts
+/// the switches that off-CPU time, wall-clock time and Java locks count,
+/// differently.
+fn check_events(events: &[Event]) -> Result<()> {
+    let waits = [Event::Offcpu, Event::Wall, Event::Lock];
+    if events.contains(&Event::Runqueue) && events.iter().any(|event| waits.contains(event)) {
+        bail!("-e runqueue cannot be recorded with offcpu, wall or lock: record it in a stoke of its own");
+    }
+    Ok(())
 }
 
 /// The flag SIGINT and SIGTERM raise; a second one ends stoke at once,

@@ -69,9 +69,21 @@ pub struct OffCpuConfig {
     pub records_per_cpu_second: u32,
     /// Only the waits of JVMs whose agent takes signals (for their parks).
     pub jvms_only: bool,
-    /// Wall-clock time: runnable time too, and waits shorter than
-    /// `min_ns` sampled in proportion to their length.
-    pub wall: bool,
+    /// What time off the CPU counts.
+    pub counting: OffCpuCounting,
+}
+
+/// What time off the CPU the off-CPU records count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffCpuCounting {
+    /// Waits, blocked or asleep, of `min_ns` or more.
+    Waits,
+    /// Waits and runnable time, those shorter than `min_ns` sampled in
+    /// proportion to their length (wall-clock time).
+    Wall,
+    /// Time on the run queue only: from a wake-up or a preemption to the
+    /// switch-in, sampled as for [`OffCpuCounting::Wall`].
+    RunQueue,
 }
 
 /// The running BPF sampler. Sampling stops when it is dropped.
@@ -141,7 +153,10 @@ impl Sampler {
             .offcpu
             .map_or(0, |offcpu| offcpu.records_per_cpu_second);
         let offcpu_jvms_only = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.jvms_only));
-        let offcpu_wall = u8::from(config.offcpu.is_some_and(|offcpu| offcpu.wall));
+        let counting = config.offcpu.map(|offcpu| offcpu.counting);
+        let offcpu_wall =
+            u8::from(counting.is_some_and(|counting| counting != OffCpuCounting::Waits));
+        let offcpu_runqueue = u8::from(counting == Some(OffCpuCounting::RunQueue));
         // The kernel's BTF (some 13 MB parsed, ~20 ms) serves the kfunc
         // ids, the loader and the tracepoints, parsed once: the copy the
         // loader always parses for itself is dropped first, so that only one
@@ -155,7 +170,7 @@ impl Sampler {
         let legacy = !has_bpf_loop();
         if legacy && offcpu {
             bail!(
-"off-CPU and wall-clock time (and Java locks) need Linux 5.17 or newer (bpf_loop and task storage); this kernel is {}",
+"off-CPU, wall-clock and run-queue time (and Java locks) need Linux 5.17 or newer (bpf_loop and task storage); this kernel is {}",
                 crate::process::procfs::kernel_release().unwrap_or_default()
             );
         }
@@ -176,6 +191,7 @@ impl Sampler {
             .override_global("offcpu_budget", &offcpu_budget, offcpu)
             .override_global("offcpu_jvms_only", &offcpu_jvms_only, offcpu)
             .override_global("offcpu_wall", &offcpu_wall, offcpu)
+            .override_global("offcpu_runqueue", &offcpu_runqueue, offcpu)
             .map_max_entries("samples", ring_bytes)
             .map_max_entries("target_tgids", u32::try_from(target_count)?)
             .map_max_entries("unwind_rows", config.unwind_rows.max(1))
@@ -231,7 +247,11 @@ impl Sampler {
                 offcpu_user_stacks = Some(OffCpuUserStacks::SyscallExits);
             }
         }
-        if config.offcpu.is_some_and(|offcpu| !offcpu.jvms_only) {
+        if offcpu_runqueue != 0 {
+            attach_tracepoint(&mut ebpf, &btf, "offcpu_wakeup", "sched_wakeup")?;
+        }
+        // The waits still going on at the end: not on the run queue.
+        if config.offcpu.is_some_and(|offcpu| !offcpu.jvms_only) && offcpu_runqueue == 0 {
             waiting::load(&mut ebpf, &btf)?;
         }
 

@@ -235,6 +235,12 @@ impl Container {
     /// If it cannot be started or exits or stays silent instead of getting
     /// ready; the message carries its output.
     pub fn run(label: &str, image: &Image, command: &[&str]) -> Self {
+        Self::run_with(label, image, &[], command)
+    }
+
+    /// [`Container::run`] with `options` (`--cpus 0.5`...) before the
+    /// image.
+    pub fn run_with(label: &str, image: &Image, options: &[&str], command: &[&str]) -> Self {
         let engine = image.engine;
         let name = unique_name(label);
         let mut args = vec!["run", "-d", "--network", "none", "--name", &name];
@@ -249,6 +255,7 @@ impl Container {
                 "nproc=1024:1024",
             ]);
         }
+        args.extend_from_slice(options);
         args.push(&image.name);
         args.extend_from_slice(command);
         let (ok, stdout, stderr) = engine.try_output(&args);

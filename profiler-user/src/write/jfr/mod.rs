@@ -55,7 +55,8 @@ fn event_type(event: Event) -> TypeId {
         Event::Cpu | Event::Wall | Event::Counter(_) | Event::Probe(_) => TypeId::ExecutionSample,
         Event::Alloc => TypeId::AllocationSample,
         Event::Lock => TypeId::MonitorEnter,
-        Event::Offcpu => TypeId::OffCpu,
+        // Time on the run queue is time off the CPU.
+        Event::Offcpu | Event::Runqueue => TypeId::OffCpu,
     }
 }
 
@@ -99,7 +100,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
                     .varint(stack.trace);
                 body.varint(stack.class);
             }
-            Event::Offcpu => {
+            Event::Offcpu | Event::Runqueue => {
                 body.varint(stack.value)
                     .varint(stack.thread)
                     .varint(stack.trace);
@@ -191,7 +192,9 @@ fn event_counts(profile: &Profile, stacks: &[Stack]) -> Vec<u64> {
         Event::Cpu | Event::Counter(_) | Event::Probe(_) => {
             stacks.iter().map(|stack| stack.value).collect()
         }
-        Event::Offcpu | Event::Alloc | Event::Lock => return vec![1; stacks.len()],
+        Event::Offcpu | Event::Runqueue | Event::Alloc | Event::Lock => {
+            return vec![1; stacks.len()]
+        }
     };
     let total: u64 = samples.iter().sum();
     if total <= MAX_EVENTS {
