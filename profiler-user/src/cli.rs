@@ -134,7 +134,8 @@ pub struct SamplingArgs {
 
     /// What to count (comma-separated or repeated): cpu (samples), offcpu
     /// (nanoseconds off the CPU), wall (nanoseconds of every thread, running
-    /// or not), alloc (Java bytes allocated), lock (Java
+    /// or not), runqueue (nanoseconds runnable but not running), alloc (Java
+    /// bytes allocated), lock (Java
     /// nanoseconds waited), or a perf counter event by its perf name
     /// (page-faults, context-switches, cycles, cache-misses...; `stoke
     /// list` shows the events this host has), sampled at -F or every

@@ -1,7 +1,8 @@
 //! `stoke report`: a whole-host sweep into one HTML file, with a workload
-//! in a real docker container and a process on the host; the tables name
-//! both, with the CPU each was measured to use, and the terminal headline
-//! says the same; in Chromium, the drawn tables list the process with its
+//! in a real docker container limited to half a CPU and a process on the
+//! host; the tables name both, with the CPU each was measured to use, the
+//! container throttled by its quota in (nearly) every period, and the
+//! terminal headline says the same; in Chromium, the drawn tables list the process with its
 //! container and sort by a click, and the flame graph draws. Against a
 //! baseline of another workload, the function that took over and the one
 //! that went away head the changes table. A process whose agent stoke did
@@ -70,7 +71,7 @@ fn a_report_names_a_container_and_a_host_process_with_their_cpu() {
     let (dir, workload) = prepare("report", "busy_other");
     let image = container_image(&dir, &workload);
     let exe = format!("/app/{}", workload.name());
-    let container = Container::run(workload.name(), &image, &[&exe, "60"]);
+    let container = Container::run_with(workload.name(), &image, &["--cpus", "0.5"], &[&exe, "60"]);
     let host = workload.spawn(&["60"]);
     let out = dir.join("report.html");
     let seconds = 3.0;
@@ -103,6 +104,22 @@ fn a_report_names_a_container_and_a_host_process_with_their_cpu() {
     assert!(
         html.contains("data-container=\"(host)\""),
         "no row for the host's own processes"
+    );
+    // A burner limited to half a CPU uses its quota up in every 100 ms
+    // period it runs in.
+    let periods = number_of(&html, &in_container, "data-periods");
+    let throttled = number_of(&html, &in_container, "data-throttled");
+    println!("the container was throttled in {throttled} of {periods} periods");
+    assert!(
+        periods >= 20.0 && throttled >= 0.9 * periods,
+        "the container was throttled in {throttled} of {periods} quota periods \
+         (≥ 20 periods, ≥ 90% of them wanted)"
+    );
+    assert!(
+        output.stderr.contains(&format!("{} in ", container.name()))
+            && output.stderr.contains("throttled by their CPU quota"),
+        "the headline does not say the container was throttled:\n{}",
+        output.stderr
     );
     for (pid, cpu, what) in [
         (container.pid(), container_cpu, "the containerized process"),

@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use crate::process::procfs;
+
 /// At most this many processes are looked at: on a host with more, the
 /// others are found through their samples, as ever.
 const MAX_PROCESSES: usize = 8192;
@@ -14,13 +16,8 @@ const MAX_PROCESSES: usize = 8192;
 /// whether each maps libjvm is checked after. JVMs started by other
 /// launchers are found through their samples.
 pub fn java_launchers() -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .take(MAX_PROCESSES)
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+    procfs::pids(MAX_PROCESSES)
+        .into_iter()
         .filter(|pid| {
             std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| {
                 Path::new(&exe)

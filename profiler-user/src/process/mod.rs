@@ -6,13 +6,15 @@
 //! [`maps_query`]),
 //! small /proc files through another ([`procfs`]), held by a pidfd where
 //! it must not be mistaken for another ([`pidfd`]), its container or
-//! service ([`identity`]) from its cgroup ([`cgroup`]) and the container
+//! service ([`identity`]) from its cgroup ([`cgroup`]; its CPU quota's
+//! throttling for reports: [`cpu_quota`]) and the container
 //! runtimes' files ([`runtime_metadata`]). The recording owns the registry
 //! and lends it to the stages that need a process's mappings: the unwind
 //! loader (which files to compile tables for), the Java side (is it a JVM;
 //! where its JIT code is) and symbolization (which file an address is in).
 
 pub mod cgroup;
+pub mod cpu_quota;
 pub mod identity;
 pub mod image;
 pub mod maps;

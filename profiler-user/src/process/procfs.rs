@@ -27,6 +27,18 @@ pub fn read_bounded(path: impl AsRef<Path>, limit: u64) -> io::Result<(Vec<u8>, 
     Ok((bytes, cut))
 }
 
+/// The pids in `/proc`, at most `limit` of them.
+pub fn pids(limit: usize) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .take(limit)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .collect()
+}
+
 /// A status file (`/proc/PID/status`, `/proc/self/status`...) as text:
 /// at most [`MAX_STATUS`] bytes, made UTF-8 lossily, since the process's
 /// name in it is any 15 bytes.

@@ -1,6 +1,7 @@
 //! `stoke report`: an incident sweep of the host in one HTML file to pass
-//! around: what the host is, CPU by container and by process (JVMs marked
-//! with their agent's status), the whole-host flame graph, the hottest
+//! around: what the host is, CPU by container (and how often each one's CPU
+//! quota throttled it) and by process (JVMs marked with their agent's
+//! status), the whole-host flame graph, the hottest
 //! functions, how complete the stacks were, and, given a baseline, what
 //! changed. The same headline is printed on the terminal.
 
@@ -8,7 +9,7 @@ mod baseline;
 mod page;
 mod sweep;
 
-use std::{io::Write, sync::Arc, time::Instant};
+use std::{collections::HashMap, io::Write, path::PathBuf, sync::Arc, time::Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -16,7 +17,11 @@ use self::{baseline::Baseline, sweep::Sweep};
 use crate::{
     cli::ReportArgs,
     event::Event,
-    process::{identity::host_name, procfs},
+    process::{
+        cpu_quota::{self, Throttling},
+        identity::host_name,
+        procfs,
+    },
     profile::{Profile, RecordingSummary},
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
     write::{write_profile, Format, OutputFile},
@@ -41,6 +46,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     }
     raise_open_file_limit();
     let stop = stop_on_signals()?;
+    let quotas_before = cpu_quota::snapshot(procfs::pids(MAX_PROCESSES));
 
     let mut recording = Recording::start(&args.sampling)?;
     announce(&args.sampling, Some(args.duration), recording.cpus());
@@ -60,7 +66,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         kernel: procfs::kernel_release().unwrap_or_else(|| "unknown".into()),
         summary: profile.summary.clone(),
     };
-    let sweep = Sweep::of(profile);
+    let mut sweep = Sweep::of(profile);
+    add_throttling(&mut sweep, &quotas_before);
     let changes = baseline
         .as_ref()
         .map(|baseline| anyhow::Ok((baseline.changes(profile), baseline.flame_graph(profile)?)))
@@ -77,6 +84,23 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     print_headline(&facts, &sweep);
     eprintln!("stoke: report written to {}", args.output.display());
     Ok(())
+}
+
+/// Most processes whose cgroups the report looks at.
+const MAX_PROCESSES: usize = 65_536;
+
+/// Each container's CPU quota's periods and throttled ones since
+/// `before` (all of them for a cgroup that came after).
+fn add_throttling(sweep: &mut Sweep, before: &HashMap<PathBuf, Throttling>) {
+    for row in &mut sweep.containers {
+        if row.id.is_empty() {
+            continue;
+        }
+        row.throttling = cpu_quota::cpu_stat_path(row.pid).and_then(|path| {
+            let now = cpu_quota::read(&path)?;
+            Some(now.since(before.get(&path).copied().unwrap_or_default()))
+        });
+    }
 }
 
 /// A whole-host flame graph, Stoke's HTML page (search, zoom, transforms),
@@ -110,6 +134,17 @@ fn print_headline(facts: &Facts, sweep: &Sweep) {
             .map(|row| format!("{} {}", row.name, percent(row.samples)))
             .collect())
     );
+    let throttled: Vec<String> = sweep
+        .containers
+        .iter()
+        .filter_map(|row| {
+            let share = row.throttling?.share().filter(|&share| share > 0.0)?;
+            Some(format!("{} in {:.0}% of periods", row.name, share * 100.0))
+        })
+        .collect();
+    if !throttled.is_empty() {
+        eprintln!("stoke: throttled by their CPU quota: {}", top(throttled));
+    }
     eprintln!(
         "stoke: by process: {}",
         top(sweep

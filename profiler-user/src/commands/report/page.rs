@@ -9,6 +9,7 @@ use super::{
     sweep::{Sweep, HOST_GROUP},
     Event, Facts,
 };
+use crate::process::cpu_quota::Throttling;
 
 const TEMPLATE: &str = include_str!("page/report.html");
 const STYLE: &str = include_str!("page/report.css");
@@ -233,14 +234,18 @@ fn containers(sweep: &Sweep) -> String {
             "processes",
             "samples",
             "CPU share",
+            "throttled",
         ],
     );
     for row in &sweep.containers {
+        let throttling = row.throttling.unwrap_or_default();
         table.row(
             &format!(
-                "data-container=\"{}\" data-samples=\"{}\"",
+                "data-container=\"{}\" data-samples=\"{}\" data-periods=\"{}\" data-throttled=\"{}\"",
                 escape(&row.name),
-                row.samples
+                row.samples,
+                throttling.periods,
+                throttling.throttled
             ),
             &[
                 Cell::Text(row.name.clone()),
@@ -249,10 +254,18 @@ fn containers(sweep: &Sweep) -> String {
                 count_cell(row.processes as u64),
                 count_cell(row.samples),
                 share_cell(sweep, row.samples),
+                Cell::Text(throttled(throttling)),
             ],
         );
     }
     table.finish()
+}
+
+/// "in 98% of 30 periods", or nothing without a quota.
+fn throttled(throttling: Throttling) -> String {
+    throttling.share().map_or_else(String::new, |share| {
+        format!("in {:.0}% of {} periods", share * 100.0, throttling.periods)
+    })
 }
 
 fn processes(sweep: &Sweep) -> String {

@@ -7,7 +7,10 @@ use std::{
     sync::Arc,
 };
 
-use crate::profile::{FoldedStack, Profile};
+use crate::{
+    process::cpu_quota::Throttling,
+    profile::{FoldedStack, Profile},
+};
 
 /// Most rows of the process and function tables: a whole host has
 /// thousands of processes, and the tail says nothing in an incident.
@@ -27,6 +30,11 @@ pub struct ContainerRow {
     pub pod: String,
     pub samples: u64,
     pub processes: usize,
+    /// One of its processes (the first sampled), whose cgroup is its.
+    pub pid: u32,
+    /// Its CPU quota's periods and throttled ones during the recording,
+    /// if it has a quota ([`crate::process::cpu_quota`]).
+    pub throttling: Option<Throttling>,
 }
 
 /// One process and its CPU.
@@ -115,6 +123,8 @@ impl Sweep {
                         pod,
                         samples: 0,
                         processes: 0,
+                        pid,
+                        throttling: None,
                     },
                     HashSet::new(),
                 )
