@@ -7,10 +7,13 @@
 //! (`-e uprobe:PATH:SYMBOL`) counts every call by its caller (kernel
 //! probes are checked on Debian's kernels, `cargo xtask test --kernels`:
 //! this kernel places none), a tracepoint (`-e SYSTEM:NAME`) every hit,
-//! the host's mounts untouched; a JVM's counter samples carry its Java
-//! frames.
+//! the host's mounts untouched, a system call's tracepoint every call by
+//! its caller; a JVM's counter samples carry its Java frames.
 
-use std::time::Duration;
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
 
 use stoke_tests::{
     args, describe, prepare, prepare_java, process_stacks, read_folded, record, record_args,
@@ -233,6 +236,37 @@ fn a_tracepoint_counts_every_hit_and_leaves_the_mounts_alone() {
     );
     // Read from a tracefs of stoke's own when the host has none mounted.
     assert_eq!(tracefs_mounts(), mounts, "stoke changed the host's mounts");
+}
+
+/// offcpu_split writes its pipe once a round (transfer) and prints a line
+/// once a round (main): `-e syscalls:sys_enter_write` counts as many
+/// calls in each as the workload made rounds.
+#[test]
+fn a_syscall_tracepoint_counts_every_call_by_its_caller() {
+    let (dir, workload) = prepare("syscall-tracepoint", "offcpu_split");
+    let out = dir.join("writes.folded");
+    let running = workload.spawn(&["60"]);
+    let seconds = 3.0;
+    let select = args!["-p", running.pid(), "-e", "syscalls:sys_enter_write"];
+    let mut stoke = Stoke::spawn(&record_args(&select, 99, seconds, &out));
+    stoke.wait_for_stderr("stoke: sampling", Duration::from_secs(60));
+    let since = Instant::now();
+    thread::sleep(Duration::from_secs_f64(seconds - 0.5));
+    let per_second = running.lines_since("round", since) as f64 / since.elapsed().as_secs_f64();
+    stoke.wait_recording(seconds);
+    let stacks = read_folded(&out);
+    println!("{}", describe(&stacks, 8));
+    let piped = samples_where(&stacks, |s| s.contains_run(&["transfer", "call4"]));
+    let printed = samples_where(&stacks, |s| s.contains("main"));
+    for (calls, what) in [(piped, "transfer"), (printed, "main")] {
+        let rate = calls as f64 / seconds;
+        println!("{what}: {rate:.1} writes a second, {per_second:.1} rounds a second");
+        assert!(
+            (rate / per_second - 1.0).abs() <= 0.1,
+            "{calls} writes in {what} in {seconds} s: {rate:.1} a second, \
+             {per_second:.1} expected (one a round)"
+        );
+    }
 }
 
 #[test]

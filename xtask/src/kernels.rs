@@ -54,6 +54,11 @@ const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
     ),
     (
         "5.10",
+        "runqueue",
+        "no bpf_loop (5.17) nor task storage (5.11): run-queue time refused",
+    ),
+    (
+        "5.10",
         "wall",
         "no bpf_loop (5.17) nor task storage (5.11): wall-clock time refused",
     ),

@@ -170,6 +170,17 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
                 detail,
             )
         }),
+        check(out, "runqueue", |outputs| {
+            let ns = outputs.total(|stack| stack.contains("main"));
+            let seconds = ns as f64 / 1e9;
+            // Two burners on one CPU: half of 3 s each, give or take
+            // stoke's own share.
+            require(
+                (0.8..=2.5).contains(&seconds),
+                "expected 0.8-2.5 s of a burner's run-queue time beside another",
+                format!("{seconds:.2} s"),
+            )
+        }),
         check(out, "kernel_frames", |outputs| {
             let total = outputs.total(|_| true);
             let kernel = outputs.total(|stack| stack.contains("_[k]"));

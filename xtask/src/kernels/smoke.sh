@@ -32,7 +32,12 @@ split=$!
 wait_ready split.out
 check record_a -a -d 3
 check record_p -p "$split" -d 4
-kill "$split"
+# A second burner on the guest's one CPU: each waits about half the time.
+"$work/fp_split" 60 > rival.out 2>&1 &
+rival=$!
+wait_ready rival.out
+check runqueue -p "$split" -e runqueue -d 3
+kill "$split" "$rival"
 
 "$work/read_loop" 60 "$out/read_loop.data" > read.out 2>&1 &
 reader=$!
