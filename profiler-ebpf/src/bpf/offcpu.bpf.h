@@ -322,29 +322,17 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 						__u64 bp)
 {
 	struct sample_record *record = offcpu_record(state);
-	struct stoke_process_mappings *process;
-	__u32 tgid = task->tgid, stop = STOKE_STOP_FRAME_POINTERS;
 	struct stoke_signalled_jvm *jvm;
 	long kernel_bytes, user_bytes;
+	__u32 tgid = task->tgid;
 
 	if (!record)
 		return;
 	kernel_bytes = (state->kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64);
 	if (kernel_bytes > OFFCPU_KERNEL_FRAMES * sizeof(__u64))
 		return;
-	process = bpf_map_lookup_elem(&unwind_processes, &tgid);
-	if (process) {
-		user_bytes = unwind_user(ip, sp, bp, process, kernel_bytes, &stop, SLOT_OFFCPU);
-		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
-	} else {
-		user_bytes = bpf_get_task_stack(task, (void *)record->frames + kernel_bytes,
-						FRAME_BYTES, BPF_F_USER_STACK);
-		if (user_bytes < 0) {
-			count(STOKE_COUNTER_USER_STACK_FAILED);
-			user_bytes = 0;
-		}
-	}
-	user_bytes = frame_bytes_bounded(user_bytes);
+	user_bytes = user_stack(NULL, task, record, tgid, ip, sp, bp, kernel_bytes, SLOT_OFFCPU,
+				true);
 	if (user_bytes < 0)
 		return;
 	jvm = bpf_map_lookup_elem(&signal_tgids, &tgid);

@@ -288,6 +288,40 @@ static __always_inline long frame_bytes_bounded(long bytes)
 	return bytes;
 }
 
+/*
+ * The user stack of the current thread of process `tgid`, from its user
+ * registers `pc`, `sp`, `bp`, into `record` after its `kernel_bytes` of
+ * kernel frames: by the process's unwind tables where it has them (with
+ * `tables`: not on legacy kernels) in scratch slot `slot`, the stop reason
+ * in the record's flags; else the kernel's frame-pointer walk, through
+ * `ctx` (a perf event's) or, when NULL, `task`'s. Its bytes, as
+ * frame_bytes_bounded says.
+ */
+static __always_inline long user_stack(void *ctx, struct task_struct *task,
+				       struct sample_record *record, __u32 tgid, __u64 pc,
+				       __u64 sp, __u64 bp, long kernel_bytes, __u32 slot,
+				       bool tables)
+{
+	struct stoke_process_mappings *process =
+		tables ? bpf_map_lookup_elem(&unwind_processes, &tgid) : NULL;
+	__u32 stop = STOKE_STOP_FRAME_POINTERS;
+	void *frames = (void *)record->frames + kernel_bytes;
+	long user_bytes;
+
+	if (process) {
+		user_bytes = unwind_user(pc, sp, bp, process, kernel_bytes, &stop, slot);
+		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
+	} else {
+		user_bytes = ctx ? bpf_get_stack(ctx, frames, FRAME_BYTES, BPF_F_USER_STACK)
+				 : bpf_get_task_stack(task, frames, FRAME_BYTES, BPF_F_USER_STACK);
+		if (user_bytes < 0) {
+			count(STOKE_COUNTER_USER_STACK_FAILED);
+			user_bytes = 0;
+		}
+	}
+	return frame_bytes_bounded(user_bytes);
+}
+
 #define STOKE_SIGTRAP 5
 
 /* A sample in a JVM's code cache: its one user frame ends at code no file
@@ -364,12 +398,11 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
 	__u32 cpu_slot = SLOT_CPU;
 	struct sample_record *record;
-	struct stoke_process_mappings *process;
 	struct task_struct *task;
 	struct stoke_regs *user;
 	struct stoke_signalled_jvm *jvm;
 	__u64 pc = 0, sp = 0, bp = 0;
-	__u32 stop = STOKE_STOP_FRAME_POINTERS, slot, jvm_signal = 0;
+	__u32 slot, jvm_signal = 0;
 	bool in_kernel, announcing, trap, counter, in_cache = false;
 	__u32 task_flags;
 	long kernel_bytes = 0, user_bytes = 0;
@@ -478,20 +511,12 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 			user_bytes = sizeof(__u64);
 		}
 		record->header.flags |= SAMPLE_IN_CODE_CACHE_FLAGS;
-	} else if (!legacy && (process = bpf_map_lookup_elem(&unwind_processes, &tgid))) {
-		user_bytes = unwind_user(pc, sp, bp, process, kernel_bytes, &stop, SLOT_CPU);
-		record->header.flags |= (stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
 	} else {
-		user_bytes = bpf_get_stack(ctx, (void *)record->frames + kernel_bytes,
-					   FRAME_BYTES, BPF_F_USER_STACK);
-		if (user_bytes < 0) {
-			count(STOKE_COUNTER_USER_STACK_FAILED);
-			user_bytes = 0;
-		}
+		user_bytes = user_stack(ctx, task, record, tgid, pc, sp, bp, kernel_bytes, SLOT_CPU,
+					!legacy);
+		if (user_bytes < 0)
+			return 0;
 	}
-	user_bytes = frame_bytes_bounded(user_bytes);
-	if (user_bytes < 0)
-		return 0;
 
 	/* The agent's handler takes the Java stack when the thread next
 	 * returns to user mode; the record's tid and time let userspace pair
