@@ -1,7 +1,8 @@
 //! Off-CPU time: what recording where threads wait costs a workload
 //! that does nothing but switch, `stoke record -a -e offcpu` (its default
 //! minimum, and none; user stacks by task work, and at syscall exits as on
-//! kernels before 6.18) beside `perf record -a -g -e sched:sched_switch`.
+//! kernels before 6.18), `-e wall` and `-e runqueue` (the same program in
+//! their modes) beside `perf record -a -g -e sched:sched_switch`.
 //!
 //! The workload (`switch_storm`) passes a byte back and forth between two
 //! threads for a fixed number of round trips and counts its context
@@ -38,16 +39,21 @@ enum Profiler {
     Stoke(Option<u64>),
     /// stoke at its default minimum, user stacks taken at syscall exits.
     StokeAtSyscallExits,
+    /// stoke recording another event of its off-CPU program (`wall`,
+    /// `runqueue`).
+    StokeEvent(&'static str),
     Perf,
     /// libbpf-tools' offcputime with the same minimum as stoke's default.
     Offcputime,
 }
 
-const PROFILERS: [Profiler; 6] = [
+const PROFILERS: [Profiler; 8] = [
     Profiler::Nobody,
     Profiler::Stoke(None),
     Profiler::StokeAtSyscallExits,
     Profiler::Stoke(Some(0)),
+    Profiler::StokeEvent("wall"),
+    Profiler::StokeEvent("runqueue"),
     Profiler::Perf,
     Profiler::Offcputime,
 ];
@@ -80,6 +86,7 @@ impl Profiler {
             Profiler::StokeAtSyscallExits => {
                 "... minimum 100 µs, STOKE_OFFCPU_AT_SYSCALL_EXIT=1 (kernels before 6.18)".into()
             }
+            Profiler::StokeEvent(event) => format!("stoke record -a -e {event}"),
             Profiler::Perf => "perf record -a -g -e sched:sched_switch".into(),
             Profiler::Offcputime => "offcputime -m 100 (libbpf-tools, bcc's tool)".into(),
         }
@@ -197,6 +204,10 @@ fn run_once(bench: &Bench, round_trips: u64, profiler: Profiler) -> Result<Run> 
                 ..Options::new(Tool::Stoke, 99, "json")
             }
         }
+        Profiler::StokeEvent(event) => Options {
+            stoke_args: vec!["-e".to_owned(), event.to_owned()],
+            ..Options::new(Tool::Stoke, 99, "json")
+        },
         Profiler::StokeAtSyscallExits => Options {
             stoke_args: vec!["-e".to_owned(), "offcpu".to_owned()],
             stoke_env: vec![("STOKE_OFFCPU_AT_SYSCALL_EXIT", "1")],
@@ -357,7 +368,7 @@ fn section(round_trips: u64, runs: &[Vec<Run>], smoke: bool) -> (String, Vec<Tar
             },
             match profiler {
                 Profiler::Nobody => "–".into(),
-                Profiler::Stoke(_) | Profiler::StokeAtSyscallExits => {
+                Profiler::Stoke(_) | Profiler::StokeAtSyscallExits | Profiler::StokeEvent(_) => {
                     format!("{records:.0} ({over:.0})")
                 }
                 Profiler::Perf => format!("{records:.0}"),
