@@ -1,13 +1,16 @@
 //! Compiles `src/bpf/sampler.bpf.c` (every BPF program of stoke's) with
 //! clang `-target bpf` into the objects that `lib.rs` embeds: one with the
 //! off-CPU programs (`STOKE_OFFCPU` defined), one without. The compiler is
-//! `$CLANG`, else `clang-19`, else `clang`.
+//! `$CLANG`, else `clang-19`, else `clang`. The first must define every
+//! name userspace looks up (`profiler_common::bpf_names`).
 
 use std::{
-    env,
+    env, fs,
     path::{Path, PathBuf},
     process::Command,
 };
+
+use object::{Object, ObjectSymbol};
 
 const SOURCE: &str = "src/bpf/sampler.bpf.c";
 
@@ -35,6 +38,31 @@ fn main() {
             defines,
             &out_dir.join(object),
         );
+    }
+    check_names(&out_dir.join("sampler.bpf.o"));
+}
+
+/// Fails unless the object at `path` defines every name of
+/// `profiler_common::bpf_names`.
+fn check_names(path: &Path) {
+    let bytes = fs::read(path).unwrap_or_else(|error| fail(&format!("reading {path:?}: {error}")));
+    let file = object::File::parse(&*bytes)
+        .unwrap_or_else(|error| fail(&format!("parsing {path:?}: {error}")));
+    let defined: Vec<&str> = file
+        .symbols()
+        .filter(|symbol| symbol.is_definition())
+        .filter_map(|symbol| symbol.name().ok())
+        .collect();
+    let missing: Vec<&str> = profiler_common::bpf_names::ALL
+        .iter()
+        .copied()
+        .filter(|name| !defined.contains(name))
+        .collect();
+    if !missing.is_empty() {
+        fail(&format!(
+            "{SOURCE} defines no {}: profiler-common/src/bpf_names.rs and the BPF code disagree",
+            missing.join(", ")
+        ));
     }
 }
 

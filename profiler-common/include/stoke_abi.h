@@ -50,6 +50,12 @@
 #define STOKE_SAMPLE_COUNTER_SHIFT 16
 
 /**
+ * SIGTRAP's number on x86_64: a JVM thread's own timer sends it, and the
+ * sampler checks that the agent's handler of it is still installed.
+ */
+#define STOKE_SIGTRAP 5
+
+/**
  * [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
  */
 #define STOKE_SAMPLE_IN_KERNEL (1 << 0)

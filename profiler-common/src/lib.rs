@@ -5,9 +5,11 @@
 //! the BPF programs include, is generated from them by `cargo xtask codegen`
 //! (cbindgen), and `cargo xtask lint` fails when the committed header is not
 //! what they generate. [`jvm`] and [`java_events`] are shared by two Rust
-//! programs only.
+//! programs only. [`bpf_names`] are the names userspace looks up in the
+//! BPF object, checked against it when it is built.
 #![no_std]
 
+pub mod bpf_names;
 pub mod java_events;
 pub mod jvm;
 pub mod kernel_names;

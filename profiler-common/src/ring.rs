@@ -54,6 +54,10 @@ pub const MAX_COUNTERS: u32 = 8;
 /// counter's index, from this bit on (below [`MAX_COUNTERS`]).
 pub const SAMPLE_COUNTER_SHIFT: u32 = 16;
 
+/// SIGTRAP's number on x86_64: a JVM thread's own timer sends it, and the
+/// sampler checks that the agent's handler of it is still installed.
+pub const SIGTRAP: u32 = 5;
+
 /// [`RecordHeader::flags`] bit: the CPU was running kernel code when sampled.
 pub const SAMPLE_IN_KERNEL: u32 = 1 << 0;
 /// [`RecordHeader::flags`] bit: the sampled thread was sent the JVM agent's

@@ -322,7 +322,6 @@ static __always_inline long user_stack(void *ctx, struct task_struct *task,
 	return frame_bytes_bounded(user_bytes);
 }
 
-#define STOKE_SIGTRAP 5
 
 /* A sample in a JVM's code cache: its one user frame ends at code no file
  * holds, as the unwinder would have said. */

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context, Result};
 use aya::{programs::Program, Ebpf};
 use aya_obj::generated::perf_event_attr;
-use profiler_common::{COUNTER_COOKIE_BASE, COUNTER_COOKIE_QUIET};
+use profiler_common::{bpf_names as names, COUNTER_COOKIE_BASE, COUNTER_COOKIE_QUIET};
 
 use super::{
     thread_event::{link, link_program, perf_event_open},
@@ -28,10 +28,10 @@ use crate::{
 
 /// The sampler's program for kprobes and uprobes, loaded when a
 /// recording has any.
-pub const PROBE_PROGRAM: &str = "sample_probe";
+pub const PROBE_PROGRAM: &str = names::program::sample_probe;
 
 /// The sampler's program for tracepoints, loaded when a recording has any.
-pub const TRACEPOINT_PROGRAM: &str = "sample_tracepoint";
+pub const TRACEPOINT_PROGRAM: &str = names::program::sample_tracepoint;
 
 /// perf's `PERF_TYPE_TRACEPOINT`.
 const PERF_TYPE_TRACEPOINT: u32 = 2;

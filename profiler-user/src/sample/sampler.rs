@@ -17,7 +17,7 @@ use aya::{
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
-use profiler_common::{Counter, SignalledJvm, COUNTER_COUNT, MAX_COUNTERS};
+use profiler_common::{bpf_names as names, Counter, SignalledJvm, COUNTER_COUNT, MAX_COUNTERS};
 use tracing::debug;
 
 use super::{
@@ -182,23 +182,26 @@ impl Sampler {
         let mut ebpf = loader
             .btf(Some(&btf))
             .allow_unsupported_maps()
-            .override_global("filter_tgids", &filter_tgids, true)
-            .override_global("thread_events", &thread_events, true)
-            .override_global("include_idle", &include_idle, true)
-            .override_global("cpu_java_stacks", &cpu_java_stacks, true)
-            .override_global("wakeup_bytes", &wakeup_bytes, true)
-            .override_global("offcpu_min_ns", &offcpu_min_ns, offcpu)
-            .override_global("offcpu_budget", &offcpu_budget, offcpu)
-            .override_global("offcpu_jvms_only", &offcpu_jvms_only, offcpu)
-            .override_global("offcpu_wall", &offcpu_wall, offcpu)
-            .override_global("offcpu_runqueue", &offcpu_runqueue, offcpu)
-            .map_max_entries("samples", ring_bytes)
-            .map_max_entries("target_tgids", u32::try_from(target_count)?)
-            .map_max_entries("unwind_rows", config.unwind_rows.max(1))
-            .map_max_entries("unwind_pages", page_capacity(config.unwind_rows).max(1))
-            .map_max_entries("unwind_processes", UNWIND_PROCESSES)
+            .override_global(names::global::filter_tgids, &filter_tgids, true)
+            .override_global(names::global::thread_events, &thread_events, true)
+            .override_global(names::global::include_idle, &include_idle, true)
+            .override_global(names::global::cpu_java_stacks, &cpu_java_stacks, true)
+            .override_global(names::global::wakeup_bytes, &wakeup_bytes, true)
+            .override_global(names::global::offcpu_min_ns, &offcpu_min_ns, offcpu)
+            .override_global(names::global::offcpu_budget, &offcpu_budget, offcpu)
+            .override_global(names::global::offcpu_jvms_only, &offcpu_jvms_only, offcpu)
+            .override_global(names::global::offcpu_wall, &offcpu_wall, offcpu)
+            .override_global(names::global::offcpu_runqueue, &offcpu_runqueue, offcpu)
+            .map_max_entries(names::map::samples, ring_bytes)
+            .map_max_entries(names::map::target_tgids, u32::try_from(target_count)?)
+            .map_max_entries(names::map::unwind_rows, config.unwind_rows.max(1))
             .map_max_entries(
-                "unwind_mappings",
+                names::map::unwind_pages,
+                page_capacity(config.unwind_rows).max(1),
+            )
+            .map_max_entries(names::map::unwind_processes, UNWIND_PROCESSES)
+            .map_max_entries(
+                names::map::unwind_mappings,
                 if config.unwind_rows == 0 {
                     1
                 } else {
@@ -210,7 +213,7 @@ impl Sampler {
 
         if let Some(pids) = &config.pids {
             let mut targets: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
-                ebpf.map_mut("target_tgids")
+                ebpf.map_mut(names::map::target_tgids)
                     .context("no target_tgids map")?,
             )?;
             for pid in pids {
@@ -223,32 +226,72 @@ impl Sampler {
         // Lifecycle tracepoints go first, so no exec between the first sample
         // and their attachment goes unnoticed. BTF tracepoints need no
         // tracefs, which a fresh host does not mount.
-        attach_tracepoint(&mut ebpf, &btf, "process_exec", "sched_process_exec")?;
-        attach_tracepoint(&mut ebpf, &btf, "process_exit", "sched_process_exit")?;
+        attach_tracepoint(
+            &mut ebpf,
+            &btf,
+            names::program::process_exec,
+            "sched_process_exec",
+        )?;
+        attach_tracepoint(
+            &mut ebpf,
+            &btf,
+            names::program::process_exit,
+            "sched_process_exit",
+        )?;
         let mut offcpu_user_stacks = None;
         if offcpu {
-            attach_tracepoint(&mut ebpf, &btf, "offcpu_thread_exit", "sched_process_exit")?;
+            attach_tracepoint(
+                &mut ebpf,
+                &btf,
+                names::program::offcpu_thread_exit,
+                "sched_process_exit",
+            )?;
             // Task work where the kernel has it: a syscall-exit hook would
             // slow every syscall of the host. The variable is a way back
             // should a kernel's task work misbehave.
             let task_work = linked.task_work
                 && std::env::var_os(OFFCPU_AT_SYSCALL_EXIT).is_none()
-                && load_tracepoint(&mut ebpf, &btf, "offcpu_switch_task_work", "sched_switch")
-                    .inspect_err(|error| debug!("off-CPU user stacks at syscall exits: {error:#}"))
-                    .is_ok();
+                && load_tracepoint(
+                    &mut ebpf,
+                    &btf,
+                    names::program::offcpu_switch_task_work,
+                    "sched_switch",
+                )
+                .inspect_err(|error| debug!("off-CPU user stacks at syscall exits: {error:#}"))
+                .is_ok();
             if task_work {
-                attach_tracepoint(&mut ebpf, &btf, "offcpu_switch_task_work", "sched_switch")?;
+                attach_tracepoint(
+                    &mut ebpf,
+                    &btf,
+                    names::program::offcpu_switch_task_work,
+                    "sched_switch",
+                )?;
                 offcpu_user_stacks = Some(OffCpuUserStacks::TaskWork);
             } else {
                 // Syscall exits first: no wait's record is left without its
                 // user stack.
-                attach_tracepoint(&mut ebpf, &btf, "offcpu_syscall_exit", "sys_exit")?;
-                attach_tracepoint(&mut ebpf, &btf, "offcpu_switch", "sched_switch")?;
+                attach_tracepoint(
+                    &mut ebpf,
+                    &btf,
+                    names::program::offcpu_syscall_exit,
+                    "sys_exit",
+                )?;
+                attach_tracepoint(
+                    &mut ebpf,
+                    &btf,
+                    names::program::offcpu_switch,
+                    "sched_switch",
+                )?;
                 offcpu_user_stacks = Some(OffCpuUserStacks::SyscallExits);
             }
         }
         if offcpu_runqueue != 0 {
-            attach_tracepoint(&mut ebpf, &btf, "offcpu_wakeup", "sched_wakeup")?;
+            attach_tracepoint(
+                &mut ebpf,
+                &btf,
+                names::program::offcpu_wakeup,
+                "sched_wakeup",
+            )?;
         }
         // The waits still going on at the end: not on the run queue.
         if config.offcpu.is_some_and(|offcpu| !offcpu.jvms_only) && offcpu_runqueue == 0 {
@@ -279,7 +322,10 @@ impl Sampler {
             program.load().map_err(explain_program_error)?;
         }
 
-        let ring = RingBuf::try_from(ebpf.take_map("samples").context("no samples map")?)?;
+        let ring = RingBuf::try_from(
+            ebpf.take_map(names::map::samples)
+                .context("no samples map")?,
+        )?;
         let period_ns = event::period_ns(config.frequency_hz);
         let sigtrap_kernel = thread_timers::kernel_supported();
         Ok(Self {
@@ -309,7 +355,7 @@ impl Sampler {
     /// were asked for; `trap_cookie` gives the `sig_data` of a target's
     /// events.
     pub fn start_sampling(&mut self, trap_cookie: impl FnMut(u32) -> u64) -> Result<()> {
-        if let Some(map) = self.ebpf.map_mut("offcpu_start") {
+        if let Some(map) = self.ebpf.map_mut(names::map::offcpu_start) {
             Array::<_, u64>::try_from(map)?
                 .set(0, monotonic_ns(), 0)
                 .context("starting the off-CPU clock")?;
@@ -468,7 +514,7 @@ impl Sampler {
     pub fn waits_in_progress(&mut self) -> Result<Option<WaitsInProgress>> {
         if self
             .ebpf
-            .program("offcpu_waiting")
+            .program(names::program::offcpu_waiting)
             .is_none_or(|program| program.fd().is_err())
         {
             return Ok(None);
@@ -497,10 +543,10 @@ impl Sampler {
                 .with_context(|| format!("no {name} map"))
         };
         Ok(UnwindMaps {
-            rows: take("unwind_rows")?,
-            pages: take("unwind_pages")?,
-            processes: take("unwind_processes")?,
-            mappings: take("unwind_mappings")?,
+            rows: take(names::map::unwind_rows)?,
+            pages: take(names::map::unwind_pages)?,
+            processes: take(names::map::unwind_processes)?,
+            mappings: take(names::map::unwind_mappings)?,
         })
     }
 
@@ -531,7 +577,7 @@ impl Sampler {
         // or exit: only those before the insert need looking up.
         let ended: Option<u64> = self
             .ebpf
-            .map("ended_tgids")
+            .map(names::map::ended_tgids)
             .and_then(|map| BpfHashMap::<_, u32, u64>::try_from(map).ok())
             .and_then(|map| map.get(&pid, 0).ok());
         if ended.is_some_and(|when| when >= since_ns) {
@@ -555,7 +601,7 @@ impl Sampler {
     ) -> Result<BpfHashMap<&mut MapData, u32, [u8; size_of::<SignalledJvm>()]>> {
         let map = self
             .ebpf
-            .map_mut("signal_tgids")
+            .map_mut(names::map::signal_tgids)
             .context("no signal_tgids map")?;
         Ok(BpfHashMap::try_from(map)?)
     }
@@ -582,8 +628,11 @@ impl Sampler {
 
     /// Sums the sampler's counters over all CPUs.
     pub fn counters(&self) -> Result<CounterTotals> {
-        let counters: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(self.ebpf.map("counters").context("no counters map")?)?;
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            self.ebpf
+                .map(names::map::counters)
+                .context("no counters map")?,
+        )?;
         let mut totals = [0; COUNTER_COUNT as usize];
         for (index, total) in (0..COUNTER_COUNT).zip(&mut totals) {
             *total = counters.get(&index, 0)?.iter().sum();
@@ -749,7 +798,10 @@ fn explain_program_error(error: ProgramError) -> anyhow::Error {
 }
 
 /// The programs that take the CPU samples: with bpf_loop, and without.
-const CPU_PROGRAMS: [&str; 2] = ["sample_cpu", "sample_cpu_legacy"];
+const CPU_PROGRAMS: [&str; 2] = [
+    names::program::sample_cpu,
+    names::program::sample_cpu_legacy,
+];
 
 /// Whether the kernel has bpf_loop (5.17), which the unwinder steps with.
 fn has_bpf_loop() -> bool {

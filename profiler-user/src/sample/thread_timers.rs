@@ -15,6 +15,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData},
     Ebpf,
 };
+use profiler_common::bpf_names as names;
 
 use super::thread_event::{self, Attach, OpenEvent, ThreadEvent};
 use crate::process::procfs;
@@ -119,8 +120,10 @@ impl ThreadTimers {
         if self.events.is_empty() {
             return Ok(());
         }
-        let timed: BpfHashMap<&MapData, u32, u64> =
-            BpfHashMap::try_from(ebpf.map("timed_threads").context("no timed_threads map")?)?;
+        let timed: BpfHashMap<&MapData, u32, u64> = BpfHashMap::try_from(
+            ebpf.map(names::map::timed_threads)
+                .context("no timed_threads map")?,
+        )?;
         self.events.retain(|tid, _| timed.get(tid, 0).is_ok());
         Ok(())
     }
@@ -204,7 +207,7 @@ impl ThreadTimers {
 
 fn timed_threads(ebpf: &mut Ebpf) -> Result<BpfHashMap<&mut MapData, u32, u64>> {
     Ok(BpfHashMap::try_from(
-        ebpf.map_mut("timed_threads")
+        ebpf.map_mut(names::map::timed_threads)
             .context("no timed_threads map")?,
     )?)
 }
@@ -221,6 +224,11 @@ mod tests {
         assert!(!release_at_least("5.15.0-91-generic", (6, 10)));
         assert!(release_at_least("7.0", (6, 10)));
         assert!(!release_at_least("garbage", (6, 10)));
+    }
+
+    #[test]
+    fn the_sampler_checks_the_handler_of_sigtrap() {
+        assert_eq!(profiler_common::SIGTRAP, libc::SIGTRAP as u32);
     }
 
     #[test]

@@ -12,8 +12,9 @@ use std::{fs::File, io::Read};
 
 use anyhow::{Context, Result};
 use aya::{programs::Iter, Btf, Ebpf};
+use profiler_common::bpf_names as names;
 
-const PROGRAM: &str = "offcpu_waiting";
+const PROGRAM: &str = names::program::offcpu_waiting;
 
 /// Records the iterator sends between two reads (it writes 8 bytes of
 /// output per record, and a read returns once it has the bytes asked

@@ -14,10 +14,13 @@ use aya::{
     programs::{ProgramFd, RawTracePoint},
     Ebpf,
 };
-use profiler_common::kernel_names::{KERNEL_NAMES_BATCH, KERNEL_NAME_LEN};
+use profiler_common::{
+    bpf_names as names,
+    kernel_names::{KERNEL_NAMES_BATCH, KERNEL_NAME_LEN},
+};
 
 /// The program's name in the sampler's object.
-const PROGRAM: &str = "name_kernel_addresses";
+const PROGRAM: &str = names::program::name_kernel_addresses;
 
 /// The loaded namer and its two maps.
 pub struct KernelNamer {
@@ -33,8 +36,8 @@ impl KernelNamer {
         let program: &mut RawTracePoint = ebpf.program_mut(PROGRAM)?.try_into().ok()?;
         program.load().ok()?;
         let program = program.fd().ok()?.try_clone().ok()?;
-        let addresses = Array::try_from(ebpf.take_map("kernel_addresses")?).ok()?;
-        let names = Array::try_from(ebpf.take_map("kernel_names")?).ok()?;
+        let addresses = Array::try_from(ebpf.take_map(names::map::kernel_addresses)?).ok()?;
+        let names = Array::try_from(ebpf.take_map(names::map::kernel_names)?).ok()?;
         Some(Self {
             program,
             addresses,

@@ -31,8 +31,9 @@ use std::{
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use foldhash::{HashMap, HashMapExt, HashSet};
-use profiler_common::unwind::{
-    Mapping, PackedRow, ProcessMappings, UnwindPage, UnwindRow, MAX_MAPPINGS,
+use profiler_common::{
+    bpf_names as names,
+    unwind::{Mapping, PackedRow, ProcessMappings, UnwindPage, UnwindRow, MAX_MAPPINGS},
 };
 
 use super::{
@@ -156,9 +157,9 @@ impl Shared {
 impl UnwindLoader {
     /// Starts the thread that owns the maps.
     pub fn start(maps: UnwindMaps) -> Result<Self> {
-        let rows = MappedArray::map(maps.rows, "unwind_rows")?;
-        let pages = MappedArray::map(maps.pages, "unwind_pages")?;
-        let mappings = MappedArray::map(maps.mappings, "unwind_mappings")?;
+        let rows = MappedArray::map(maps.rows, names::map::unwind_rows)?;
+        let pages = MappedArray::map(maps.pages, names::map::unwind_pages)?;
+        let mappings = MappedArray::map(maps.mappings, names::map::unwind_mappings)?;
         let processes: BpfHashMap<MapData, u32, [u8; size_of::<ProcessMappings>()]> =
             BpfHashMap::try_from(maps.processes)?;
         let shared = Arc::new(Shared {

@@ -1,0 +1,71 @@
+//! The names userspace looks up in the BPF object: its programs, maps and
+//! load-time settings (`const volatile` globals). Each constant is the C
+//! identifier itself, spelt as in `profiler-ebpf/src/bpf`; `profiler-ebpf`'s
+//! build checks that the compiled object defines every one of [`ALL`], so
+//! a name misspelt or renamed on either side fails the build.
+#![allow(non_upper_case_globals)]
+
+/// Declares each name as a constant of a module, and lists them all.
+macro_rules! names {
+    ($($(#[$doc:meta])* $module:ident { $($name:ident),* $(,)? })*) => {
+        $(
+            $(#[$doc])*
+            pub mod $module {
+                $(
+                    #[doc = concat!("`", stringify!($name), "`")]
+                    pub const $name: &str = stringify!($name);
+                )*
+            }
+        )*
+        /// Every name above.
+        pub const ALL: &[&str] = &[$($($module::$name,)*)*];
+    };
+}
+
+names! {
+    /// Programs.
+    program {
+        sample_cpu,
+        sample_cpu_legacy,
+        sample_probe,
+        sample_tracepoint,
+        process_exec,
+        process_exit,
+        offcpu_switch,
+        offcpu_switch_task_work,
+        offcpu_syscall_exit,
+        offcpu_thread_exit,
+        offcpu_wakeup,
+        offcpu_waiting,
+        name_kernel_addresses,
+    }
+    /// Maps.
+    map {
+        samples,
+        counters,
+        ended_tgids,
+        signal_tgids,
+        target_tgids,
+        timed_threads,
+        offcpu_start,
+        unwind_rows,
+        unwind_pages,
+        unwind_processes,
+        unwind_mappings,
+        kernel_addresses,
+        kernel_names,
+    }
+    /// Settings fixed at load time.
+    global {
+        filter_tgids,
+        thread_events,
+        include_idle,
+        cpu_java_stacks,
+        wakeup_bytes,
+        offcpu_min_ns,
+        offcpu_budget,
+        offcpu_jvms_only,
+        offcpu_wall,
+        offcpu_runqueue,
+    }
+}
