@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use stoke_tests::{
-    args, describe, prepare_java, read_folded, samples_where, Jdk, JDK_17, TEMURIN_25,
+    args, describe, prepare_java, read_folded, record_to, samples_where, Jdk, JDK_17, TEMURIN_25,
 };
 
 const SEVENTY: &str = "JavaWaits.sleepSeventy";
@@ -40,22 +40,7 @@ fn waits_on(jdk: Jdk, event: &str) {
     let (dir, workload) = prepare_java("java-offcpu", "JavaWaits", jdk);
     let mut running = workload.spawn(&["12"]);
     let out = dir.join("offcpu.folded");
-    stoke_tests::record(
-        &args![
-            "record",
-            "-p",
-            running.pid(),
-            "-e",
-            event,
-            "-F",
-            199,
-            "-d",
-            SECONDS,
-            "-o",
-            out.display()
-        ],
-        SECONDS,
-    );
+    record_to(&args!["-p", running.pid(), "-e", event], 199, SECONDS, &out);
     let stacks = read_folded(&out);
     println!("{}", describe(&stacks, 12));
     let seventy = samples_where(&stacks, |stack| stack.has_java(SEVENTY));

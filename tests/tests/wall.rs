@@ -9,8 +9,8 @@
 use std::{collections::BTreeMap, process::Command};
 
 use stoke_tests::{
-    args, describe, parse_thread_frame, prepare, read_folded, samples_where, stoke_bin, Stack,
-    Stoke,
+    args, describe, parse_thread_frame, prepare, read_folded, record_args, samples_where,
+    stoke_bin, Stack, Stoke,
 };
 
 const SECONDS: f64 = 5.0;
@@ -34,22 +34,10 @@ fn wall_time_of_four_threads(env: &[(&str, &str)]) {
     let (dir, workload) = prepare("wall", "offcpu_split");
     let running = workload.spawn(&args![60, "threads"]);
     let out = dir.join("wall.folded");
+    let select = args!["-p", running.pid(), "-e", "wall", "-t"];
     let mut command = Command::new(stoke_bin());
     command
-        .args(args![
-            "record",
-            "-p",
-            running.pid(),
-            "-e",
-            "wall",
-            "-t",
-            "-F",
-            199,
-            "-d",
-            SECONDS,
-            "-o",
-            out.display()
-        ])
+        .args(record_args(&select, 199, SECONDS, &out))
         .envs(env.iter().copied());
     Stoke::spawn_command(command).wait_recording(SECONDS);
     let stacks = read_folded(&out);

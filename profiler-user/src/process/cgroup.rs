@@ -65,13 +65,7 @@ pub const MAX_CGROUP_FILE: u64 = 64 * 1024;
 pub fn main_path(text: &str) -> Option<&str> {
     let mut systemd = None;
     let mut other = None;
-    for line in text.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
+    for (id, controllers, path) in entries(text) {
         if path == "/" || path.is_empty() {
             continue;
         }
@@ -85,6 +79,15 @@ pub fn main_path(text: &str) -> Option<&str> {
         }
     }
     systemd.or(other)
+}
+
+/// The (hierarchy id, controllers, path) of each line of a
+/// `/proc/PID/cgroup` text.
+pub fn entries(text: &str) -> impl Iterator<Item = (&str, &str, &str)> {
+    text.lines().filter_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        Some((fields.next()?, fields.next()?, fields.next()?))
+    })
 }
 
 /// Where processes of the cgroup at `path` run.

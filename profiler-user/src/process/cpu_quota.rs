@@ -10,7 +10,10 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use super::{cgroup::MAX_CGROUP_FILE, procfs};
+use super::{
+    cgroup::{self, MAX_CGROUP_FILE},
+    procfs,
+};
 
 /// Where cgroup hierarchies are mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -71,13 +74,7 @@ pub fn cpu_stat_path(pid: u32) -> Option<PathBuf> {
 fn stat_path(text: &str) -> Option<PathBuf> {
     let mut v1 = None;
     let mut v2 = None;
-    for line in text.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) =
-            (fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
+    for (id, controllers, path) in cgroup::entries(text) {
         if controllers.split(',').any(|controller| controller == "cpu") {
             v1 = Some((controllers, path));
         } else if id == "0" && controllers.is_empty() {

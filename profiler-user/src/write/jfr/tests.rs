@@ -95,19 +95,17 @@ fn wall_clock_stacks_are_one_sample_per_period() {
     let mut profile = profile(&[("app [1];a", 70_000_000), ("app [1];b", 25_000_000)]);
     profile.event = Event::Wall;
     profile.summary.frequency_hz = 100;
-    let stacks: Vec<Stack> = profile
-        .stacks
-        .iter()
-        .map(|stack| Stack::new(stack, Event::Wall, &mut pools))
-        .collect();
-    assert_eq!(event_counts(&profile, &stacks), [7, 3]);
+    let mut counts = |profile: &Profile| {
+        let stacks: Vec<Stack> = profile
+            .stacks
+            .iter()
+            .map(|stack| Stack::new(stack, Event::Wall, &mut pools))
+            .collect();
+        event_counts(profile, &stacks)
+    };
+    assert_eq!(counts(&profile), [7, 3]);
     profile.stacks[1].samples = 4_000_000;
-    let stacks: Vec<Stack> = profile
-        .stacks
-        .iter()
-        .map(|stack| Stack::new(stack, Event::Wall, &mut pools))
-        .collect();
-    assert_eq!(event_counts(&profile, &stacks), [7, 0]);
+    assert_eq!(counts(&profile), [7, 0]);
 }
 
 #[test]
