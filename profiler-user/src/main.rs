@@ -3,14 +3,17 @@
 //! → [`unwind`] (tables for the BPF unwinder, while sampling) →
 //! [`aggregate`] (counting) → [`symbolize`] → [`aggregate`] (folding) →
 //! [`write`](mod@write) or [`export`], with [`jvm`] joining at the sample and
-//! symbolize stages. [`recording`] runs the stages; [`record`] (one
-//! profile), [`continuous`] (a profile per interval) and [`report`] (an
-//! incident sweep in one HTML file) are its commands; [`convert`] writes a
-//! folded or pprof file in any output format, and [`diff`] compares two.
+//! symbolize stages; [`elf`] reads the files processes map, for unwind and
+//! symbolize. [`recording`] runs the stages; [`commands`] are the
+//! subcommands: `record` (one profile), `continuous` (a profile per
+//! interval) and `report` (an incident sweep in one HTML file) record;
+//! `convert` writes a folded or pprof file in any output format, and `diff`
+//! compares two.
 
 mod aggregate;
 mod cli;
 mod commands;
+mod elf;
 mod event;
 mod export;
 mod heap;

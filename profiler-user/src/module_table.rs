@@ -11,9 +11,9 @@ use std::{
 use object::ReadCache;
 
 use crate::{
+    elf::{bounded::BoundedFile, file::ElfFile},
     process::{MappedFile, MappingTarget, ProcessImage},
     profile::Module,
-    unwind::{bounded::BoundedFile, elf_file::ElfFile},
 };
 
 /// How long reading one file's build ID may take: its notes are near the

@@ -15,12 +15,12 @@ use bolero::TypeGenerator;
 use object::{read::elf::ElfFile64, Object, ObjectSection};
 
 use super::harness::{self, Run};
-use crate::unwind::{
-    bounded::BoundedFile,
-    debug_file::DebugFile,
-    elf_file::fingerprint,
-    table::{compile, compile_with, COMPILE_TIME_BUDGET},
-    tests::support::check_invariants,
+use crate::{
+    elf::{bounded::BoundedFile, debug_file::DebugFile, file::fingerprint},
+    unwind::{
+        table::{compile, compile_with, COMPILE_TIME_BUDGET},
+        tests::support::check_invariants,
+    },
 };
 
 /// Real files to start from, where present.

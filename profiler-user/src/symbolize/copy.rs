@@ -34,13 +34,13 @@ use object::{
 use super::read_parts::{self, ReadParts};
 use crate::process::MappedFile;
 use crate::{
-    rootfs,
-    unwind::{
+    elf::{
         bounded::BoundedFile,
         debug_file::{self, DebugLinks},
-        elf_file::{self, ElfFile, LoadSegment},
-        table,
+        file::{self as elf_file, ElfFile, LoadSegment},
     },
+    rootfs,
+    unwind::table,
 };
 
 /// The most bytes copied of a file for blazesym (what it reads of a mapped

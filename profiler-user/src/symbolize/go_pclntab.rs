@@ -10,10 +10,12 @@ use std::{ops::Range, path::Path, time::Instant};
 
 use object::ReadCache;
 
-use crate::unwind::{
-    bounded::BoundedFile,
-    elf_file::{vaddr_of_offset, ElfFile, LoadSegment, SectionContents},
-    table::COMPILE_TIME_BUDGET,
+use crate::{
+    elf::{
+        bounded::BoundedFile,
+        file::{vaddr_of_offset, ElfFile, LoadSegment, SectionContents},
+    },
+    unwind::table::COMPILE_TIME_BUDGET,
 };
 
 /// The header magics of the layouts read: Go 1.16-1.17, 1.18-1.19, 1.20+.

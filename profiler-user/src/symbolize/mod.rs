@@ -36,8 +36,8 @@ use self::{
     prepared::{Prepared, PreparedFiles},
 };
 use crate::{
+    elf::file as elf_file,
     process::{image::FileVersion, MappedFile},
-    unwind::elf_file,
 };
 
 /// The frames one address stands for, outermost first: the function, then

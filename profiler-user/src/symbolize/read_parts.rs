@@ -18,7 +18,7 @@ use object::{
     ReadCache,
 };
 
-use crate::unwind::{bounded::BoundedFile, elf_file};
+use crate::elf::{bounded::BoundedFile, file as elf_file};
 
 /// What of a file blazesym reads.
 #[derive(Debug, PartialEq, Eq)]

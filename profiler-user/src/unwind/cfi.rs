@@ -15,10 +15,8 @@ use gimli::{
     UnwindOffset, UnwindSection, UnwindTableRow,
 };
 
-use super::{
-    elf_file::LoadSegment,
-    table::{RbpRule, RowKind, Rule, TableStats},
-};
+use super::table::{RbpRule, RowKind, Rule, TableStats};
+use crate::elf::file::LoadSegment;
 
 /// x86_64 DWARF register numbers (System V psABI, "DWARF Register Number
 /// Mapping").

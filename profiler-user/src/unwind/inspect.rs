@@ -13,7 +13,7 @@ use std::{
 };
 
 use super::{
-    debug_file::{self, TableError},
+    file_table::{self, TableError},
     loader,
     table::{RowKind, UnwindTable},
 };
@@ -143,7 +143,7 @@ fn table_of(file: &Path, root: Option<&Root>) -> Result<(UnwindTable, Duration),
     // Debug links are relative to the file's real directory, as
     // /proc/PID/maps shows it to a recording.
     let real = std::fs::canonicalize(file)?;
-    let (table, time) = debug_file::read_and_compile(&real, root, Some(&real));
+    let (table, time) = file_table::read_and_compile(&real, root, Some(&real));
     Ok((table?, time))
 }
 

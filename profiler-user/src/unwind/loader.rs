@@ -37,12 +37,14 @@ use profiler_common::{
 };
 
 use super::{
-    bounded::BoundedFile,
-    debug_file,
-    elf_file::{self, Fingerprint},
+    file_table,
     mapped_array::{stride, MappedArray},
     pages,
     table::{self, UnwindTable},
+};
+use crate::elf::{
+    bounded::BoundedFile,
+    file::{self as elf_file, Fingerprint},
 };
 use crate::process::{MappedFile, MappingTarget, ProcessImage};
 
@@ -406,7 +408,7 @@ impl Worker {
 
     fn compile_and_load(&mut self, file: &MappedFile) -> Option<Arc<LoadedFile>> {
         let origin = file.origin.as_ref();
-        let (table, elapsed) = debug_file::read_and_compile(
+        let (table, elapsed) = file_table::read_and_compile(
             &file.path(),
             origin.map(|origin| &*origin.root),
             origin.map(|origin| origin.path.as_path()),

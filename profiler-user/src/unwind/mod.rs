@@ -3,19 +3,17 @@
 //! unwinder searches per PC, a page of them at a time, the OpenTelemetry
 //! eBPF profiler's approach.
 //!
-//! [`table`] compiles a file's CFI: [`elf_file`] reads its sections
-//! ([`bounded`] holds the reads to bounds), `cfi` evaluates them, and
-//! [`debug_file`] finds its separate debug file. [`loader`] puts the tables
+//! [`table`] compiles a file's CFI, its sections read by
+//! [`crate::elf`] (which also finds its separate debug file), evaluated by
+//! `cfi`; [`file_table`] does both for a mapped file, within bounds. [`loader`] puts the tables
 //! of the sampled processes where the BPF unwinder finds them, with a
 //! [`pages`] index into each, in ranges of the maps (`mapped_array`) that
 //! files no process maps any more give back (`free_ranges`), and [`inspect`] is `stoke tables`. For
 //! tests, `reference` is an unwinder that applies the rows the way the BPF
 //! side does.
 
-pub mod bounded;
 mod cfi;
-pub mod debug_file;
-pub mod elf_file;
+pub mod file_table;
 mod free_ranges;
 pub mod inspect;
 pub mod loader;

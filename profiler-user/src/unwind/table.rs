@@ -5,7 +5,7 @@
 //! DWARF CFI is a bytecode program per function (an FDE) that a debugger
 //! runs to build a table "at this PC, the caller's registers are here". A BPF
 //! program cannot run it, so it is run here, once per file:
-//! [`super::elf_file`] reads the file's sections, [`super::cfi`] evaluates
+//! [`crate::elf::file`] reads the file's sections, [`super::cfi`] evaluates
 //! their FDEs into rules, and this module sorts, clips and merges the
 //! rules into rows.
 
@@ -18,13 +18,13 @@ use std::{
 use gimli::BaseAddresses;
 use object::{ReadCache, ReadRef};
 
-use super::{
+use super::cfi::{Collected, Collector, RawRow, Source};
+use crate::elf::{
     bounded::BoundedFile,
-    cfi::{Collected, Collector, RawRow, Source},
     debug_file::{DebugFile, DebugLinks},
-    elf_file::{
-        self, debug_file_sections, ElfError, ElfFile, LoadSegment, SectionContents, SectionError,
-        Sections,
+    file::{
+        self as elf_file, debug_file_sections, ElfError, ElfFile, LoadSegment, SectionContents,
+        SectionError, Sections,
     },
 };
 
@@ -127,7 +127,7 @@ pub struct TableStats {
     /// Compressed `.debug_frame` sections (`SHF_COMPRESSED`) read.
     pub decompressed_sections: usize,
     /// Compressed `.debug_frame` sections left out: an unknown format,
-    /// corrupt data, or more than [`super::elf_file::MAX_SECTION_BYTES`] once
+    /// corrupt data, or more than [`crate::elf::file::MAX_SECTION_BYTES`] once
     /// decompressed.
     pub decompression_errors: usize,
     /// A separate debug file was found but left out: not an x86_64 ELF

@@ -11,11 +11,9 @@ use object::{read::elf::ElfFile64, Object, ObjectSection};
 
 use super::support::{build, check_invariants, function_symbols, read, run, split, temp_dir, LIBC};
 use crate::{
+    elf::debug_file::{find, DebugFile, DebugLinks},
     rootfs::Root,
-    unwind::{
-        debug_file::{find, DebugFile, DebugLinks},
-        table::{compile, compile_with, UnwindTable},
-    },
+    unwind::table::{compile, compile_with, UnwindTable},
 };
 
 /// The program's own functions.

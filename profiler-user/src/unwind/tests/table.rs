@@ -8,9 +8,9 @@ use object::{read::elf::ElfFile64, Object, ObjectSection, ObjectSymbol};
 use super::support::{
     check_invariants, compile_file, read, symbol_address, temp_dir, LIBC, STOPPER_C,
 };
-use crate::unwind::{
-    elf_file::{self, ElfFile},
-    table::{compile, RbpRule, RowKind, Rule, UnwindTable},
+use crate::{
+    elf::file::{self as elf_file, ElfFile},
+    unwind::table::{compile, RbpRule, RowKind, Rule, UnwindTable},
 };
 
 const LIBJVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";

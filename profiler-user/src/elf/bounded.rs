@@ -139,7 +139,7 @@ mod tests {
     use tempfile::NamedTempFile;
 
     use super::*;
-    use crate::unwind::{debug_file::read_and_compile, table::compile_from};
+    use crate::unwind::{file_table::read_and_compile, table::compile_from};
 
     /// A file holding `bytes`, removed however the test ends.
     fn temp_file(bytes: &[u8]) -> NamedTempFile {

@@ -15,15 +15,9 @@ use std::{
     io,
     os::unix::{ffi::OsStrExt, fs::FileExt},
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
-use object::ReadCache;
-
-use super::{
-    bounded::BoundedFile,
-    table::{self, CompileError, UnwindTable},
-};
 use crate::rootfs::Root;
 
 /// Where distributions install debug files.
@@ -51,14 +45,15 @@ pub struct DebugFile {
 }
 
 /// Finds the separate debug file of the file at `path` (inside `root`;
-/// `None` if unknown: then only the build ID can find it).
+/// `None` if unknown: then only the build ID can find it), within a
+/// second.
 #[cfg(test)]
 pub fn find(root: &Root, path: Option<&Path>, links: &DebugLinks<'_>) -> Option<DebugFile> {
     find_until(
         root,
         path,
         links,
-        Instant::now() + table::COMPILE_TIME_BUDGET,
+        Instant::now() + std::time::Duration::from_secs(1),
     )
 }
 
@@ -139,49 +134,4 @@ pub fn checksum(file: &File, deadline: Instant) -> io::Result<u32> {
         }
     }
     Ok(hasher.finalize())
-}
-
-/// Why a file has no table.
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    #[error("{0}")]
-    Read(#[from] io::Error),
-    #[error("{0}")]
-    Compile(#[from] CompileError),
-}
-
-/// What a recording does with each mapped file: reads `source`, looks up
-/// its separate debug file in `root` (the file being at `path` there) and
-/// compiles both into a table. Also says how long it took.
-///
-/// `source` must be a regular file of at most
-/// [`super::bounded::MAX_FILE_BYTES`]; only its headers, notes and CFI sections
-/// are read, within [`super::bounded::MAX_READ_BYTES`] and
-/// [`table::COMPILE_TIME_BUDGET`] (the debug file's lookup and reading
-/// included).
-pub fn read_and_compile(
-    source: &Path,
-    root: Option<&Root>,
-    path: Option<&Path>,
-) -> (Result<UnwindTable, TableError>, Duration) {
-    let started = Instant::now();
-    let deadline = started + table::COMPILE_TIME_BUDGET;
-    let table = BoundedFile::open(source, deadline)
-        .map_err(TableError::from)
-        .and_then(|file| {
-            let exceeded = file.exceeded();
-            let cache = ReadCache::new(file);
-            table::compile_from(&cache, deadline, |links| {
-                find_until(root?, path, links, deadline)
-            })
-            .map_err(
-                // The reader's errors reach the compiler as malformed ELF:
-                // say which bound was hit instead.
-                |error| match exceeded.get() {
-                    Some(why) => TableError::Compile(CompileError::Limit(why)),
-                    None => TableError::from(error),
-                },
-            )
-        });
-    (table, started.elapsed())
 }
