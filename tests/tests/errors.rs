@@ -281,6 +281,16 @@ fn absurd_frequency_is_refused() {
 }
 
 #[test]
+fn run_queue_time_beside_off_cpu_or_wall_clock_time_is_refused() {
+    require_root();
+    for events in ["runqueue,offcpu", "wall,runqueue", "runqueue,lock"] {
+        let (output, dir) = refused("runqueue-with", &args!["-a", "-e", events]);
+        output.assert_rejected(&["runqueue", "own"]);
+        assert!(!dir.join("x.folded").exists(), "-e {events} left an output");
+    }
+}
+
+#[test]
 fn unknown_flag_is_a_usage_error() {
     require_root();
     let output = run(&args!["record", "-a", "-d", 30, "--no-such-flag"]);
