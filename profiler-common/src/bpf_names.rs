@@ -52,6 +52,7 @@ names! {
         unwind_pages,
         unwind_processes,
         unwind_mappings,
+        python_processes,
         kernel_addresses,
         kernel_names,
     }

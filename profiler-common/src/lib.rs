@@ -1,8 +1,9 @@
 //! The binary interface between Stoke's BPF sampler and its userspace, and
 //! between its JVM agent and `stoke`.
 //!
-//! [`ring`], [`unwind`], [`kernel_names`] and [`kfunc`] are the BPF side's: `include/stoke_abi.h`, which
-//! the BPF programs include, is generated from them by `cargo xtask codegen`
+//! [`ring`], [`unwind`], [`python`], [`kernel_names`] and [`kfunc`] are
+//! the BPF side's: `include/stoke_abi.h`, which the BPF programs include,
+//! is generated from them by `cargo xtask codegen`
 //! (cbindgen), and `cargo xtask lint` fails when the committed header is not
 //! what they generate. [`jvm`] and [`java_events`] are shared by two Rust
 //! programs only. [`bpf_names`] are the names userspace looks up in the
@@ -14,6 +15,7 @@ pub mod java_events;
 pub mod jvm;
 pub mod kernel_names;
 pub mod kfunc;
+pub mod python;
 pub mod ring;
 pub mod unwind;
 

@@ -100,8 +100,9 @@ pub struct SignalledJvm {
 
 /// The fixed start of every ring-buffer record.
 ///
-/// A sample or off-CPU record is followed by `kernel_frames` then `user_frames` return
-/// addresses (`u64`), innermost frame first.
+/// A sample or off-CPU record is followed by `kernel_frames` then
+/// `user_frames` return addresses (`u64`), innermost frame first, then
+/// `python_frames` Python frames.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RecordHeader {
@@ -145,6 +146,13 @@ pub struct RecordHeader {
     /// userspace tells young processes (which may yet load a JVM) from old
     /// ones without reading /proc; 0 in other records.
     pub age_ns: u64,
+    /// How many Python frames follow the user frames, two words each: the
+    /// code object's address, and the instruction with
+    /// [`crate::python::PYTHON_FRAME_ENTRY`] (see
+    /// [`crate::python::PythonLayout`]).
+    pub python_frames: u16,
+    /// Explicit padding, 0.
+    pub padding: [u16; 3],
 }
 
 /// Size of [`RecordHeader`] in bytes.

@@ -17,6 +17,7 @@ mod elf;
 mod event;
 mod export;
 mod heap;
+mod interpreter;
 mod jvm;
 mod metrics;
 mod module_table;

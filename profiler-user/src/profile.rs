@@ -8,7 +8,10 @@ use std::{
 
 use serde::{Serialize, Serializer};
 
-use crate::{event::Event, sample::sampler::OffCpuUserStacks, unwind::loader::UnwindSummary};
+use crate::{
+    event::Event, interpreter::python::PythonSummary, sample::sampler::OffCpuUserStacks,
+    unwind::loader::UnwindSummary,
+};
 
 /// One distinct symbolized stack and the samples that hit it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -145,6 +148,8 @@ pub struct RecordingSummary {
     pub symbolize_time: Duration,
     /// How Java profiling went.
     pub java: JavaSummary,
+    /// How Python profiling went.
+    pub python: PythonSummary,
     /// What loading unwind tables cost.
     pub unwind: UnwindSummary,
     /// How far user stacks got.

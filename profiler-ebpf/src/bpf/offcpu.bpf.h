@@ -221,6 +221,7 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.flags |= record_flags(task->flags);
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
+	record->header.python_frames = 0;
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
 	announcing = announce_in(&record->header, tgid, task, task->flags, false);
 	if (bpf_ringbuf_output(&samples, record,

@@ -109,7 +109,8 @@ struct {
 
 struct sample_record {
 	struct stoke_record_header header;
-	__u64 frames[2 * STOKE_MAX_FRAMES];
+	/* Native frames, then Python frames (two words each). */
+	__u64 frames[2 * STOKE_MAX_FRAMES + 2 * STOKE_PYTHON_MAX_FRAMES];
 };
 
 /* Per-CPU slots of the scratch record and the unwinder's state: CPU
@@ -138,6 +139,8 @@ static __always_inline void count(__u32 counter)
 	if (value)
 		*value += 1;
 }
+
+#include "python.bpf.h"
 
 static __always_inline __u64 ring_flags(bool force)
 {
@@ -405,6 +408,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	bool in_kernel, announcing, trap, counter, in_cache = false;
 	__u32 task_flags;
 	long kernel_bytes = 0, user_bytes = 0;
+	__u32 python = 0;
 
 	if (own_timer)
 		count(STOKE_COUNTER_OWN_TIMER_RUNS);
@@ -515,6 +519,9 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 					!legacy);
 		if (user_bytes < 0)
 			return 0;
+		python = python_frames(task, tgid, tid, kernel_bytes + user_bytes, SLOT_CPU, legacy);
+		if (python > STOKE_PYTHON_MAX_FRAMES)
+			return 0;
 	}
 
 	/* The agent's handler takes the Java stack when the thread next
@@ -532,9 +539,11 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 
 	record->header.kernel_frames = kernel_bytes / sizeof(__u64);
 	record->header.user_frames = user_bytes / sizeof(__u64);
+	record->header.python_frames = python;
 	announcing = announce_in(&record->header, tgid, task, task_flags, legacy);
 	if (bpf_ringbuf_output(&samples, record,
-			       sizeof(record->header) + kernel_bytes + user_bytes,
+			       sizeof(record->header) + kernel_bytes + user_bytes +
+				       python * 2 * sizeof(__u64),
 			       ring_flags(announcing)) == 0)
 		count(STOKE_COUNTER_SENT);
 	else
@@ -598,6 +607,7 @@ static __always_inline void end_address_space(__u32 kind)
 	/* Its tables too, even if userspace never hears of the end (the
 	 * ring was full): the map would fill with the dead. */
 	bpf_map_delete_elem(&unwind_processes, &tgid);
+	bpf_map_delete_elem(&python_processes, &tgid);
 	bpf_map_update_elem(&ended_tgids, &tgid, &now, BPF_ANY);
 	target = filter_tgids && bpf_map_lookup_elem(&target_tgids, &tgid);
 	if (bpf_map_delete_elem(&announced_tgids, &tgid) != 0 && !target)

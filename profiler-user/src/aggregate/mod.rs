@@ -3,6 +3,7 @@
 //! ([`AddressNames`]), folds the named stacks into a [`Profile`].
 
 pub mod diff;
+mod python;
 
 use std::{
     hash::{Hash, Hasher},
@@ -13,8 +14,10 @@ use foldhash::{HashMap, HashMapExt};
 
 use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 
+use self::python::PythonMerge;
 use crate::{
     event::Event,
+    interpreter::python::NamedFrame,
     jvm::{
         java_events::JavaEventSample, park::contended_lock, symbols::JavaSymbols, JavaStackFrame,
         MergedSample,
@@ -62,6 +65,8 @@ struct RawStack {
     user: Box<[u64]>,
     /// Java frames from the JVM agent, innermost first.
     java: Box<[JavaStackFrame]>,
+    /// Python frames, named, innermost first.
+    python: Box<[NamedFrame]>,
     /// A frame above all others: the class a Java event allocated or
     /// locked.
     top: Option<Arc<str>>,
@@ -86,6 +91,7 @@ impl PartialEq for RawStack {
             && self.stop == other.stop
             && self.parked == other.parked
             && self.java == other.java
+            && self.python == other.python
             && same(&self.user, &other.user)
             && same(&self.kernel, &other.kernel)
             && self.top == other.top
@@ -102,6 +108,7 @@ impl Hash for RawStack {
         self.stop.hash(state);
         self.parked.hash(state);
         self.java.hash(state);
+        self.python.hash(state);
         self.user.hash(state);
         self.kernel.hash(state);
         self.top.hash(state);
@@ -147,6 +154,7 @@ impl Aggregator {
             image,
             sample,
             mut java,
+            python,
         } = merged;
         if !self.options.lines {
             java.iter_mut().for_each(|frame| frame.bci = 0);
@@ -163,6 +171,7 @@ impl Aggregator {
             kernel: sample.kernel.into(),
             user: sample.user.into(),
             java: java.into(),
+            python: python.into(),
             top: None,
             parked: false,
             stop: sample.stop,
@@ -195,6 +204,7 @@ impl Aggregator {
             kernel: Box::default(),
             user: Box::default(),
             java: java.into(),
+            python: Box::default(),
             top: None,
             parked: true,
             stop: StopReason::End,
@@ -231,6 +241,7 @@ impl Aggregator {
             kernel: Box::default(),
             user: Box::default(),
             java: java.into(),
+            python: Box::default(),
             top: Some(class),
             parked: false,
             stop: StopReason::End,
@@ -304,9 +315,18 @@ impl Aggregator {
             }
             let outermost_user = frames.len();
             let mut modules = vec![None; frames.len()];
+            let mut python = PythonMerge::new(&stack.python, &stack.user, |address| {
+                names.user(image, address, symbols)
+            });
+            frames.extend(python.before_native());
+            modules.resize(frames.len(), None);
             for (index, &address) in stack.user.iter().enumerate().rev() {
                 let address = call_site(index, address);
-                frames.extend(names.user(image, address, symbols).iter().cloned());
+                let named = names.user(image, address, symbols);
+                match python.at(&named) {
+                    Some(python_frames) => frames.extend(python_frames),
+                    None => frames.extend(named.iter().cloned()),
+                }
                 modules.resize(frames.len(), module_table.index(image, address));
             }
             if stack.java.is_empty() && !stack.user.is_empty() {

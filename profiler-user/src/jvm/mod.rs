@@ -28,6 +28,7 @@ use profiler_common::jvm::JavaFrame;
 
 use self::symbols::FrameKind;
 use crate::{
+    interpreter::python::NamedFrame,
     process::{ImageId, ProcessImage},
     sample::ring_record::Sample,
 };
@@ -71,6 +72,8 @@ pub struct MergedSample {
     pub sample: Sample,
     /// Java frames from the JVM agent, innermost first.
     pub java: Vec<JavaStackFrame>,
+    /// Python frames, named, innermost first.
+    pub python: Vec<NamedFrame>,
 }
 
 impl MergedSample {
@@ -80,6 +83,15 @@ impl MergedSample {
             image,
             sample,
             java: Vec::new(),
+            python: Vec::new(),
+        }
+    }
+
+    /// A sample with Python frames `python`.
+    pub fn with_python(image: ImageId, sample: Sample, python: Vec<NamedFrame>) -> Self {
+        Self {
+            python,
+            ..Self::native(image, sample)
         }
     }
 
@@ -104,6 +116,7 @@ impl MergedSample {
             image: id,
             sample,
             java,
+            python: Vec::new(),
         }
     }
 }

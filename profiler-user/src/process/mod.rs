@@ -19,6 +19,7 @@ pub mod identity;
 pub mod image;
 pub mod maps;
 mod maps_query;
+pub mod memory;
 pub mod pidfd;
 pub mod procfs;
 pub mod registry;

@@ -22,6 +22,7 @@ use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
     event::{self, Event},
+    interpreter::python::Pythons,
     jvm::{
         java_events::JavaEventSettings,
         profiler::{JavaProfiler, JavaResults},
@@ -103,6 +104,7 @@ pub struct Recording {
     /// What each event counted since the start or the last cut.
     counted: EventAggregators,
     java: JavaProfiler,
+    pythons: Pythons,
     symbolizer: Symbolizer,
     /// Names kept from one interval to the next.
     names: AddressNames,
@@ -155,6 +157,7 @@ impl Recording {
         } else {
             Some(UnwindLoader::start(sampler.take_unwind_maps()?)?)
         };
+        let pythons = Pythons::new(sampler.take_python_map()?, args.lines)?;
         let symbolizer = Symbolizer::new(args.lines).with_kernel_namer(sampler.take_kernel_namer());
         let options = AggregateOptions {
             threads: args.threads,
@@ -184,6 +187,7 @@ impl Recording {
             ended: Vec::new(),
             counted: EventAggregators::new(options, &events, args),
             java,
+            pythons,
             symbolizer,
             names: AddressNames::default(),
             targets: Targets::watch(&args.pids),
@@ -273,6 +277,7 @@ impl Recording {
             ended,
             counted,
             java,
+            pythons,
             malformed,
             traps_checked,
             targets,
@@ -300,15 +305,18 @@ impl Recording {
                     java.await_java_stack(sample);
                 } else {
                     java.not_signalled(&sample);
-                    counted.add(MergedSample::native(image, sample));
+                    let python = pythons.name(pid, &sample.python);
+                    counted.add(MergedSample::with_python(image, sample, python));
                 }
             }
             Ok(Record::Exec { tgid }) => {
                 lifecycle.push((tgid, false));
+                pythons.ended(tgid);
                 end_process(processes, java, ended, tgid, false);
             }
             Ok(Record::Exit { tgid }) => {
                 lifecycle.push((tgid, true));
+                pythons.ended(tgid);
                 end_process(processes, java, ended, tgid, true);
             }
             Err(_) => *malformed += 1,
@@ -364,6 +372,11 @@ impl Recording {
     /// the kernel's map for good.
     fn load_new_images(&mut self) {
         let ended = std::mem::take(&mut self.ended);
+        for image in self.images_loaded..self.processes.len() {
+            if self.processes.is_live(image) {
+                self.pythons.found(self.processes.image(image));
+            }
+        }
         if let Some(unwinder) = &self.unwinder {
             let new = (self.images_loaded..self.processes.len())
                 .filter(|&image| self.processes.is_live(image))
@@ -444,6 +457,7 @@ impl Recording {
             unwinder,
             mut counted,
             java,
+            pythons,
             symbolizer,
             mut names,
             frequency_hz,
@@ -494,6 +508,7 @@ impl Recording {
             timed_threads,
             processes: processes.processes_seen(),
             java: java_summary,
+            python: pythons.summary(),
             unwind: unwinder.map(UnwindLoader::finish).unwrap_or_default(),
             symbolize_time: naming.elapsed(),
             symbolized_addresses: names.len(),

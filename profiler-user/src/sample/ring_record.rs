@@ -4,14 +4,17 @@
 use std::time::Duration;
 
 use profiler_common::{
-    unwind::StopReason, RecordHeader, RecordKind, MAX_COUNTERS, MAX_FRAMES, RECORD_HEADER_SIZE,
-    SAMPLE_COUNTER_SHIFT, SAMPLE_EXITING, SAMPLE_IN_CODE_CACHE, SAMPLE_KERNEL_THREAD,
-    SAMPLE_SIGNALLED, SAMPLE_WALL_ONLY,
+    python::{PYTHON_FRAME_ENTRY, PYTHON_MAX_FRAMES},
+    unwind::StopReason,
+    RecordHeader, RecordKind, MAX_COUNTERS, MAX_FRAMES, RECORD_HEADER_SIZE, SAMPLE_COUNTER_SHIFT,
+    SAMPLE_EXITING, SAMPLE_IN_CODE_CACHE, SAMPLE_KERNEL_THREAD, SAMPLE_SIGNALLED, SAMPLE_WALL_ONLY,
 };
 
 use super::comm::Comm;
 
-/// One record from the sampler.
+/// One record from the sampler: parsed and taken in at once, never kept
+/// in bulk, so its variants' sizes need not match.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     /// A CPU sample, or a thread's wait off the CPU.
@@ -46,6 +49,8 @@ pub struct Sample {
     pub kernel: Vec<u64>,
     /// User return addresses, innermost first.
     pub user: Vec<u64>,
+    /// CPython frames, innermost first, as the sampler read them.
+    pub python: Vec<PythonFrame>,
     /// The thread was sent the JVM agent's signal: a Java stack follows.
     pub signalled: bool,
     /// The thread was exiting: its process may be recorded as ended.
@@ -68,6 +73,29 @@ pub struct Sample {
     pub stop: StopReason,
     /// What the sample stands for.
     pub measure: Measure,
+}
+
+/// A CPython frame as the sampler read it: its code object, and where in
+/// it (see [`profiler_common::python::PythonLayout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PythonFrame {
+    /// The code object's address.
+    pub code: u64,
+    /// The instruction: `f_lasti`, or the instruction pointer's offset
+    /// from the code object.
+    pub instruction: u32,
+    /// The first frame its call of the interpreter ran.
+    pub entry: bool,
+}
+
+impl PythonFrame {
+    fn from_words(code: u64, word: u64) -> Self {
+        Self {
+            code,
+            instruction: word as u32,
+            entry: word & PYTHON_FRAME_ENTRY != 0,
+        }
+    }
 }
 
 /// What a sample stands for.
@@ -104,6 +132,7 @@ impl Sample {
             comm: "java".into(),
             kernel: Vec::new(),
             user,
+            python: Vec::new(),
             signalled: true,
             exiting: false,
             kernel_thread: false,
@@ -144,15 +173,19 @@ impl Record {
             Some(kind @ (RecordKind::Sample | RecordKind::OffCpu | RecordKind::Counted)) => {
                 let kernel_frames = usize::from(header.kernel_frames).min(MAX_FRAMES);
                 let user_frames = usize::from(header.user_frames).min(MAX_FRAMES);
+                let python_frames = usize::from(header.python_frames).min(PYTHON_MAX_FRAMES);
                 let frame_bytes = &bytes[RECORD_HEADER_SIZE..];
-                if frame_bytes.len() < (kernel_frames + user_frames) * 8 {
+                if frame_bytes.len() < (kernel_frames + user_frames + 2 * python_frames) * 8 {
                     return Err(RecordError::Truncated(bytes.len()));
                 }
                 let mut frames = frame_bytes
                     .chunks_exact(8)
                     .map(|chunk| u64::from_ne_bytes(chunk.try_into().expect("8-byte chunk")));
                 let kernel = frames.by_ref().take(kernel_frames).collect();
-                let user = frames.take(user_frames).collect();
+                let user = frames.by_ref().take(user_frames).collect();
+                let python = (0..python_frames)
+                    .map_while(|_| Some(PythonFrame::from_words(frames.next()?, frames.next()?)))
+                    .collect();
                 let sample = Sample {
                     tgid: header.tgid,
                     tid: header.tid,
@@ -161,6 +194,7 @@ impl Record {
                     comm: Comm::new(&header.comm),
                     kernel,
                     user,
+                    python,
                     signalled: header.flags & SAMPLE_SIGNALLED != 0,
                     exiting: header.flags & SAMPLE_EXITING != 0,
                     kernel_thread: header.flags & SAMPLE_KERNEL_THREAD != 0,
@@ -201,6 +235,15 @@ mod tests {
     use super::*;
 
     fn raw(kind: RecordKind, kernel: &[u64], user: &[u64]) -> Vec<u8> {
+        raw_with_python(kind, kernel, user, &[])
+    }
+
+    fn raw_with_python(
+        kind: RecordKind,
+        kernel: &[u64],
+        user: &[u64],
+        python: &[[u64; 2]],
+    ) -> Vec<u8> {
         let mut comm = [0u8; COMM_LEN];
         comm[..4].copy_from_slice(b"work");
         let header = RecordHeader {
@@ -218,6 +261,8 @@ mod tests {
             exe_device: (259 << 20) | 3,
             exe_inode: 1234,
             age_ns: 3_000_000_000,
+            python_frames: python.len() as u16,
+            padding: [0; 3],
         };
         // SAFETY: reading a repr(C) value's bytes.
         let mut bytes = unsafe {
@@ -227,10 +272,33 @@ mod tests {
             )
         }
         .to_vec();
-        for frame in kernel.iter().chain(user) {
+        for frame in kernel.iter().chain(user).chain(python.iter().flatten()) {
             bytes.extend_from_slice(&frame.to_ne_bytes());
         }
         bytes
+    }
+
+    #[test]
+    fn python_frames_follow_the_native_ones() {
+        let python = [[0x1000, 0x40], [0x2000, 0x8 | PYTHON_FRAME_ENTRY]];
+        let full = raw_with_python(RecordKind::Sample, &[1], &[2], &python);
+        let Ok(Record::Sample(sample)) = Record::parse(&full) else {
+            panic!("not a sample")
+        };
+        assert_eq!((sample.kernel, sample.user), (vec![1], vec![2]));
+        let frame = |code, instruction, entry| PythonFrame {
+            code,
+            instruction,
+            entry,
+        };
+        assert_eq!(
+            sample.python,
+            [frame(0x1000, 0x40, false), frame(0x2000, 0x8, true)]
+        );
+        assert_eq!(
+            Record::parse(&full[..full.len() - 8]),
+            Err(RecordError::Truncated(full.len() - 8))
+        );
     }
 
     #[test]

@@ -550,6 +550,14 @@ impl Sampler {
         })
     }
 
+    /// Hands over the map of the CPython processes whose frames the
+    /// sampler walks.
+    pub fn take_python_map(&mut self) -> Result<aya::maps::Map> {
+        self.ebpf
+            .take_map(names::map::python_processes)
+            .context("no python_processes map")
+    }
+
     /// Lets the sampler signal process `pid` (a JVM whose agent waits for
     /// `signal`) at every sample of one of its threads, unless the process
     /// exec'd or exited since `since_ns` (CLOCK_MONOTONIC), when its attach

@@ -1,0 +1,152 @@
+//! Puts a sample's Python frames where the interpreter ran them. Each call
+//! of `_PyEval_EvalFrameDefault` in the native stack runs one group of
+//! Python frames, ending at an entry frame: the innermost call the
+//! innermost group, and so on outwards. The native frames between the
+//! calls (C functions calling back into Python, C extensions) stay where
+//! they are. Groups past the outermost call (its native frames not
+//! unwound) go above it; with no call in the native stack, every group
+//! goes above the native frames.
+
+use std::sync::Arc;
+
+use crate::{
+    interpreter::python::{NamedFrame, EVAL_FUNCTION},
+    symbolize::{names::call_site, Frames},
+};
+
+/// One stack's merge, as its native frames are named, outermost first.
+pub struct PythonMerge<'a> {
+    /// Innermost group first, each innermost frame first.
+    groups: Vec<&'a [NamedFrame]>,
+    /// Calls of the interpreter in the native stack.
+    calls: usize,
+    /// Calls met so far.
+    met: usize,
+}
+
+fn is_call(named: &Frames) -> bool {
+    named.iter().any(|name| &**name == EVAL_FUNCTION)
+}
+
+fn outermost_first(group: &[NamedFrame]) -> impl Iterator<Item = Arc<str>> + '_ {
+    group.iter().rev().map(|frame| frame.name.clone())
+}
+
+impl<'a> PythonMerge<'a> {
+    /// The merge of `python` into the native stack `user` (innermost
+    /// first), whose frames `names` names.
+    pub fn new(python: &'a [NamedFrame], user: &[u64], names: impl Fn(u64) -> Frames) -> Self {
+        let groups: Vec<_> = python
+            .split_inclusive(|frame| frame.entry)
+            .filter(|group| !group.is_empty())
+            .collect();
+        let calls = if groups.is_empty() {
+            0
+        } else {
+            user.iter()
+                .enumerate()
+                .filter(|&(index, &address)| is_call(&names(call_site(index, address))))
+                .count()
+        };
+        Self {
+            groups,
+            calls,
+            met: 0,
+        }
+    }
+
+    /// The Python frames above every native frame.
+    pub fn before_native(&self) -> Vec<Arc<str>> {
+        if self.calls > 0 {
+            return Vec::new();
+        }
+        self.groups
+            .iter()
+            .rev()
+            .flat_map(|group| outermost_first(group))
+            .collect()
+    }
+
+    /// The Python frames in place of the native frame named `named`, the
+    /// next one outermost first, if it is a call of the interpreter that
+    /// ran some.
+    pub fn at(&mut self, named: &Frames) -> Option<Vec<Arc<str>>> {
+        if self.calls == 0 || !is_call(named) {
+            return None;
+        }
+        let mut frames = Vec::new();
+        if self.met == 0 {
+            for group in self.groups.iter().skip(self.calls).rev() {
+                frames.extend(outermost_first(group));
+            }
+        }
+        self.met += 1;
+        if let Some(group) = self.groups.get(self.calls - self.met) {
+            frames.extend(outermost_first(group));
+        }
+        (!frames.is_empty()).then_some(frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(name: &str, entry: bool) -> NamedFrame {
+        NamedFrame {
+            name: name.into(),
+            entry,
+        }
+    }
+
+    /// Folds native `user` (innermost first, return addresses: the call
+    /// at address 1 is the interpreter's, others `cN`) with `python`.
+    fn merged(user: &[u64], python: &[NamedFrame]) -> Vec<String> {
+        let names = |site: u64| -> Frames {
+            let name = match site {
+                1 => EVAL_FUNCTION.to_owned(),
+                other => format!("c{other}"),
+            };
+            Arc::from([Arc::from(name)])
+        };
+        let mut merge = PythonMerge::new(python, user, names);
+        let mut frames = merge.before_native();
+        for (index, &address) in user.iter().enumerate().rev() {
+            let named = names(call_site(index, address));
+            match merge.at(&named) {
+                Some(python) => frames.extend(python),
+                None => frames.extend(named.iter().cloned()),
+            }
+        }
+        frames.iter().map(|name| name.to_string()).collect()
+    }
+
+    #[test]
+    fn each_call_of_the_interpreter_runs_its_group() {
+        // c8 -> eval(outer, mid) -> c4 -> eval(inner) -> c7
+        let python = [
+            frame("inner", true),
+            frame("mid", false),
+            frame("outer", true),
+        ];
+        assert_eq!(
+            merged(&[7, 2, 5, 2, 9], &python),
+            ["c8", "outer", "mid", "c4", "inner", "c7"]
+        );
+    }
+
+    #[test]
+    fn groups_past_the_unwound_calls_go_above_the_outermost() {
+        let python = [frame("inner", true), frame("outer", true)];
+        assert_eq!(merged(&[7, 2], &python), ["outer", "inner", "c7"]);
+        // No call unwound: every frame above the native ones.
+        assert_eq!(merged(&[7, 9], &python), ["outer", "inner", "c8", "c7"]);
+    }
+
+    #[test]
+    fn calls_without_python_frames_keep_their_name() {
+        assert_eq!(merged(&[7, 2], &[]), [EVAL_FUNCTION, "c7"]);
+        let python = [frame("only", true)];
+        assert_eq!(merged(&[7, 2, 2], &python), [EVAL_FUNCTION, "only", "c7"]);
+    }
+}

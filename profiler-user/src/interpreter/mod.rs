@@ -1,0 +1,4 @@
+//! Interpreted runtimes whose frames the sampler reads from the
+//! interpreter's own structures, found and named here: [`python`].
+
+pub mod python;
