@@ -46,6 +46,8 @@ const PACKAGES: &[&str] = &[
     "strace",
     // Node.js, whose JIT writes perf maps (tests/tests/jit_perf_map.rs).
     "nodejs",
+    // Debian's CPython, static (tests/tests/python.rs).
+    "python3.11",
 ];
 
 /// PyPI packages the tests use, installed apart from the system's Python
@@ -53,6 +55,8 @@ const PACKAGES: &[&str] = &[
 const PYTHON_PACKAGES: &[&str] = &[
     // OpenTelemetry's own decoder of OTLP profiles (tests/tests/otlp.rs).
     "opentelemetry-proto==1.45.2",
+    // py-spy, which Python frames are compared with (tests/tests/python.rs).
+    "py-spy==0.4.3",
 ];
 
 #[derive(Parser)]
