@@ -193,6 +193,11 @@ pub struct SamplingArgs {
     #[arg(long)]
     pub no_jvm: bool,
 
+    /// Native stacks only for Python processes: their Python frames are
+    /// not read.
+    #[arg(long)]
+    pub no_python: bool,
+
     /// Have the agent retransform (unchanged) the classes of Java methods
     /// compiled before it came, whose stacks stop at the innermost method:
     /// HotSpot then recompiles them with the debug information that whole

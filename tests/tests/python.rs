@@ -275,3 +275,36 @@ fn python_in_a_container_splits_as_py_spy_sees_it() {
         .collect();
     assert_split("container", &split_of(&stacks), spy);
 }
+
+#[test]
+fn off_cpu_waits_get_their_python_frames() {
+    require_root();
+    let dir = TempDir::new("python-offcpu");
+    let mut command = Command::new(DEBIAN_PYTHON);
+    command.arg(workloads_dir().join("python/nap.py")).arg("30");
+    let running = Running::start(command, "nap.py", "python3.11");
+    let out = dir.join("offcpu.folded");
+    let mut stoke_args = record_args(&args!["-p", running.pid()], HZ, 3.0, &out);
+    stoke_args.extend(args!["-e", "offcpu"]);
+    Stoke::spawn(&stoke_args)
+        .wait_recording(3.0)
+        .assert_success();
+    let stacks = read_folded(&out);
+    let total = total_samples(&stacks);
+    let napping = samples_where(&stacks, |s| {
+        let python: Vec<&str> = s
+            .frames
+            .iter()
+            .filter(|f| f.ends_with("_[py]"))
+            .map(String::as_str)
+            .collect();
+        python == ["<module>_[py]", "main_[py]", "nap_[py]"]
+    });
+    println!(
+        "{:.2} s off the CPU, {:.2} s of it in nap",
+        total as f64 / 1e9,
+        napping as f64 / 1e9
+    );
+    assert!(total as f64 / 1e9 > 2.0, "{total} ns off the CPU");
+    assert!(napping * 10 >= total * 9, "{napping} of {total} ns in nap");
+}

@@ -202,12 +202,14 @@ static __always_inline bool offcpu_profiled(struct task_struct *task)
 	return !filter_tgids || bpf_map_lookup_elem(&target_tgids, &tgid);
 }
 
-/* Sends `off_ns` of waiting by `task` with its `kernel_frames` and
- * `user_bytes` of user frames already in `record`. Its time is when it is
+/* Sends `off_ns` of waiting by `task` with its `kernel_frames`,
+ * `user_bytes` of user frames and `python` Python frames already in
+ * `record`. Its time is when it is
  * sent, after any CPU sample of the thread since it ran again, so that its
  * thread's signalled records reach userspace in the order of their times. */
 static __always_inline void offcpu_output(struct sample_record *record, struct task_struct *task,
-					  __u64 off_ns, __u32 kernel_frames, long user_bytes)
+					  __u64 off_ns, __u32 kernel_frames, long user_bytes,
+					  __u32 python)
 {
 	__u32 tgid = task->tgid;
 	bool announcing;
@@ -221,13 +223,15 @@ static __always_inline void offcpu_output(struct sample_record *record, struct t
 	record->header.flags |= record_flags(task->flags);
 	record->header.kernel_frames = kernel_frames;
 	record->header.user_frames = user_bytes / sizeof(__u64);
-	record->header.python_frames = 0;
+	if (python > STOKE_PYTHON_MAX_FRAMES)
+		python = 0;
+	record->header.python_frames = python;
 	bpf_probe_read_kernel_str(record->header.comm, sizeof(record->header.comm), task->comm);
 	announcing = announce_in(&record->header, tgid, task, task->flags, false);
 	if (bpf_ringbuf_output(&samples, record,
 			       sizeof(record->header) +
 				       (kernel_frames & (OFFCPU_KERNEL_FRAMES * 2 - 1)) * sizeof(__u64) +
-				       user_bytes,
+				       user_bytes + python * 2 * sizeof(__u64),
 			       ring_flags(announcing)) == 0)
 		count(STOKE_COUNTER_OFF_CPU_SENT);
 	else
@@ -248,12 +252,12 @@ static __always_inline __u64 offcpu_take_pending(struct offcpu_task *state)
 
 /* offcpu_output for the wait pending in `state`, which it ends. */
 static __always_inline void offcpu_send(struct sample_record *record, struct offcpu_task *state,
-					struct task_struct *task, long user_bytes)
+					struct task_struct *task, long user_bytes, __u32 python)
 {
 	__u64 off_ns = offcpu_take_pending(state);
 
 	record->header.flags |= state->pending_flags;
-	offcpu_output(record, task, off_ns, state->kernel_frames, user_bytes);
+	offcpu_output(record, task, off_ns, state->kernel_frames, user_bytes, python);
 }
 
 /* The kernel stack of `task`, off the CPU, into `frames` (at most
@@ -312,7 +316,7 @@ static __always_inline void offcpu_send_without_unwinding(struct offcpu_task *st
 		record->frames[slot] = state->user_ip;
 		user_bytes = sizeof(__u64);
 	}
-	offcpu_send(record, state, task, user_bytes);
+	offcpu_send(record, state, task, user_bytes, 0);
 }
 
 /* Sends the wait pending in `state` with the user stack of `task`, the
@@ -325,7 +329,7 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 	struct sample_record *record = offcpu_record(state);
 	struct stoke_signalled_jvm *jvm;
 	long kernel_bytes, user_bytes;
-	__u32 tgid = task->tgid;
+	__u32 tgid = task->tgid, python;
 
 	if (!record)
 		return;
@@ -336,6 +340,8 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 				true);
 	if (user_bytes < 0)
 		return;
+	python = python_frames(task, tgid, task->pid, kernel_bytes + user_bytes, SLOT_OFFCPU,
+			       false);
 	jvm = bpf_map_lookup_elem(&signal_tgids, &tgid);
 	if (jvm) {
 		if (bpf_send_signal_thread(jvm->signal) == 0)
@@ -343,7 +349,7 @@ static __always_inline void offcpu_send_unwound(struct task_struct *task,
 		else
 			count(STOKE_COUNTER_SIGNAL_FAILED);
 	}
-	offcpu_send(record, state, task, user_bytes);
+	offcpu_send(record, state, task, user_bytes, python);
 }
 
 /* Threads whose user stack a task work will take, by thread id: the

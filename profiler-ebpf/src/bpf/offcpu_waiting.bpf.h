@@ -83,7 +83,7 @@ int offcpu_waiting(struct stoke_iter_task *ctx)
 			user_bytes = sizeof(__u64);
 		}
 	}
-	offcpu_output(record, task, off, frames, user_bytes);
+	offcpu_output(record, task, off, frames, user_bytes, 0);
 	bpf_seq_write(seq, &off, sizeof(off));
 	return 0;
 }

@@ -88,7 +88,7 @@ static long python_thread_step(__u32 index, void *context)
 /* The thread state of the current thread `tid`, whose TLS base is
  * `fsbase`; 0 if it has none (a thread that never ran Python code). */
 static __always_inline __u64 python_thread_state(struct stoke_python_process *process,
-						 __u32 tid, __u64 fsbase, bool legacy)
+						 __u32 tid, __u64 fsbase)
 {
 	struct python_thread_search search = {
 		.fsbase = fsbase,
@@ -104,13 +104,7 @@ static __always_inline __u64 python_thread_state(struct stoke_python_process *pr
 	if (!interpreter)
 		return 0;
 	search.state = python_read_u64(interpreter + process->interpreter_threads);
-	if (legacy) {
-		for (__u32 index = 0; index < STOKE_PYTHON_MAX_THREADS; index++)
-			if (python_thread_step(index, &search))
-				break;
-	} else {
-		bpf_loop(STOKE_PYTHON_MAX_THREADS, python_thread_step, &search, 0);
-	}
+	bpf_loop(STOKE_PYTHON_MAX_THREADS, python_thread_step, &search, 0);
 	if (!search.found)
 		return 0;
 	bpf_map_update_elem(&python_threads, &tid, &search.state, BPF_ANY);
@@ -197,7 +191,9 @@ static long python_frame_step(__u32 index, void *context)
  * The Python frames of the current thread `tid` of process `tgid` (`task`),
  * into the record of scratch slot `slot` after its `native_bytes` of
  * native frames: their count, 0 if the process runs no CPython that
- * userspace found or the thread has no Python frames.
+ * userspace found or the thread has no Python frames. Kernels without
+ * bpf_loop (`legacy`) get none: unrolled, the walk is more than their
+ * verifier takes.
  */
 static __always_inline __u32 python_frames(struct task_struct *task, __u32 tgid, __u32 tid,
 					   long native_bytes, __u32 slot, bool legacy)
@@ -210,25 +206,18 @@ static __always_inline __u32 python_frames(struct task_struct *task, __u32 tgid,
 	struct python_state *state = walk.state;
 	__u64 thread;
 
-	if (!process || !state || !walk.record)
+	if (legacy || !process || !state || !walk.record)
 		return 0;
 	state->process = *process;
 	state->first = native_bytes / sizeof(__u64);
 	state->count = 0;
-	thread = python_thread_state(&state->process, tid, BPF_CORE_READ(task, thread.fsbase),
-				     legacy);
+	thread = python_thread_state(&state->process, tid, BPF_CORE_READ(task, thread.fsbase));
 	if (!thread)
 		return 0;
 	state->frame = python_read_u64(thread + state->process.thread_frame);
 	if (state->frame && state->process.cframe_frame != STOKE_PYTHON_NO_OFFSET)
 		state->frame = python_read_u64(state->frame + state->process.cframe_frame);
-	if (legacy) {
-		for (__u32 index = 0; index <= STOKE_PYTHON_MAX_FRAMES; index++)
-			if (python_frame_step(index, &walk))
-				break;
-	} else {
-		bpf_loop(STOKE_PYTHON_MAX_FRAMES + 1, python_frame_step, &walk, 0);
-	}
+	bpf_loop(STOKE_PYTHON_MAX_FRAMES + 1, python_frame_step, &walk, 0);
 	return state->count;
 }
 

@@ -1,6 +1,5 @@
 //! Reads a live process's memory: `process_vm_readv`, a copy of at most the
-//! bytes asked for, which fails rather than blocks on an address the
-//! process has not mapped.
+//! bytes asked for, which fails on an address the process has not mapped.
 
 use std::io;
 

@@ -8,7 +8,8 @@
 //! it must not be mistaken for another ([`pidfd`]), its container or
 //! service ([`identity`]) from its cgroup ([`cgroup`]; its CPU quota's
 //! throttling for reports: [`cpu_quota`]) and the container
-//! runtimes' files ([`runtime_metadata`]). The recording owns the registry
+//! runtimes' files ([`runtime_metadata`]); a few bytes of its memory at
+//! a time, for interpreters' names ([`memory`]). The recording owns the registry
 //! and lends it to the stages that need a process's mappings: the unwind
 //! loader (which files to compile tables for), the Java side (is it a JVM;
 //! where its JIT code is) and symbolization (which file an address is in).

@@ -157,7 +157,12 @@ impl Recording {
         } else {
             Some(UnwindLoader::start(sampler.take_unwind_maps()?)?)
         };
-        let pythons = Pythons::new(sampler.take_python_map()?, args.lines)?;
+        let python_map = if args.no_python {
+            None
+        } else {
+            Some(sampler.take_python_map()?)
+        };
+        let pythons = Pythons::new(python_map, args.lines)?;
         let symbolizer = Symbolizer::new(args.lines).with_kernel_namer(sampler.take_kernel_namer());
         let options = AggregateOptions {
             threads: args.threads,

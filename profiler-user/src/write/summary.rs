@@ -7,7 +7,10 @@ use std::{
 
 use profiler_common::unwind::MAX_MAPPINGS;
 
-use crate::profile::{JavaSummary, Profile, RecordingSummary};
+use crate::{
+    interpreter::python::PythonSummary,
+    profile::{JavaSummary, Profile, RecordingSummary},
+};
 
 /// More rows bury the few functions that matter.
 const MAX_ROWS: usize = 40;
@@ -90,6 +93,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     }
     write_stack_quality(summary, out)?;
     write_java(&summary.java, out)?;
+    write_python(&summary.python, out)?;
 
     // Percentages are of the samples being counted, so they add up even if
     // the summary's total disagrees.
@@ -256,6 +260,34 @@ fn write_java(java: &JavaSummary, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
+fn write_python(python: &PythonSummary, out: &mut dyn Write) -> io::Result<()> {
+    let mut lines = Vec::new();
+    if !python.processes.is_empty() {
+        let versions: Vec<String> = python
+            .processes
+            .iter()
+            .map(|(version, count)| format!("{count} of {version}"))
+            .collect();
+        lines.push(("Python processes".to_owned(), versions.join(", ")));
+    }
+    lines.extend(
+        python
+            .not_read
+            .iter()
+            .map(|(pid, why)| (format!("Python {pid} native only"), why.clone())),
+    );
+    if python.unnamed_frames > 0 {
+        lines.push((
+            "Python frames not named".to_owned(),
+            format!("{} (code freed before naming)", python.unnamed_frames),
+        ));
+    }
+    for (label, value) in lines {
+        writeln!(out, "{:<33} {value}", format!("{label}:"))?;
+    }
+    Ok(())
+}
+
 /// Samples per function as the leaf, and per function anywhere on the
 /// stack; the context frames naming process and thread are not functions.
 fn count_functions(profile: &Profile) -> (HashMap<&str, u64>, HashMap<&str, u64>) {
@@ -409,6 +441,29 @@ mod tests {
         assert!(report.contains("JVMs profiled:                    2 (slowest attach 130 ms)\n"));
         assert!(report.contains("JVM 42 attach:                    130 ms\nJVM 7 attach:"));
         assert!(report.contains("JVM 42 Java frames:               310 ms after its start\n"));
+    }
+
+    #[test]
+    fn python_versions_and_what_was_not_read_are_said() {
+        let mut profile = profile(&[("python3;main", 1)]);
+        assert!(!report(&profile).contains("Python"));
+        profile.summary.python.processes = [("3.11".into(), 2), ("3.8".into(), 1)].into();
+        profile.summary.python.not_read = vec![(9, "Python 3.14 is not read".into())];
+        profile.summary.python.unnamed_frames = 3;
+        let report = report(&profile);
+        assert!(report.contains(
+            "Python processes:                 2 of 3.11, 1 of 3.8
+"
+        ));
+        assert!(report.contains(&format!(
+            "{:<33} Python 3.14 is not read
+",
+            "Python 9 native only:"
+        )));
+        assert!(report.contains(
+            "Python frames not named:          3 (code freed before naming)
+"
+        ));
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod jvm_share;
 mod overhead;
 mod process;
 mod profiler;
+mod python;
 mod report;
 mod scale;
 mod stacks;

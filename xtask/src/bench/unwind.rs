@@ -28,6 +28,7 @@ use super::{
     bpf_stats::{per_run_us, program_stats, ProgramStats},
     process::Process,
     profiler::{Options, Recording, Tool},
+    python,
     report::{Section, Table, Target},
     rotated,
     stacks::{is_kernel, Stack},
@@ -220,13 +221,17 @@ pub fn run(bench: &Bench) -> Result<Section> {
             }
         }
     }
-    Ok(section(
+    let mut section = section(
         bench,
         &configs,
         &runs,
         &host,
         (!tables_missing).then_some(tables.as_slice()),
-    ))
+    );
+    let (python, python_targets) = python::run(bench)?;
+    section.body = format!("{}\n\n{python}", section.body.trim_end());
+    section.targets.extend(python_targets);
+    Ok(section)
 }
 
 fn run_once(bench: &Bench, workload: Workload, unwinder: Unwinder, xz_input: &Path) -> Result<Run> {

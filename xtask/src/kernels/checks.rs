@@ -198,6 +198,16 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
         check(out, "tracepoint", |outputs| fault_split(outputs, "hits")),
         check(out, "offcpu", |outputs| asleep(outputs, "off-CPU time")),
         check(out, "wall", |outputs| asleep(outputs, "wall-clock time")),
+        check(out, "python", |outputs| {
+            let a = outputs.total(|stack| stack.contains(";hot_a_[py]"));
+            let b = outputs.total(|stack| stack.contains(";hot_b_[py]"));
+            let share = 100.0 * a as f64 / (a + b).max(1) as f64;
+            require(
+                a + b >= 100 && (share - 70.0).abs() <= 5.0,
+                "expected ≥ 100 samples in Python frames at 70 ± 5 % in hot_a",
+                format!("{} samples in hot_a or hot_b, {share:.1}% in hot_a", a + b),
+            )
+        }),
         check(out, "java", |outputs| {
             let total = outputs.total(|_| true);
             let java = outputs.total(|stack| stack.contains("JavaSplit.seventy"));

@@ -1,10 +1,12 @@
 #!/bin/sh
 # The kernel smoke suite, run inside a guest kernel (`cargo xtask test
 # --kernels`): $1 is the read-write output directory, $2 the stoke binary,
-# $3 the directory of the compiled workloads, $4 the JDK. Every check
-# leaves NAME.rc (stoke's exit code), NAME.folded and NAME.log in $1; the
-# host asserts on them, as the guest's stdout may not reach it.
-out=$1 stoke=$2 work=$3 jdk=$4
+# $3 the directory of the compiled workloads, $4 the JDK, $5 the Python
+# 70:30 workload (run by Debian's python3.11: the host's root is the
+# guest's). Every check leaves NAME.rc (stoke's exit code), NAME.folded and
+# NAME.log in $1; the host asserts on them, as the guest's stdout may not
+# reach it.
+out=$1 stoke=$2 work=$3 jdk=$4 python_split=$5
 uname -r > "$out/kernel"
 cd "$out" || exit 1
 
@@ -59,6 +61,12 @@ sleeper=$!
 check offcpu -p "$sleeper" -e offcpu -d 3
 check wall -p "$sleeper" -e wall -d 3
 kill "$sleeper"
+
+/usr/bin/python3.11 "$python_split" 60 > python.out 2>&1 &
+py=$!
+wait_ready python.out
+check python -p "$py" -d 4
+kill "$py"
 
 "$jdk/bin/java" -XX:+UseSerialGC -Xmx64m -cp "$work" JavaSplit 120 > java.out 2>&1 &
 java=$!

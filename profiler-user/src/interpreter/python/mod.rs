@@ -70,7 +70,8 @@ struct Process {
 
 /// The CPython processes of a recording.
 pub struct Pythons {
-    map: BpfHashMap<MapData, u32, [u8; size_of::<PythonProcess>()]>,
+    /// None with `--no-python`.
+    map: Option<BpfHashMap<MapData, u32, [u8; size_of::<PythonProcess>()]>>,
     lines: bool,
     processes: HashMap<u32, Process>,
     /// Files looked at, by device and inode: their exports, if CPython's.
@@ -79,11 +80,14 @@ pub struct Pythons {
 }
 
 impl Pythons {
-    /// Fills the sampler's `python_processes` map `map`; names lines if
-    /// `lines`.
-    pub fn new(map: aya::maps::Map, lines: bool) -> Result<Self> {
+    /// Fills the sampler's `python_processes` map `map`, if given; names
+    /// lines if `lines`.
+    pub fn new(map: Option<aya::maps::Map>, lines: bool) -> Result<Self> {
         Ok(Self {
-            map: BpfHashMap::try_from(map).context("the python_processes map")?,
+            map: map
+                .map(BpfHashMap::try_from)
+                .transpose()
+                .context("the python_processes map")?,
             lines,
             processes: HashMap::new(),
             files: HashMap::new(),
@@ -94,6 +98,9 @@ impl Pythons {
     /// Looks at a newly sampled process image: if it runs CPython, the
     /// sampler walks its threads' frames from now on.
     pub fn found(&mut self, image: &ProcessImage) {
+        if self.map.is_none() {
+            return;
+        }
         let pid = image.pid;
         for mapping in image.mappings() {
             let MappingTarget::File(file) = &mapping.target else {
@@ -160,8 +167,10 @@ impl Pythons {
         };
         // SAFETY: PythonProcess is repr(C) plain data without padding.
         let value: [u8; size_of::<PythonProcess>()] = unsafe { std::mem::transmute(walk) };
-        self.map
-            .insert(pid, value, 0)
+        let Some(map) = &mut self.map else {
+            return Err("--no-python".into());
+        };
+        map.insert(pid, value, 0)
             .map_err(|error| format!("the sampler's map of Python processes: {error}"))
     }
 
