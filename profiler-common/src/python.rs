@@ -5,8 +5,11 @@
 /// Most Python frames one sample carries, innermost first.
 pub const PYTHON_MAX_FRAMES: usize = 64;
 
-/// Most threads of a Python process searched for the sampled one.
-pub const PYTHON_MAX_THREADS: u32 = 32;
+/// Most threads of a Python process searched for the sampled one (newest
+/// first: CPython puts a new thread state at the head of the list). A
+/// search costs two reads a thread searched, at a sample of a thread not
+/// found yet (or once a second, of a thread without Python).
+pub const PYTHON_MAX_THREADS: u32 = 256;
 
 /// Most bytes of one frame read at once: every offset of a frame's fields
 /// that the walk reads is below this.

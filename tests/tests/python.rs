@@ -308,3 +308,40 @@ fn off_cpu_waits_get_their_python_frames() {
     assert!(total as f64 / 1e9 > 2.0, "{total} ns off the CPU");
     assert!(napping * 10 >= total * 9, "{napping} of {total} ns in nap");
 }
+
+#[test]
+fn a_version_not_read_keeps_its_native_stack_and_says_why() {
+    require_root();
+    let python = Path::new(PYENV).join("3.7.16/bin/python3");
+    if !python.exists() {
+        println!("no pyenv 3.7 on this machine: nothing to check");
+        return;
+    }
+    let dir = TempDir::new("python-3.7");
+    let running = start(&python, 30);
+    let (folded, text) = (dir.join("old.folded"), dir.join("old.txt"));
+    let mut stoke_args = record_args(&args!["-p", running.pid()], HZ, 2.0, &folded);
+    stoke_args.extend(args!["-o", text.display()]);
+    Stoke::spawn(&stoke_args)
+        .wait_recording(2.0)
+        .assert_success();
+    let stacks = read_folded(&folded);
+    let python_frames = samples_where(&stacks, |s| s.frames.iter().any(|f| f.ends_with("_[py]")));
+    let eval = samples_where(&stacks, |s| {
+        s.frames.iter().any(|f| f == "_PyEval_EvalFrameDefault")
+    });
+    let summary = std::fs::read_to_string(&text).unwrap();
+    let said = format!("Python {} native only:", running.pid());
+    println!("{python_frames} with Python frames, {eval} in the interpreter");
+    assert_eq!(python_frames, 0);
+    assert!(
+        eval * 10 >= total_samples(&stacks) * 9,
+        "{eval} in the interpreter"
+    );
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.starts_with(&said) && l.ends_with("Python 3.7 is not read")),
+        "no line `{said} ... Python 3.7 is not read` in:\n{summary}"
+    );
+}

@@ -22,13 +22,24 @@ struct {
 	__type(value, struct stoke_python_process);
 } python_processes SEC(".maps");
 
-/* Each sampled Python thread's thread state, by thread id: found once,
- * checked at every sample by its thread id. */
+/* A sampled thread's thread state, once found (checked at every sample by
+ * its thread id), or when a search last found none: a thread that runs no
+ * Python (yet) is searched for again at most once a second, not at every
+ * sample. */
+struct python_thread {
+	__u64 state;
+	__u64 searched_ns;
+};
+
+/* Between searches for a thread found to have no thread state. */
+#define PYTHON_SEARCH_AGAIN_NS 1000000000ULL
+
+/* By thread id. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct python_thread);
 } python_threads SEC(".maps");
 
 /* A walk of a thread's frames, per CPU and scratch slot. Kept in a map
@@ -86,7 +97,8 @@ static long python_thread_step(__u32 index, void *context)
 }
 
 /* The thread state of the current thread `tid`, whose TLS base is
- * `fsbase`; 0 if it has none (a thread that never ran Python code). */
+ * `fsbase`; 0 if it has none (a thread that never ran Python code), or is
+ * past the first STOKE_PYTHON_MAX_THREADS of its interpreter. */
 static __always_inline __u64 python_thread_state(struct stoke_python_process *process,
 						 __u32 tid, __u64 fsbase)
 {
@@ -95,20 +107,25 @@ static __always_inline __u64 python_thread_state(struct stoke_python_process *pr
 		.next = process->thread_next,
 		.thread_id = process->thread_id,
 	};
-	__u64 *cached = bpf_map_lookup_elem(&python_threads, &tid);
+	struct python_thread *cached = bpf_map_lookup_elem(&python_threads, &tid);
+	struct python_thread found = { .searched_ns = bpf_ktime_get_ns() };
 	__u64 interpreter;
 
-	if (cached && *cached && python_read_u64(*cached + search.thread_id) == fsbase)
-		return *cached;
+	if (cached && cached->state &&
+	    python_read_u64(cached->state + search.thread_id) == fsbase)
+		return cached->state;
+	if (cached && !cached->state &&
+	    found.searched_ns - cached->searched_ns < PYTHON_SEARCH_AGAIN_NS)
+		return 0;
 	interpreter = python_read_u64(process->interpreters_head);
-	if (!interpreter)
-		return 0;
-	search.state = python_read_u64(interpreter + process->interpreter_threads);
-	bpf_loop(STOKE_PYTHON_MAX_THREADS, python_thread_step, &search, 0);
-	if (!search.found)
-		return 0;
-	bpf_map_update_elem(&python_threads, &tid, &search.state, BPF_ANY);
-	return search.state;
+	if (interpreter) {
+		search.state = python_read_u64(interpreter + process->interpreter_threads);
+		bpf_loop(STOKE_PYTHON_MAX_THREADS, python_thread_step, &search, 0);
+	}
+	if (search.found)
+		found.state = search.state;
+	bpf_map_update_elem(&python_threads, &tid, &found, BPF_ANY);
+	return found.state;
 }
 
 struct python_walk {

@@ -436,6 +436,7 @@ impl Recording {
                     pid,
                     true,
                 );
+                self.pythons.ended(pid);
             }
         }
         self.load_new_images();

@@ -46,6 +46,13 @@ pub struct Code {
     pub line_table: Box<[u8]>,
 }
 
+impl Code {
+    /// Roughly the bytes it holds.
+    pub fn bytes(&self) -> usize {
+        self.name.len() + self.frame.len() + self.file.len() + self.line_table.len()
+    }
+}
+
 /// The code object at `address` of process `pid`, whose `PyCode_Type` is
 /// at `code_type`, laid out as `layout` says; with its line table if
 /// `lines`.

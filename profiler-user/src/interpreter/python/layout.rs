@@ -5,6 +5,8 @@
 
 use profiler_common::python::{PythonLayout, PythonProcess, PYTHON_NO_OFFSET};
 
+use crate::process::memory;
+
 /// How a version maps a code object's instructions to lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineTable {
@@ -131,6 +133,30 @@ pub fn of_minor(minor: u32) -> Option<Layout> {
         walk,
         code,
     })
+}
+
+/// The cookie that starts `_PyRuntime` from 3.13 on: its debug offsets
+/// (`_Py_DebugOffsets`) follow, then whether the build is free-threaded.
+const DEBUG_COOKIE: &[u8; 8] = b"xdebugpy";
+const FREE_THREADED: usize = 16;
+
+/// Whether process `pid`'s `_PyRuntime` at `runtime` is one of 3.`minor`
+/// the layout fits: from 3.13 on, it starts with its debug cookie and is
+/// no free-threaded build (whose structures differ).
+pub fn check_runtime(pid: u32, runtime: u64, minor: u32) -> Result<(), String> {
+    if minor < 13 {
+        return Ok(());
+    }
+    let mut start = [0; 24];
+    memory::read(pid, runtime, &mut start)
+        .map_err(|error| format!("reading its _PyRuntime: {error}"))?;
+    if &start[..8] != DEBUG_COOKIE {
+        return Err(format!("3.{minor}'s _PyRuntime without its debug cookie"));
+    }
+    if start[FREE_THREADED..].iter().any(|&byte| byte != 0) {
+        return Err(format!("Python 3.{minor} free-threaded is not read"));
+    }
+    Ok(())
 }
 
 const fn code(

@@ -31,9 +31,13 @@ pub const EVAL_FUNCTION: &str = "_PyEval_EvalFrameDefault";
 /// The suffix of a Python frame's name (as `_[k]` is a kernel frame's).
 pub const FRAME_SUFFIX: &str = "_[py]";
 
-/// Code objects named per process before others are named anew at every
-/// sample rather than kept.
-const MAX_CODES: usize = 1 << 16;
+/// Bytes of code objects' names and line tables kept per process: past
+/// them, others are read anew at every sample rather than kept.
+const MAX_CACHED_BYTES: usize = 16 << 20;
+
+/// Files remembered by device and inode (as CPython's or not) before all
+/// are forgotten.
+const MAX_FILES: usize = 4096;
 
 /// Most processes named in the summary's lists.
 const MAX_LISTED: usize = 16;
@@ -66,6 +70,8 @@ struct Process {
     layout: Layout,
     code_type: u64,
     codes: HashMap<u64, Option<Arc<Code>>>,
+    /// What `codes` holds, in bytes, roughly.
+    cached_bytes: usize,
 }
 
 /// The CPython processes of a recording.
@@ -109,6 +115,9 @@ impl Pythons {
             if !find::may_be_python(&file.name) {
                 continue;
             }
+            if self.files.len() >= MAX_FILES {
+                self.files.clear();
+            }
             let exports = self
                 .files
                 .entry(file.key)
@@ -126,9 +135,10 @@ impl Pythons {
                     .map(|hex| (hex >> 16 & 0xff) as u32),
                 None => find::minor_in_name(&file.name),
             };
+            let runtime = exports.runtime.wrapping_add(bias);
             let result = match minor.map(|minor| (minor, layout::of_minor(minor))) {
-                Some((minor, Some(layout))) => self
-                    .walk(pid, exports.runtime.wrapping_add(bias), &layout)
+                Some((minor, Some(layout))) => layout::check_runtime(pid, runtime, minor)
+                    .and_then(|()| self.walk(pid, runtime, &layout))
                     .map(|()| (minor, layout)),
                 Some((minor, None)) => Err(format!("Python 3.{minor} is not read")),
                 None => Err(format!("no Python version in {}", file.name)),
@@ -146,6 +156,7 @@ impl Pythons {
                             layout,
                             code_type: exports.code_type.wrapping_add(bias),
                             codes: HashMap::new(),
+                            cached_bytes: 0,
                         },
                     );
                 }
@@ -199,7 +210,9 @@ impl Pythons {
                             lines,
                         )
                         .map(Arc::new);
-                        if process.codes.len() < MAX_CODES {
+                        let bytes = code.as_ref().map_or(0, |code| code.bytes()) + 64;
+                        if process.cached_bytes + bytes <= MAX_CACHED_BYTES {
+                            process.cached_bytes += bytes;
                             process.codes.insert(frame.code, code.clone());
                         }
                         code
