@@ -7,10 +7,10 @@
 
 use std::{path::Path, process::Command, time::Duration};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 
 use super::{
-    bpf_stats::{per_run_us, program_stats, ProgramStats},
+    bpf_stats::{per_run_us, sampler_stats, ProgramStats},
     process::Process,
     profiler::{Options, Recording, Tool},
     report::{Table, Target},
@@ -119,14 +119,6 @@ fn run_once(bench: &Bench, script: &Path, with_python: bool) -> Result<Run> {
         sampler: after.since(before),
         python_frames: frames as f64 / samples as f64,
     })
-}
-
-fn sampler_stats(stoke: libc::pid_t) -> Result<ProgramStats> {
-    let programs = program_stats(stoke)?;
-    programs
-        .get("sample_cpu")
-        .copied()
-        .with_context(|| format!("stoke holds no sample_cpu program: {programs:?}"))
 }
 
 fn section(runs: &[Vec<Run>; 2]) -> (String, Vec<Target>) {

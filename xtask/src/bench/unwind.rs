@@ -25,7 +25,7 @@ use profiler_common::unwind::ROOT_FUNCTIONS;
 use stoke_tests::{json::UnwindSummary, JDKS};
 
 use super::{
-    bpf_stats::{per_run_us, program_stats, ProgramStats},
+    bpf_stats::{per_run_us, sampler_stats, ProgramStats},
     process::Process,
     profiler::{Options, Recording, Tool},
     python,
@@ -297,14 +297,6 @@ fn run_once(bench: &Bench, workload: Workload, unwinder: Unwinder, xz_input: &Pa
         user_frames: frames as f64 / samples as f64,
         root_share: rooted as f64 / with_user.max(1) as f64,
     })
-}
-
-fn sampler_stats(stoke: libc::pid_t) -> Result<ProgramStats> {
-    let programs = program_stats(stoke)?;
-    programs
-        .get("sample_cpu")
-        .copied()
-        .with_context(|| format!("stoke holds no sample_cpu program: {programs:?}"))
 }
 
 /// Whether a stack's user part reaches where a process or thread starts,
