@@ -15,8 +15,8 @@ use anyhow::{bail, Context, Result};
 use crate::cargo;
 
 /// The targets, as named in `profiler-user/src/fuzz` (test `fuzz::T::T`).
-pub const TARGETS: [&str; 8] = [
-    "elf", "agent", "proc", "record", "merge", "attach", "folded", "pprof",
+pub const TARGETS: [&str; 9] = [
+    "elf", "agent", "proc", "record", "merge", "attach", "folded", "pprof", "python",
 ];
 
 /// What bolero may add to a target's budget to shrink a failing input

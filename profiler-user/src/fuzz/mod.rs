@@ -9,7 +9,8 @@
 //! ([`elf`]), the sampler's ring records ([`record`]), the agent's shared
 //! memory with its event log, Java symbols and merging ([`agent`]), the
 //! merging of samples with Java stacks ([`merge`]), the `/proc` parsers
-//! ([`proc`]), the attach protocol's replies ([`attach`]), and the
+//! ([`proc`]), the attach protocol's replies ([`attach`]), CPython's line
+//! tables ([`python`]), and the
 //! profiles users give `stoke convert`, `stoke diff` and `--baseline`:
 //! folded files ([`folded`]) and pprof profiles ([`pprof`]).
 
@@ -22,5 +23,6 @@ pub(crate) mod harness;
 mod merge;
 mod pprof;
 mod proc;
+mod python;
 mod record;
 mod regressions;

@@ -1,12 +1,15 @@
 //! Target `record`: the sampler's ring-buffer records. The BPF side is
 //! trusted, but a record's lengths still must never make stoke read past
 //! what it received: inputs are headers with chosen kinds and frame counts
-//! over random bytes, cut anywhere.
+//! (kernel, user, Python) over random bytes, cut anywhere.
 
 use std::mem::offset_of;
 
 use bolero::TypeGenerator;
-use profiler_common::{RecordHeader, MAX_FRAMES, RECORD_HEADER_SIZE};
+use profiler_common::{
+    python::{PYTHON_FRAME_ENTRY, PYTHON_MAX_FRAMES},
+    RecordHeader, MAX_FRAMES, RECORD_HEADER_SIZE,
+};
 
 use super::harness::{self, Run};
 use crate::sample::ring_record::Record;
@@ -18,6 +21,7 @@ struct RecordInput {
     kind: Option<u8>,
     kernel_frames: Option<u16>,
     user_frames: Option<u16>,
+    python_frames: Option<u16>,
     /// Frame words appended after the header.
     frames: Vec<u64>,
     /// Cut the record to this many bytes (modulo its length).
@@ -49,6 +53,12 @@ fn record_bytes(input: &RecordInput) -> Vec<u8> {
     if let Some(count) = input.user_frames {
         put(offset_of!(RecordHeader, user_frames), &count.to_ne_bytes());
     }
+    if let Some(count) = input.python_frames {
+        put(
+            offset_of!(RecordHeader, python_frames),
+            &count.to_ne_bytes(),
+        );
+    }
     for frame in &input.frames {
         bytes.extend_from_slice(&frame.to_ne_bytes());
     }
@@ -77,8 +87,38 @@ fn record() {
                     .chunks_exact(8)
                     .map(|word| u64::from_ne_bytes(word.try_into().unwrap()))
                     .collect();
-                let frames: Vec<u64> = sample.kernel.iter().chain(&sample.user).copied().collect();
-                assert_eq!(frames, words[..frames.len()]);
+                let python = sample.python.iter().flat_map(|frame| {
+                    let entry = if frame.entry { PYTHON_FRAME_ENTRY } else { 0 };
+                    [frame.code, u64::from(frame.instruction) | entry]
+                });
+                let frames: Vec<u64> = sample
+                    .kernel
+                    .iter()
+                    .chain(&sample.user)
+                    .copied()
+                    .chain(python)
+                    .collect();
+                assert_eq!(sample.python.len(), {
+                    let header = offset_of!(RecordHeader, python_frames);
+                    usize::from(u16::from_ne_bytes([bytes[header], bytes[header + 1]]))
+                        .min(PYTHON_MAX_FRAMES)
+                });
+                // The instruction word's middle bits are not kept.
+                let kept = |word: u64, index: usize| {
+                    if index >= sample.kernel.len() + sample.user.len()
+                        && (index - sample.kernel.len() - sample.user.len()) % 2 == 1
+                    {
+                        word & (PYTHON_FRAME_ENTRY | u64::from(u32::MAX))
+                    } else {
+                        word
+                    }
+                };
+                let received: Vec<u64> = words[..frames.len()]
+                    .iter()
+                    .enumerate()
+                    .map(|(index, &word)| kept(word, index))
+                    .collect();
+                assert_eq!(frames, received);
                 assert!(!sample.comm.contains('\0'));
             })
         });

@@ -11,6 +11,9 @@ mod find;
 pub mod layout;
 mod lines;
 
+#[cfg(test)]
+pub use self::lines::line_of;
+
 use std::{collections::BTreeMap, sync::Arc};
 
 use anyhow::{Context, Result};
