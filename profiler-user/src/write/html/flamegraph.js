@@ -16,6 +16,7 @@ const KINDS = [
   ['container / service', 268, 285, 45, 66],
   ['process', 208, 222, 60, 66],
   ['thread', 192, 204, 35, 76],
+  ['Python', 300, 318, 50, 66],
 ];
 const VIEW_KEYS = ['search', 'keep', 'remove', 'replace', 'with', 'collapse', 'reversed', 'before', 'zoom'];
 const CHECKBOX_KEYS = ['collapse', 'reversed', 'before'];

@@ -21,6 +21,8 @@ pub(in crate::write) enum FrameKind {
     Process,
     /// A thread frame: `name [tid N]`.
     Thread,
+    /// A Python frame: `_[py]`.
+    Python,
 }
 
 impl FrameKind {
@@ -35,6 +37,7 @@ impl FrameKind {
             Self::Container => '5',
             Self::Process => '6',
             Self::Thread => '7',
+            Self::Python => '8',
         }
     }
 }
@@ -92,6 +95,9 @@ fn is_id(text: &str) -> bool {
 
 /// The kind of code frame `frame`, by its suffix.
 pub(in crate::write) fn code_kind(frame: &str) -> FrameKind {
+    if frame.ends_with("_[py]") {
+        return FrameKind::Python;
+    }
     match frame.get(frame.len().saturating_sub(4)..) {
         Some("_[k]") => FrameKind::Kernel,
         Some("_[j]") => FrameKind::Compiled,
@@ -117,6 +123,7 @@ mod tests {
             "com.A.slow_[0]",
             "JVM_Sleep",
             "do_syscall_64_[k]",
+            "handle (app.py:12)_[py]",
         ];
         assert_eq!(
             kinds(&frames, 3),
@@ -128,7 +135,8 @@ mod tests {
                 Inlined,
                 Interpreted,
                 Native,
-                Kernel
+                Kernel,
+                Python
             ]
         );
         assert_eq!(kinds(&["my [service]", "a [1]"], 2), [Container, Process]);

@@ -120,6 +120,8 @@ impl Pools {
             FrameKind::Compiled => (&frame[..frame.len() - 4], 1),
             FrameKind::Inlined => (&frame[..frame.len() - 4], 2),
             FrameKind::Kernel => (&frame[..frame.len() - 4], 5),
+            // Interpreted code, as the JFR readers know it.
+            FrameKind::Python => (&frame[..frame.len() - 5], 0),
             _ => (frame, 3),
         };
         let (name, line) = match source_line(name) {
@@ -225,7 +227,9 @@ mod tests {
         let native = pools.frame("hot_seventy (split.c:12)");
         let kernel = pools.frame("do_syscall_64_[k]");
         let unknown = pools.frame("[unknown Java method 0x9]_[i]");
+        let python = pools.frame("Handler.get (app.py:12)_[py]");
         assert_eq!((java.1, java.2), (4, 0));
+        assert_eq!((python.1, python.2), (12, 0));
         assert_eq!((again.0, again.1, again.2), (java.0, -1, 1));
         assert_eq!((native.1, native.2), (12, 3));
         assert_eq!((kernel.1, kernel.2), (-1, 5));
@@ -239,9 +243,11 @@ mod tests {
         assert_eq!(symbol(method(native).1), "hot_seventy");
         assert_eq!(symbol(method(kernel).1), "do_syscall_64");
         assert_eq!(symbol(method(unknown).1), "[unknown Java method 0x9]");
+        assert_eq!(class_name(python), "Handler");
+        assert_eq!(symbol(method(python).1), "get");
         assert_eq!(
             pools.methods.values.len(),
-            4,
+            5,
             "one method for both Java frames"
         );
     }
