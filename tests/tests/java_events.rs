@@ -172,9 +172,11 @@ fn allocations_on(jdk: Jdk) {
     let out = dir.join("alloc.folded");
     let args = alloc_args(running.pid(), &out);
     let (mut start, mut end) = (Instant::now(), Instant::now());
+    // Kept for a failure's message: what stoke said of lost events.
+    let mut stderr = String::new();
     assert_unharmed(&mut running, || {
         start = Instant::now();
-        stoke_tests::record(&args, RECORD_SECONDS);
+        stderr = stoke_tests::record(&args, RECORD_SECONDS).stderr;
         end = Instant::now();
     });
     let stacks = read_folded(&out);
@@ -411,9 +413,11 @@ fn locks_on(jdk: Jdk) {
         &out,
     );
     let (mut start, mut end) = (Instant::now(), Instant::now());
+    // Kept for a failure's message: what stoke said of lost events.
+    let mut stderr = String::new();
     assert_unharmed(&mut running, || {
         start = Instant::now();
-        stoke_tests::record(&args, RECORD_SECONDS);
+        stderr = stoke_tests::record(&args, RECORD_SECONDS).stderr;
         end = Instant::now();
     });
     let stacks = read_folded(&out);
@@ -442,7 +446,8 @@ fn locks_on(jdk: Jdk) {
     println!("monitor: stoke {waited} ns, the program {measured} ns while stoke ran ({ratio:.2})");
     assert!(
         (0.5..=1.2).contains(&ratio),
-        "stoke counted {waited} ns of monitor waits, the program measured {measured} ns"
+        "stoke counted {waited} ns of monitor waits, the program measured {measured} ns; \
+         stoke said:\n{stderr}"
     );
 
     // The ReentrantLock's waits are parks: the lock's class on top, its
