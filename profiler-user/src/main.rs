@@ -20,6 +20,7 @@ mod heap;
 mod interpreter;
 mod jvm;
 mod metrics;
+mod model;
 mod module_table;
 mod preflight;
 mod process;

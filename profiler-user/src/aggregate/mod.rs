@@ -20,8 +20,8 @@ use crate::{
     interpreter::python::NamedFrame,
     jvm::{
         java_events::JavaEventSample, park::contended_lock, symbols::JavaSymbols, JavaStackFrame,
-        MergedSample,
     },
+    model::MergedSample,
     module_table::ModuleTable,
     process::{identity::host_name, procfs, ImageId, ProcessImage, ProcessRegistry},
     profile::{

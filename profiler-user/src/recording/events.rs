@@ -6,10 +6,8 @@ use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
     event::{period_ns, Event},
-    jvm::{
-        java_events::{JavaEventSample, JavaEventSettings},
-        MergedSample,
-    },
+    jvm::java_events::{JavaEventSample, JavaEventSettings},
+    model::MergedSample,
     process::ProcessRegistry,
     profile::{Profile, RecordingSummary},
     sample::{ring_record::Measure, sampler::CounterTotals},

@@ -26,8 +26,9 @@ use crate::{
     jvm::{
         java_events::JavaEventSettings,
         profiler::{JavaProfiler, JavaResults},
-        running, MergedSample,
+        running,
     },
+    model::MergedSample,
     process::ProcessRegistry,
     profile::{JavaSummary, Profile, RecordingSummary},
     progress::Progress,

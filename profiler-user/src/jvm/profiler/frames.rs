@@ -13,7 +13,8 @@ use profiler_common::jvm::{
 
 use super::{JavaProfiler, Jvm};
 use crate::{
-    jvm::{agent_memory::JavaSample, merge::Outcome, JavaStackFrame, MergedSample},
+    jvm::{agent_memory::JavaSample, merge::Outcome, JavaStackFrame},
+    model::MergedSample,
     process::ProcessRegistry,
     sample::ring_record::Sample,
 };

@@ -31,9 +31,9 @@ use super::{
     merge::{Merger, Rejected},
     symbols::JavaSymbols,
     thread_ids::ThreadIds,
-    MergedSample,
 };
 use crate::{
+    model::MergedSample,
     process::ProcessRegistry,
     profile::JavaSummary,
     sample::{monotonic_ns, ring_record::Sample, sampler::Sampler, thread_timers::Trap},
