@@ -185,9 +185,12 @@
 #define STOKE_PYTHON_MAX_FRAMES 64
 
 /**
- * Most threads of a Python process searched for the sampled one.
+ * Most threads of a Python process searched for the sampled one (newest
+ * first: CPython puts a new thread state at the head of the list). A
+ * search costs two reads a thread searched, at a sample of a thread not
+ * found yet (or once a second, of a thread without Python).
  */
-#define STOKE_PYTHON_MAX_THREADS 32
+#define STOKE_PYTHON_MAX_THREADS 256
 
 /**
  * Most bytes of one frame read at once: every offset of a frame's fields

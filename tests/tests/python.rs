@@ -345,3 +345,66 @@ fn a_version_not_read_keeps_its_native_stack_and_says_why() {
         "no line `{said} ... Python 3.7 is not read` in:\n{summary}"
     );
 }
+
+#[test]
+fn the_main_thread_is_found_behind_two_hundred_others() {
+    require_root();
+    let dir = TempDir::new("python-threads");
+    let mut command = Command::new(DEBIAN_PYTHON);
+    command
+        .arg(workloads_dir().join("python/many_threads.py"))
+        .args(["30", "200"]);
+    let running = Running::start(command, "many_threads.py", "python3.11");
+    let out = dir.join("threads.folded");
+    Stoke::spawn(&record_args(&args!["-p", running.pid()], HZ, 3.0, &out))
+        .wait_recording(3.0)
+        .assert_success();
+    let stacks = read_folded(&out);
+    let split = split_of(&stacks);
+    println!(
+        "{} samples, hot_a {}, hot_b {} ({:.1}%)",
+        split.total,
+        split.a,
+        split.b,
+        share(split.a, split.b)
+    );
+    assert!(
+        split.a + split.b > split.total * 9 / 10,
+        "{} of {} in hot_a or hot_b",
+        split.a + split.b,
+        split.total
+    );
+    assert!((share(split.a, split.b) - 71.0).abs() <= 4.0);
+}
+
+#[test]
+fn a_whole_host_recording_names_python_frames() {
+    require_root();
+    let dir = TempDir::new("python-host");
+    let running = start(Path::new(DEBIAN_PYTHON), 30);
+    let out = dir.join("host.folded");
+    Stoke::spawn(&record_args(&args!["-a"], HZ, 3.0, &out))
+        .wait_recording(3.0)
+        .assert_success();
+    let stacks: Vec<Stack> = read_folded(&out)
+        .into_iter()
+        .filter(|s| s.frames[0] == running.root_frame())
+        .collect();
+    let split = split_of(&stacks);
+    println!(
+        "{} samples of the process, hot_a {}, hot_b {} ({:.1}%), {} whole",
+        split.total,
+        split.a,
+        split.b,
+        share(split.a, split.b),
+        split.whole
+    );
+    assert!(split.total > 1000, "{} samples of the process", split.total);
+    assert!(
+        split.whole * 10 >= split.total * 9,
+        "{} of {} whole",
+        split.whole,
+        split.total
+    );
+    assert!((share(split.a, split.b) - 71.0).abs() <= 4.0);
+}

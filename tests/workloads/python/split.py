@@ -38,4 +38,5 @@ def main(seconds):
             ready = True
 
 
-main(float(sys.argv[1]))
+if __name__ == "__main__":
+    main(float(sys.argv[1]))
