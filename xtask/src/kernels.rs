@@ -62,7 +62,6 @@ const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
         "wall",
         "no bpf_loop (5.17) nor task storage (5.11): wall-clock time refused",
     ),
-    ("5.10", "python", "no bpf_loop (5.17): no Python frames"),
     (
         "5.10",
         "counters",

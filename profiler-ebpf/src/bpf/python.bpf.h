@@ -61,6 +61,11 @@ struct {
 	__type(value, struct python_state);
 } python_states SEC(".maps");
 
+/* Kernels without bpf_loop walk unrolled loops, which their verifier
+ * takes at these bounds only. */
+#define PYTHON_LEGACY_THREADS 8
+#define PYTHON_LEGACY_FRAMES 16
+
 /* Room for the Python frames after the native ones, in words. */
 #define PYTHON_WORDS (2 * STOKE_PYTHON_MAX_FRAMES)
 
@@ -100,7 +105,7 @@ static long python_thread_step(__u32 index, void *context)
  * `fsbase`; 0 if it has none (a thread that never ran Python code), or is
  * past the first STOKE_PYTHON_MAX_THREADS of its interpreter. */
 static __always_inline __u64 python_thread_state(struct stoke_python_process *process,
-						 __u32 tid, __u64 fsbase)
+						 __u32 tid, __u64 fsbase, bool legacy)
 {
 	struct python_thread_search search = {
 		.fsbase = fsbase,
@@ -120,7 +125,13 @@ static __always_inline __u64 python_thread_state(struct stoke_python_process *pr
 	interpreter = python_read_u64(process->interpreters_head);
 	if (interpreter) {
 		search.state = python_read_u64(interpreter + process->interpreter_threads);
-		bpf_loop(STOKE_PYTHON_MAX_THREADS, python_thread_step, &search, 0);
+		if (legacy) {
+			for (__u32 index = 0; index < PYTHON_LEGACY_THREADS; index++)
+				if (python_thread_step(index, &search))
+					break;
+		} else {
+			bpf_loop(STOKE_PYTHON_MAX_THREADS, python_thread_step, &search, 0);
+		}
 	}
 	if (search.found)
 		found.state = search.state;
@@ -209,8 +220,7 @@ static long python_frame_step(__u32 index, void *context)
  * into the record of scratch slot `slot` after its `native_bytes` of
  * native frames: their count, 0 if the process runs no CPython that
  * userspace found or the thread has no Python frames. Kernels without
- * bpf_loop (`legacy`) get none: unrolled, the walk is more than their
- * verifier takes.
+ * bpf_loop (`legacy`) search fewer threads and walk fewer frames.
  */
 static __always_inline __u32 python_frames(struct task_struct *task, __u32 tgid, __u32 tid,
 					   long native_bytes, __u32 slot, bool legacy)
@@ -223,18 +233,25 @@ static __always_inline __u32 python_frames(struct task_struct *task, __u32 tgid,
 	struct python_state *state = walk.state;
 	__u64 thread;
 
-	if (legacy || !process || !state || !walk.record)
+	if (!process || !state || !walk.record)
 		return 0;
 	state->process = *process;
 	state->first = native_bytes / sizeof(__u64);
 	state->count = 0;
-	thread = python_thread_state(&state->process, tid, BPF_CORE_READ(task, thread.fsbase));
+	thread = python_thread_state(&state->process, tid, BPF_CORE_READ(task, thread.fsbase),
+				     legacy);
 	if (!thread)
 		return 0;
 	state->frame = python_read_u64(thread + state->process.thread_frame);
 	if (state->frame && state->process.cframe_frame != STOKE_PYTHON_NO_OFFSET)
 		state->frame = python_read_u64(state->frame + state->process.cframe_frame);
-	bpf_loop(STOKE_PYTHON_MAX_FRAMES + 1, python_frame_step, &walk, 0);
+	if (legacy) {
+		for (__u32 index = 0; index <= PYTHON_LEGACY_FRAMES; index++)
+			if (python_frame_step(index, &walk))
+				break;
+	} else {
+		bpf_loop(STOKE_PYTHON_MAX_FRAMES + 1, python_frame_step, &walk, 0);
+	}
 	return state->count;
 }
 

@@ -467,7 +467,7 @@ impl Sampler {
     pub fn kernel_limits(&self) -> Option<String> {
         self.legacy.then(|| {
             format!(
-                "user stacks by frame pointers only, without unwind tables, and no Python frames: this kernel ({}) lacks bpf_loop (Linux 5.17)",
+                "user stacks by frame pointers only, without unwind tables, and Python frames of a process's newest 8 threads, 16 deep: this kernel ({}) lacks bpf_loop (Linux 5.17)",
                 crate::process::procfs::kernel_release().unwrap_or_default()
             )
         })
