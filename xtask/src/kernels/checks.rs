@@ -202,9 +202,11 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
             let a = outputs.total(|stack| stack.contains(";hot_a_[py]"));
             let b = outputs.total(|stack| stack.contains(";hot_b_[py]"));
             let share = 100.0 * a as f64 / (a + b).max(1) as f64;
+            // The workload's split is 71:29 (py-spy: 70.7-72.1%); at ~350
+            // samples one standard deviation of the share is 2.4 points.
             require(
-                a + b >= 100 && (share - 70.0).abs() <= 5.0,
-                "expected ≥ 100 samples in Python frames at 70 ± 5 % in hot_a",
+                a + b >= 100 && (share - 71.0).abs() <= 7.0,
+                "expected ≥ 100 samples in Python frames at 71 ± 7 % in hot_a",
                 format!("{} samples in hot_a or hot_b, {share:.1}% in hot_a", a + b),
             )
         }),
