@@ -27,6 +27,8 @@ names! {
     program {
         sample_cpu,
         sample_cpu_legacy,
+        sample_cpu_legacy_unwind,
+        sample_cpu_legacy_finish,
         sample_probe,
         sample_tracepoint,
         process_exec,
@@ -52,6 +54,7 @@ names! {
         unwind_pages,
         unwind_processes,
         unwind_mappings,
+        legacy_unwinder,
         python_processes,
         kernel_addresses,
         kernel_names,

@@ -44,11 +44,6 @@ pub const KERNELS: &[Kernel] = &[
 const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
     (
         "5.10",
-        "record_p",
-        "no bpf_loop (5.17): user stacks by frame pointers only, no unwind tables",
-    ),
-    (
-        "5.10",
         "offcpu",
         "no bpf_loop (5.17) nor task storage (5.11): off-CPU time refused",
     ),
@@ -217,6 +212,14 @@ fn build(work: &Path) -> Result<()> {
             .arg(work.join(name))
             .arg(workloads.join(format!("{name}.c"))))?;
     }
+    // A hundred frames without frame pointers: the legacy unwinder's
+    // chain of programs.
+    run(Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-I"])
+        .arg(&workloads)
+        .arg("-o")
+        .arg(work.join("deep_recursion"))
+        .arg(workspace_root().join("bench/workloads/deep_recursion.c")))?;
     let java = workloads.join("java");
     run(
         Command::new(Path::new(stoke_tests::JDK_17.home).join("bin/javac"))

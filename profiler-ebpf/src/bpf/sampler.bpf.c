@@ -374,6 +374,81 @@ static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc
 	*bp = BPF_PROBE_READ(user, bp);
 }
 
+/* Kernels without bpf_loop: the programs the legacy sampler tail-calls to
+ * walk a stack with its process's unwind tables (LEGACY_UNWIND, which
+ * tail-calls itself for more frames) and then to send the sample
+ * (LEGACY_FINISH). */
+enum legacy_program {
+	LEGACY_UNWIND = 0,
+	LEGACY_FINISH = 1,
+	LEGACY_PROGRAMS = 2,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, LEGACY_PROGRAMS);
+	__type(key, __u32);
+	__type(value, __u32);
+} legacy_unwinder SEC(".maps");
+
+/* The end of a CPU sample of thread `tid` of process `tgid` whose frames
+ * are in `record`: the JVM's signal (or, with `trap`, the thread's own
+ * event's SIGTRAP) asked for, the frame counts set and the record sent. */
+static __always_inline int send_sample(struct sample_record *record, struct task_struct *task,
+				       __u32 task_flags, __u32 tgid, __u32 tid, long kernel_bytes,
+				       long user_bytes, __u32 python, __u32 jvm_signal, bool trap,
+				       bool legacy)
+{
+	__u64 size = sizeof(record->header) + kernel_bytes + user_bytes + python * 2 * sizeof(__u64);
+	bool announcing;
+
+	/* Checked in the register that is used: before 5.11 the verifier
+	 * gives a check's bounds to no copy of the value. */
+	asm volatile("" : "+r"(size));
+	if (size > sizeof(*record))
+		return 0;
+
+	/* The agent's handler takes the Java stack when the thread next
+	 * returns to user mode; the record's tid and time let userspace pair
+	 * the two. */
+	if (trap) {
+		record->header.flags |= STOKE_SAMPLE_SIGNALLED;
+	} else if (jvm_signal) {
+		if (bpf_send_signal_thread(jvm_signal) == 0)
+			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
+		else
+			count(STOKE_COUNTER_SIGNAL_FAILED);
+	}
+
+	record->header.kernel_frames = kernel_bytes / sizeof(__u64);
+	record->header.user_frames = user_bytes / sizeof(__u64);
+	record->header.python_frames = python;
+	announcing = announce_in(&record->header, tgid, task, task_flags, legacy);
+	if (bpf_ringbuf_output(&samples, record, size, ring_flags(announcing)) == 0)
+		count(STOKE_COUNTER_SENT);
+	else
+		count(STOKE_COUNTER_LOST_RING_FULL);
+	return trap;
+}
+
+/* Kernels without bpf_loop: a process with unwind tables has its stack
+ * walked by sample_cpu_legacy_unwind, which finishes the sample; returns
+ * only if the process has none (or the tail call failed). */
+static __always_inline void legacy_unwind_start(struct stoke_perf_event_data *ctx, __u32 tgid,
+						__u64 pc, __u64 sp, __u64 bp, long kernel_bytes,
+						__u32 jvm_signal)
+{
+	__u32 slot = SLOT_CPU;
+	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &slot);
+
+	if (!state || !bpf_map_lookup_elem(&unwind_processes, &tgid))
+		return;
+	unwind_begin(state, pc, sp, bp, kernel_bytes);
+	state->jvm_signal = jvm_signal;
+	state->runs = 0;
+	bpf_tail_call(ctx, &legacy_unwinder, LEGACY_UNWIND);
+}
+
 /* What fired take_sample, besides perf events. */
 #define PROBE_NONE 0
 #define PROBE_REGS 1
@@ -385,8 +460,9 @@ static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc
  * it would reach the agent (else the thread is signalled as from a CPU's
  * event). `legacy`: for kernels without bpf_loop (before 5.17), which
  * lack the BTF task pointer, bpf_task_pt_regs and attach cookies too: the
- * task is read through probes, user stacks are walked by frame pointers
- * only, and no thread has an event of its own (before 6.10 none does).
+ * task is read through probes, a process's unwind tables are walked by
+ * sample_cpu_legacy_unwind, and no thread has an event of its own (before
+ * 6.10 none does).
  * `cookie` at or past COUNTER_COOKIE_BASE: a sample of a CPU's counter
  * event (page faults, cache misses...), weighed by the event's period, or
  * with `probe` a hit of a probe, weighed 1: a kprobe's or uprobe's
@@ -405,7 +481,7 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 	struct stoke_signalled_jvm *jvm;
 	__u64 pc = 0, sp = 0, bp = 0;
 	__u32 slot, jvm_signal = 0;
-	bool in_kernel, announcing, trap, counter, in_cache = false;
+	bool in_kernel, counter, in_cache = false;
 	__u32 task_flags;
 	long kernel_bytes = 0, user_bytes = 0;
 	__u32 python = 0;
@@ -515,6 +591,8 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		}
 		record->header.flags |= SAMPLE_IN_CODE_CACHE_FLAGS;
 	} else {
+		if (legacy)
+			legacy_unwind_start(ctx, tgid, pc, sp, bp, kernel_bytes, jvm_signal);
 		user_bytes = user_stack(ctx, task, record, tgid, pc, sp, bp, kernel_bytes, SLOT_CPU,
 					!legacy);
 		if (user_bytes < 0)
@@ -523,32 +601,10 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		if (python > STOKE_PYTHON_MAX_FRAMES)
 			return 0;
 	}
-
-	/* The agent's handler takes the Java stack when the thread next
-	 * returns to user mode; the record's tid and time let userspace pair
-	 * the two. */
-	trap = !legacy && own_timer && jvm_signal && trap_reaches_agent(task, tid);
-	if (trap) {
-		record->header.flags |= STOKE_SAMPLE_SIGNALLED;
-	} else if (jvm_signal) {
-		if (bpf_send_signal_thread(jvm_signal) == 0)
-			record->header.flags |= STOKE_SAMPLE_SIGNALLED;
-		else
-			count(STOKE_COUNTER_SIGNAL_FAILED);
-	}
-
-	record->header.kernel_frames = kernel_bytes / sizeof(__u64);
-	record->header.user_frames = user_bytes / sizeof(__u64);
-	record->header.python_frames = python;
-	announcing = announce_in(&record->header, tgid, task, task_flags, legacy);
-	if (bpf_ringbuf_output(&samples, record,
-			       sizeof(record->header) + kernel_bytes + user_bytes +
-				       python * 2 * sizeof(__u64),
-			       ring_flags(announcing)) == 0)
-		count(STOKE_COUNTER_SENT);
-	else
-		count(STOKE_COUNTER_LOST_RING_FULL);
-	return trap;
+	return send_sample(record, task, task_flags, tgid, tid, kernel_bytes, user_bytes, python,
+			   jvm_signal,
+			   !legacy && own_timer && jvm_signal && trap_reaches_agent(task, tid),
+			   legacy);
 }
 
 /* One program for every kind of event: a thread's own timer and a CPU's
@@ -569,6 +625,61 @@ SEC("perf_event")
 int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
 {
 	return take_sample(ctx, thread_events, true, 0, PROBE_NONE);
+}
+
+/* Runs of the legacy unwinder a sample may take: a kernel allows 32 tail
+ * calls, one of which is the first run's and one the finish's. */
+#define LEGACY_RUNS 30
+_Static_assert(LEGACY_RUNS * LEGACY_FRAMES_PER_RUN >= STOKE_MAX_FRAMES,
+	       "the legacy unwinder reaches the full depth");
+
+/* Kernels without bpf_loop: a few more frames of the walk the legacy
+ * sampler began (unwind_legacy_run), then the next run, or, when the walk
+ * ended or took its LEGACY_RUNS (its stop reason then stays "depth"),
+ * sample_cpu_legacy_finish. */
+SEC("perf_event")
+int sample_cpu_legacy_unwind(struct stoke_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, slot = SLOT_CPU;
+	struct sample_record *record = bpf_map_lookup_elem(&scratch, &slot);
+	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &slot);
+
+	if (!record || !state)
+		return 0;
+	if (unwind_legacy_run(state, record, tgid) && ++state->runs < LEGACY_RUNS)
+		bpf_tail_call(ctx, &legacy_unwinder, LEGACY_UNWIND);
+	bpf_tail_call(ctx, &legacy_unwinder, LEGACY_FINISH);
+	return 0;
+}
+
+/* Kernels without bpf_loop: the end of a sample whose user stack the
+ * legacy unwinder walked. */
+SEC("perf_event")
+int sample_cpu_legacy_finish(struct stoke_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid, slot = SLOT_CPU, python;
+	struct sample_record *record = bpf_map_lookup_elem(&scratch, &slot);
+	struct stoke_unwind_state *state = bpf_map_lookup_elem(&unwind_states, &slot);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 kernel_frames, user_frames;
+	long kernel_bytes, user_bytes;
+
+	if (!record || !state)
+		return 0;
+	record->header.flags |= (state->stop & STOKE_STOP_MASK) << STOKE_STOP_SHIFT;
+	kernel_frames = state->first;
+	user_frames = state->count;
+	if (kernel_frames > STOKE_MAX_FRAMES || user_frames > STOKE_MAX_FRAMES)
+		return 0;
+	kernel_bytes = kernel_frames * sizeof(__u64);
+	user_bytes = user_frames * sizeof(__u64);
+	python = python_frames(task, tgid, tid, kernel_bytes + user_bytes, SLOT_CPU, true);
+	if (python > STOKE_PYTHON_MAX_FRAMES)
+		return 0;
+	return send_sample(record, task, BPF_CORE_READ(task, flags), tgid, tid, kernel_bytes,
+			   user_bytes, python, state->jvm_signal, false, true);
 }
 
 /* A hit of a kprobe or uprobe (`-e kprobe:FUNC`, `-e uprobe:PATH:SYMBOL`),

@@ -5,7 +5,9 @@
  * (compiled from .eh_frame: a CFA rule and where RBP was saved, per range
  * of pcs), one frame per bpf_loop step. Code no table covers is walked
  * with frame pointers, signal frames through the sigcontext the kernel
- * pushed.
+ * pushed. Kernels without bpf_loop (before 5.17) run the same steps
+ * unrolled, a few frames a program, the program tail-calling itself for
+ * more (sampler.bpf.c's sample_cpu_legacy_unwind).
  *
  * Included by sampler.bpf.c after the scratch record it writes into.
  */
@@ -41,11 +43,11 @@ struct {
 } unwind_mappings SEC(".maps");
 
 /* Processes whose tables are loaded: tgid -> where its mappings are in
- * unwind_mappings. A process not in here is unwound with frame pointers. */
+ * unwind_mappings. A process not in here is unwound with frame pointers.
+ * Preallocated: before 6.1 perf_event programs may use no other hash. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, struct stoke_process_mappings);
 } unwind_processes SEC(".maps");
@@ -64,7 +66,8 @@ struct stack_window {
 	__u64 word[STACK_WINDOW_WORDS];
 };
 
-/* The unwinder's registers between two bpf_loop steps. */
+/* The unwinder's registers between two bpf_loop steps (or two programs
+ * of a legacy kernel's tail-call chain). */
 struct stoke_unwind_state {
 	__u64 pc;
 	__u64 sp;
@@ -73,6 +76,12 @@ struct stoke_unwind_state {
 	__u32 first; /* where the user frames start in the record */
 	__u32 stop;  /* enum stoke_stop */
 	__u32 exact; /* pc is an interrupted instruction, not a return address */
+	/* Carried across a legacy kernel's tail calls: the previous frame's
+	 * mapping, the JVM signal the finished sample sends, and the runs of
+	 * the unwinder program so far. */
+	__u32 last_mapping;
+	__u32 jvm_signal;
+	__u32 runs;
 	struct stack_window window;
 };
 
@@ -86,35 +95,43 @@ struct {
 /* A binary search for the mapping holding a pc, one step per bpf_loop
  * iteration, like the row search below. */
 struct mapping_search {
-	struct stoke_process_mappings *process;
+	__u32 first; /* the process's mappings: first and count */
+	__u32 count;
 	__u64 pc;
 	__u32 low;
 	__u32 high;
 	__s32 found;
 };
 
+/* Mapping `index` (0 up to `count`) of the process whose mappings begin
+ * at `first`. */
+static __always_inline struct stoke_mapping *mapping_in(__u32 first, __u32 count, __u32 index)
+{
+	__u32 key;
+
+	if (index >= count || index >= STOKE_MAX_MAPPINGS)
+		return NULL;
+	key = first + index;
+	return bpf_map_lookup_elem(&unwind_mappings, &key);
+}
+
 /* A process's mapping `index` (0 up to its count). */
 static __always_inline struct stoke_mapping *
 mapping_at(struct stoke_process_mappings *process, __u32 index)
 {
-	__u32 key;
-
-	if (index >= process->count || index >= STOKE_MAX_MAPPINGS)
-		return NULL;
-	key = process->first + index;
-	return bpf_map_lookup_elem(&unwind_mappings, &key);
+	return mapping_in(process->first, process->count, index);
 }
 
-static long mapping_search_step(__u32 index, void *context)
+/* One step of the search; true when it ended. */
+static __always_inline bool mapping_search_once(struct mapping_search *search)
 {
-	struct mapping_search *search = context;
 	struct stoke_mapping *mapping;
 	__u32 middle;
 
 	if (search->low >= search->high)
 		return 1;
 	middle = (search->low + search->high) / 2;
-	mapping = mapping_at(search->process, middle);
+	mapping = mapping_in(search->first, search->count, middle);
 	if (!mapping)
 		return 1;
 	if (search->pc < mapping->start) {
@@ -128,13 +145,71 @@ static long mapping_search_step(__u32 index, void *context)
 	return 0;
 }
 
+static long mapping_search_step(__u32 index, void *context)
+{
+	return mapping_search_once(context);
+}
+
+/* A value the compiler cannot see is 0 or 1: arithmetic on it stays
+ * arithmetic, not a branch. */
+static __always_inline __u64 opaque(__u64 value)
+{
+	asm volatile("" : "+r"(value));
+	return value;
+}
+
+/* 1 if a < b, else 0, without a branch: for values under 2^63. */
+static __always_inline __u64 below(__u64 a, __u64 b)
+{
+	return opaque((a - b) >> 63);
+}
+
+/* The lesser of `value` and `limit`, without a branch. */
+static __always_inline __u32 at_most(__u32 value, __u32 limit)
+{
+	return value - (value - limit) * below(limit, value);
+}
+
+/*
+ * Kernels without bpf_loop: a search step without branches but a missing
+ * row's. Their verifier walks every path through unrolled steps, and keeps
+ * apart states it could merge (it tracks no precision across them): one
+ * path a step keeps a whole search within its limits. Steps past the end
+ * change nothing (and read within the process's mappings: its count is
+ * not 0).
+ */
+static __always_inline bool mapping_search_legacy_step(struct mapping_search *search)
+{
+	__u32 middle = (search->low + search->high) / 2, key;
+	struct stoke_mapping *mapping;
+	__u64 open, left, right;
+
+	middle = at_most(middle, search->count - 1);
+	key = search->first + (middle & (STOKE_MAX_MAPPINGS - 1));
+	mapping = bpf_map_lookup_elem(&unwind_mappings, &key);
+	if (!mapping)
+		return false;
+	open = below(search->low, search->high);
+	left = below(search->pc, mapping->start) & open;
+	right = (1 - below(search->pc, mapping->end)) & open;
+	search->high -= (search->high - middle) * left;
+	search->low += (middle + 1 - search->low) * right;
+	/* Neither: the pc is in this mapping. */
+	search->found += (middle - search->found) * (open & ~left & ~right & 1);
+	/* Found: no more steps. */
+	search->low += (search->high - search->low) * (open & ~left & ~right & 1);
+	return true;
+}
+
 /* The mapping holding a pc: most often the previous frame's (a stack
- * mostly calls within one file), else a binary search. */
+ * mostly calls within one file), else a binary search (unrolled where
+ * `legacy`: without bpf_loop). */
 static __always_inline struct stoke_mapping *
-find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last)
+find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last, bool legacy)
 {
 	struct mapping_search search = {
-		.process = process,
+		.first = process->first,
+		.count = process->count,
 		.pc = pc,
 		.low = 0,
 		.high = process->count,
@@ -146,7 +221,15 @@ find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last)
 		return mapping;
 	if (search.high > STOKE_MAX_MAPPINGS)
 		search.high = STOKE_MAX_MAPPINGS;
-	bpf_loop(STOKE_MAPPING_SEARCH_STEPS, mapping_search_step, &search, 0);
+	if (legacy) {
+		if (search.count == 0)
+			return NULL;
+		for (int step = 0; step < STOKE_MAPPING_SEARCH_STEPS; step++)
+			if (!mapping_search_legacy_step(&search))
+				return NULL;
+	} else {
+		bpf_loop(STOKE_MAPPING_SEARCH_STEPS, mapping_search_step, &search, 0);
+	}
 	if (search.found < 0)
 		return NULL;
 	*last = search.found;
@@ -156,17 +239,20 @@ find_mapping(struct stoke_process_mappings *process, __u64 pc, __u32 *last)
 /* A binary search for the last row at or before a pc, one step at a time:
  * a short loop's body, or bpf_loop's callback for a long search (verified
  * once, not once per path). */
+#define ROW_SEARCH_STEPS 25
+
 struct row_search {
 	__u32 low;
 	__u32 high;
 	__u32 rows_start;
+	__u32 rows_count; /* the file's */
 	__u32 relative;
 	bool failed;
 };
 
-static long row_search_step(__u32 index, void *context)
+/* One step of the search; true when it ended. */
+static __always_inline bool row_search_once(struct row_search *search)
 {
-	struct row_search *search = context;
 	__u32 middle, key;
 	struct stoke_unwind_row *row;
 
@@ -186,18 +272,44 @@ static long row_search_step(__u32 index, void *context)
 	return 0;
 }
 
+static long row_search_step(__u32 index, void *context)
+{
+	return row_search_once(context);
+}
+
+/* Kernels without bpf_loop: a step as mapping_search_legacy_step's (the
+ * file's rows are not 0). */
+static __always_inline bool row_search_legacy_step(struct row_search *search)
+{
+	__u32 middle = search->low + (search->high - search->low) / 2, key;
+	struct stoke_unwind_row *row;
+	__u64 open, after;
+
+	key = search->rows_start + at_most(middle, search->rows_count - 1);
+	row = bpf_map_lookup_elem(&unwind_rows, &key);
+	if (!row)
+		return false;
+	open = below(search->low, search->high);
+	/* The row begins at or before the pc: the answer is past it. */
+	after = (1 - below(search->relative, row->pc)) & open;
+	search->low += (middle + 1 - search->low) * after;
+	search->high -= (search->high - middle) * ((1 - after) & open);
+	return true;
+}
+
 /* The rows to search are those beginning in the pc's page of the table
  * (a handful), found through the file's page index; a file without one
  * has all its rows searched. Userspace keeps a file under 2^24 rows, so
- * 25 steps always suffice. */
+ * 25 steps always suffice (unrolled where `legacy`). */
 static __always_inline struct stoke_unwind_row *
-find_row(struct stoke_mapping *mapping, __u64 pc)
+find_row(struct stoke_mapping *mapping, __u64 pc, bool legacy)
 {
 	__u64 relative = pc - mapping->row_base, page_number;
 	struct row_search search = {
 		.low = 0,
 		.high = mapping->rows_count,
 		.rows_start = mapping->rows_start,
+		.rows_count = mapping->rows_count,
 		.relative = (__u32)relative,
 	};
 	struct stoke_unwind_page *page;
@@ -218,15 +330,19 @@ find_row(struct stoke_mapping *mapping, __u64 pc)
 		search.low = page->first;
 		search.high = page->end;
 	}
-	if (search.high - search.low < 128) {
+	if (legacy) {
+		for (int step = 0; step < ROW_SEARCH_STEPS; step++)
+			if (!row_search_legacy_step(&search))
+				return NULL;
+	} else if (search.high - search.low < 128) {
 		/* A page's rows, most often (a few; libc has about 4 a page): a short
 		 * loop the compiler unrolls is cheaper per step than bpf_loop's
 		 * calls. */
 		for (int step = 0; step < 7; step++)
-			if (row_search_step(step, &search))
+			if (row_search_once(&search))
 				break;
 	} else {
-		bpf_loop(25, row_search_step, &search, 0);
+		bpf_loop(ROW_SEARCH_STEPS, row_search_step, &search, 0);
 	}
 	if (search.failed || search.low == 0)
 		return NULL;
@@ -352,10 +468,10 @@ static __always_inline __s64 row_cfa_offset(__u32 rule)
 	return (__s32)rule >> STOKE_ROW_CFA_OFFSET_SHIFT;
 }
 
-/* One frame: record the pc, then find the caller's registers. */
-static long unwind_step(__u32 index, void *context)
+/* One frame: record the pc, then find the caller's registers; nonzero
+ * when the walk ended (`legacy`: the searches unrolled). */
+static __always_inline long unwind_frame(struct unwind_walk *walk, bool legacy)
 {
-	struct unwind_walk *walk = context;
 	struct stoke_unwind_state *state = walk->state;
 	struct sample_record *record = walk->record;
 	struct stoke_mapping *mapping;
@@ -376,7 +492,7 @@ static long unwind_step(__u32 index, void *context)
 	 * end: look up the call itself. */
 	pc = state->exact ? state->pc : state->pc - 1;
 	state->exact = 0;
-	mapping = find_mapping(walk->process, pc, &walk->last_mapping);
+	mapping = find_mapping(walk->process, pc, &walk->last_mapping, legacy);
 	if (!mapping) {
 		/* Code outside any file: a JIT's, whose runtime may keep frame
 		 * pointers (V8 does; a JVM's code cache never gets here). */
@@ -384,7 +500,7 @@ static long unwind_step(__u32 index, void *context)
 			return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
 		return 0;
 	}
-	row = mapping->rows_count ? find_row(mapping, pc) : NULL;
+	row = mapping->rows_count ? find_row(mapping, pc, legacy) : NULL;
 	rule = row ? row->rule : STOKE_ROW_NO_CFI;
 	kind = row_kind(rule);
 	if (kind == STOKE_ROW_NO_CFI) {
@@ -447,6 +563,55 @@ static long unwind_step(__u32 index, void *context)
 	return 0;
 }
 
+static long unwind_step(__u32 index, void *context)
+{
+	return unwind_frame(context, false);
+}
+
+/* Starts a walk in `state` from registers pc, sp and bp, its frames to go
+ * after the record's `kernel_bytes` of kernel frames. */
+static __always_inline void unwind_begin(struct stoke_unwind_state *state, __u64 pc, __u64 sp,
+					 __u64 bp, long kernel_bytes)
+{
+	state->pc = pc;
+	state->sp = sp;
+	state->bp = bp;
+	state->count = 0;
+	state->first = kernel_bytes / sizeof(__u64);
+	state->stop = STOKE_STOP_DEPTH;
+	state->exact = 1;
+	state->window.words = 0;
+	/* No mapping's index (the first search sets it). */
+	state->last_mapping = STOKE_MAX_MAPPINGS;
+}
+
+/* Frames one run of a legacy kernel's unwinder program walks: its
+ * verifier walks every unrolled copy, each a single path but for its
+ * exits. */
+#define LEGACY_FRAMES_PER_RUN 5
+
+/* Kernels without bpf_loop: LEGACY_FRAMES_PER_RUN more frames of the walk
+ * unwind_begin started in `state`, of process `tgid`'s stack into
+ * `record`; whether the walk goes on. */
+static __always_inline bool unwind_legacy_run(struct stoke_unwind_state *state,
+					      struct sample_record *record, __u32 tgid)
+{
+	struct unwind_walk walk = {
+		.state = state,
+		.record = record,
+		.process = bpf_map_lookup_elem(&unwind_processes, &tgid),
+		.last_mapping = state->last_mapping,
+	};
+
+	if (!walk.process)
+		return false;
+	for (int frame = 0; frame < LEGACY_FRAMES_PER_RUN; frame++)
+		if (unwind_frame(&walk, true))
+			return false;
+	state->last_mapping = walk.last_mapping;
+	return true;
+}
+
 /* Unwinds the user stack, from registers pc, sp and bp, with the
  * process's tables into the record of scratch slot `slot`, after the
  * kernel frames; returns the bytes written, and the stop reason. */
@@ -467,14 +632,7 @@ static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 
 	if (!state || !walk.record)
 		return 0;
-	state->pc = pc;
-	state->sp = sp;
-	state->bp = bp;
-	state->count = 0;
-	state->first = kernel_bytes / sizeof(__u64);
-	state->stop = STOKE_STOP_DEPTH;
-	state->exact = 1;
-	state->window.words = 0;
+	unwind_begin(state, pc, sp, bp, kernel_bytes);
 	bpf_loop(STOKE_MAX_FRAMES, unwind_step, &walk, 0);
 	*stop = state->stop;
 	return state->count * sizeof(__u64);

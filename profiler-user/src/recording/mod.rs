@@ -153,7 +153,7 @@ impl Recording {
         if let Some(limits) = sampler.kernel_limits() {
             eprintln!("stoke: warning: {limits}");
         }
-        let unwinder = if args.frame_pointers || sampler.legacy() {
+        let unwinder = if args.frame_pointers || !sampler.unwinds_tables() {
             None
         } else {
             Some(UnwindLoader::start(sampler.take_unwind_maps()?)?)

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::{
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, ProgramArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         BtfTracePoint, KProbe, PerfEvent, ProgramError, TracePoint,
@@ -110,6 +110,9 @@ pub struct Sampler {
     sigtrap_kernel: bool,
     /// The kernel lacks bpf_loop: CPU samples come from the legacy program.
     legacy: bool,
+    /// Why user stacks are walked by frame pointers only, if they are: the
+    /// legacy kernel refused the program that walks unwind tables.
+    no_tables: Option<String>,
     /// The counted events to start sampling, and how often.
     counters: Vec<event::Event>,
     counter_rate: Rate,
@@ -301,6 +304,10 @@ impl Sampler {
         cpu_program(&mut ebpf, legacy)?
             .load()
             .map_err(explain_program_error)?;
+        let no_tables = legacy
+            .then(|| load_legacy_unwinder(&mut ebpf).err())
+            .flatten()
+            .map(|error| format!("{error:#}"));
         let probes = config.counters.iter().filter_map(|event| match event {
             event::Event::Probe(probe) => Some(&probe.target),
             _ => None,
@@ -344,6 +351,7 @@ impl Sampler {
             sampling_cpu: false,
             sigtrap_kernel,
             legacy,
+            no_tables,
             counters: config.counters.clone(),
             counter_rate: config.counter_rate,
             _counter_events: None,
@@ -457,18 +465,23 @@ impl Sampler {
         self.timers.count()
     }
 
-    /// Whether the kernel lacks bpf_loop (before 5.17): user stacks are
-    /// then walked by frame pointers only, and no unwind table is used.
-    pub fn legacy(&self) -> bool {
-        self.legacy
+    /// Whether the BPF side walks processes' unwind tables (else user
+    /// stacks are walked by frame pointers only).
+    pub fn unwinds_tables(&self) -> bool {
+        self.no_tables.is_none()
     }
 
     /// What this kernel keeps the recording from, said in the summary.
     pub fn kernel_limits(&self) -> Option<String> {
+        let release = crate::process::procfs::kernel_release().unwrap_or_default();
+        if let Some(error) = &self.no_tables {
+            return Some(format!(
+                "user stacks by frame pointers only: this kernel ({release}) refused the unwind-table walker ({error})"
+            ));
+        }
         self.legacy.then(|| {
             format!(
-                "user stacks by frame pointers only, without unwind tables, and Python frames of a process's newest 8 threads, 16 deep: this kernel ({}) lacks bpf_loop (Linux 5.17)",
-                crate::process::procfs::kernel_release().unwrap_or_default()
+                "Python frames of a process's newest 8 threads, 16 deep: this kernel ({release}) lacks bpf_loop (Linux 5.17)"
             )
         })
     }
@@ -818,6 +831,33 @@ fn has_bpf_loop() -> bool {
         aya::sys::BpfHelper::BPF_FUNC_loop,
     )
     .unwrap_or(false)
+}
+
+/// The programs the legacy sampler tail-calls to walk unwind tables, at
+/// their index in the `legacy_unwinder` program array.
+const LEGACY_UNWINDER: [&str; 2] = [
+    names::program::sample_cpu_legacy_unwind,
+    names::program::sample_cpu_legacy_finish,
+];
+
+/// Loads the legacy sampler's unwind-table walker into the program array
+/// the sampler tail-calls (kernels without bpf_loop).
+fn load_legacy_unwinder(ebpf: &mut Ebpf) -> Result<()> {
+    for (index, name) in (0..).zip(LEGACY_UNWINDER) {
+        let program: &mut PerfEvent = ebpf
+            .program_mut(name)
+            .with_context(|| format!("no {name} program in the BPF object"))?
+            .try_into()?;
+        program.load().map_err(explain_program_error)?;
+        let fd = program.fd()?.try_clone()?;
+        let map = ebpf
+            .map_mut(names::map::legacy_unwinder)
+            .context("no legacy_unwinder map")?;
+        ProgramArray::try_from(map)?
+            .set(index, &fd, 0)
+            .context("linking the unwind-table walker")?;
+    }
+    Ok(())
 }
 
 /// The program that takes the CPU samples (`legacy`: the one for kernels

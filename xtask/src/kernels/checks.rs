@@ -198,6 +198,20 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
         check(out, "tracepoint", |outputs| fault_split(outputs, "hits")),
         check(out, "offcpu", |outputs| asleep(outputs, "off-CPU time")),
         check(out, "wall", |outputs| asleep(outputs, "wall-clock time")),
+        check(out, "deep", |outputs| {
+            // Unwound by tables (the samples before the process's tables
+            // are loaded have spin_leaf alone): thread_main, then descend
+            // from depth 100 down to 0.
+            let unwound = outputs.total(|stack| stack.contains(";descend;"));
+            let whole = outputs.total(|stack| {
+                stack.contains(";thread_main;descend;") && stack.matches(";descend").count() == 101
+            });
+            require(
+                whole >= 100 && whole * 100 >= unwound * 95,
+                "expected ≥ 100 samples under all 101 descend frames, ≥ 95 % of those unwound",
+                format!("{unwound} samples in descend, {whole} under all 101 of them"),
+            )
+        }),
         check(out, "python", |outputs| {
             let a = outputs.total(|stack| stack.contains(";hot_a_[py]"));
             let b = outputs.total(|stack| stack.contains(";hot_b_[py]"));

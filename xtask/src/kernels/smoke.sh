@@ -62,6 +62,12 @@ check offcpu -p "$sleeper" -e offcpu -d 3
 check wall -p "$sleeper" -e wall -d 3
 kill "$sleeper"
 
+"$work/deep_recursion" 100 60 1 > deep.out 2>&1 &
+deep=$!
+wait_ready deep.out
+check deep -p "$deep" -d 3
+kill "$deep"
+
 /usr/bin/python3.11 "$python_split" 60 > python.out 2>&1 &
 py=$!
 wait_ready python.out
