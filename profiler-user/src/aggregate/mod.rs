@@ -315,15 +315,22 @@ impl Aggregator {
             }
             let outermost_user = frames.len();
             let mut modules = vec![None; frames.len()];
-            let mut python = PythonMerge::new(&stack.python, &stack.user, |address| {
-                names.user(image, address, symbols)
-            });
+            // Innermost first: call sites and their names.
+            let user: Vec<_> = stack
+                .user
+                .iter()
+                .enumerate()
+                .map(|(index, &address)| call_site(index, address))
+                .collect();
+            let named: Vec<_> = user
+                .iter()
+                .map(|&address| names.user(image, address, symbols))
+                .collect();
+            let mut python = PythonMerge::new(&stack.python, &named);
             frames.extend(python.before_native());
             modules.resize(frames.len(), None);
-            for (index, &address) in stack.user.iter().enumerate().rev() {
-                let address = call_site(index, address);
-                let named = names.user(image, address, symbols);
-                match python.at(&named) {
+            for (&address, named) in user.iter().zip(&named).rev() {
+                match python.at(named) {
                     Some(python_frames) => frames.extend(python_frames),
                     None => frames.extend(named.iter().cloned()),
                 }

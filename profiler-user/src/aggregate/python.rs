@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::{
     interpreter::python::{NamedFrame, EVAL_FUNCTION},
-    symbolize::{names::call_site, Frames},
+    symbolize::Frames,
 };
 
 /// One stack's merge, as its native frames are named, outermost first.
@@ -33,9 +33,9 @@ fn outermost_first(group: &[NamedFrame]) -> impl Iterator<Item = Arc<str>> + '_ 
 }
 
 impl<'a> PythonMerge<'a> {
-    /// The merge of `python` into the native stack `user` (innermost
-    /// first), whose frames `names` names.
-    pub fn new(python: &'a [NamedFrame], user: &[u64], names: impl Fn(u64) -> Frames) -> Self {
+    /// The merge of `python` into a native stack whose frames are named
+    /// `user`.
+    pub fn new(python: &'a [NamedFrame], user: &[Frames]) -> Self {
         let groups: Vec<_> = python
             .split_inclusive(|frame| frame.entry)
             .filter(|group| !group.is_empty())
@@ -43,10 +43,7 @@ impl<'a> PythonMerge<'a> {
         let calls = if groups.is_empty() {
             0
         } else {
-            user.iter()
-                .enumerate()
-                .filter(|&(index, &address)| is_call(&names(call_site(index, address))))
-                .count()
+            user.iter().filter(|named| is_call(named)).count()
         };
         Self {
             groups,
@@ -91,6 +88,7 @@ impl<'a> PythonMerge<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbolize::names::call_site;
 
     fn frame(name: &str, entry: bool) -> NamedFrame {
         NamedFrame {
@@ -102,18 +100,21 @@ mod tests {
     /// Folds native `user` (innermost first, return addresses: the call
     /// at address 1 is the interpreter's, others `cN`) with `python`.
     fn merged(user: &[u64], python: &[NamedFrame]) -> Vec<String> {
-        let names = |site: u64| -> Frames {
-            let name = match site {
-                1 => EVAL_FUNCTION.to_owned(),
-                other => format!("c{other}"),
-            };
-            Arc::from([Arc::from(name)])
-        };
-        let mut merge = PythonMerge::new(python, user, names);
+        let named: Vec<Frames> = user
+            .iter()
+            .enumerate()
+            .map(|(index, &address)| {
+                let name = match call_site(index, address) {
+                    1 => EVAL_FUNCTION.to_owned(),
+                    other => format!("c{other}"),
+                };
+                Arc::from([Arc::from(name)])
+            })
+            .collect();
+        let mut merge = PythonMerge::new(python, &named);
         let mut frames = merge.before_native();
-        for (index, &address) in user.iter().enumerate().rev() {
-            let named = names(call_site(index, address));
-            match merge.at(&named) {
+        for named in named.iter().rev() {
+            match merge.at(named) {
                 Some(python) => frames.extend(python),
                 None => frames.extend(named.iter().cloned()),
             }

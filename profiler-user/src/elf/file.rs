@@ -1,6 +1,6 @@
 //! Reading what unwinding needs of an ELF file: its `PT_LOAD` segments, its
-//! sections by name (decompressed if need be), its build ID and
-//! `.gnu_debuglink`, and a [`Fingerprint`] of its build.
+//! sections by name (decompressed if need be), its dynamic symbols, its
+//! build ID and `.gnu_debuglink`, and a [`Fingerprint`] of its build.
 //!
 //! Every file is hostile input, read through a reader that fetches only
 //! the bytes asked for (an `object` [`ReadCache`] over a
@@ -11,7 +11,7 @@ use std::{hash::BuildHasher, io::Read};
 
 use object::{
     elf,
-    read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable},
+    read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym},
     CompressedData, CompressionFormat, Endianness, ReadCache, ReadRef,
 };
 
@@ -29,6 +29,10 @@ const MAX_NOTE_SECTIONS: usize = 64;
 /// The most sections a file may have (real ones have under 100; a file
 /// read for its table is looked through for a few of them by name).
 pub const MAX_SECTIONS: usize = 1 << 17;
+
+/// The most dynamic symbols a file may have (libpython has some 2,000,
+/// libjvm.so some 1,000).
+const MAX_DYNAMIC_SYMBOLS: usize = 1 << 20;
 
 /// The most program headers a file may have (real ones have about 15).
 const MAX_PROGRAM_HEADERS: usize = 1 << 12;
@@ -83,6 +87,15 @@ pub fn vaddr_of_offset(segments: &[LoadSegment], offset: u64) -> Option<u64> {
             offset >= s.offset & !(PAGE_SIZE - 1) && offset < s.offset.saturating_add(s.file_size)
         })
         .and_then(|s| s.vaddr.checked_add(offset)?.checked_sub(s.offset))
+}
+
+/// Where a file's `PT_LOAD` `segments` store the bytes of address
+/// `vaddr`, if they do.
+pub fn offset_of_vaddr(segments: &[LoadSegment], vaddr: u64) -> Option<u64> {
+    segments.iter().find_map(|segment| {
+        let within = vaddr.checked_sub(segment.vaddr)?;
+        (within < segment.file_size).then(|| segment.offset.checked_add(within))?
+    })
 }
 
 impl LoadSegment {
@@ -191,6 +204,33 @@ impl<'data, R: ReadRef<'data>> Sections<'data, R> {
         self.table
             .section_by_name(self.endian, name.as_bytes())
             .map(|(_, section)| section)
+    }
+
+    /// The values of the dynamic symbols (`.dynsym`) named `names`, in
+    /// their order: `None` where none of that name has a value other than
+    /// 0 (the last one of a name counts).
+    pub fn dynamic_symbols<const N: usize>(
+        &self,
+        names: [&[u8]; N],
+    ) -> Result<[Option<u64>; N], ElfError> {
+        let symbols = self
+            .table
+            .symbols(self.endian, self.data, elf::SHT_DYNSYM)?;
+        if symbols.len() > MAX_DYNAMIC_SYMBOLS {
+            return Err(ElfError::Limit(
+                "more dynamic symbols than any real file has",
+            ));
+        }
+        let mut values = [None; N];
+        for symbol in symbols.iter() {
+            let Ok(name) = symbol.name(self.endian, symbols.strings()) else {
+                continue;
+            };
+            if let Some(index) = names.iter().position(|&wanted| wanted == name) {
+                values[index] = Some(symbol.st_value(self.endian)).filter(|&value| value != 0);
+            }
+        }
+        Ok(values)
     }
 
     /// The address of section `name`.

@@ -1,9 +1,10 @@
-//! Target `elf`: the unwind-table compiler and the fingerprint on mutated
-//! ELF files. Each input picks a real file (libc, xz, small programs built
-//! here with `.debug_frame`, plain and zlib-compressed) and edits to make
-//! in it, aimed at the parts the parsers read: the ELF, program and section
-//! headers, `.eh_frame`, `.eh_frame_hdr`, `.debug_frame`, the notes and
-//! `.gnu_debuglink`. The mutated file is compiled on its own, and as the
+//! Target `elf`: the unwind-table compiler, the fingerprint and CPython's
+//! exports on mutated ELF files. Each input picks a real file (libc, xz,
+//! python3.11, small programs built here with `.debug_frame`, plain and
+//! zlib-compressed) and edits to make in it, aimed at the parts the parsers
+//! read: the ELF, program and section headers, `.eh_frame`,
+//! `.eh_frame_hdr`, `.debug_frame`, the notes, `.gnu_debuglink` and the
+//! dynamic symbols. The mutated file is compiled on its own, and as the
 //! separate debug file of the clean one; what compiles must keep the
 //! table's invariants.
 
@@ -17,6 +18,7 @@ use object::{read::elf::ElfFile64, Object, ObjectSection};
 use super::harness::{self, Run};
 use crate::{
     elf::{bounded::BoundedFile, debug_file::DebugFile, file::fingerprint},
+    interpreter::python,
     unwind::{
         table::{compile, compile_with, COMPILE_TIME_BUDGET},
         tests::support::check_invariants,
@@ -28,6 +30,7 @@ const SYSTEM_SEEDS: &[&str] = &[
     "/lib/x86_64-linux-gnu/libc.so.6",
     "/usr/bin/xz",
     "/usr/bin/true",
+    "/usr/bin/python3.11",
 ];
 
 /// A program with functions of several shapes, built here with its CFI in
@@ -174,6 +177,8 @@ fn regions(bytes: &[u8]) -> Vec<Range<usize>> {
         ".debug_frame",
         ".note.gnu.build-id",
         ".gnu_debuglink",
+        ".dynsym",
+        ".dynstr",
     ] {
         if let Some((start, size)) = file
             .section_by_name(name)
@@ -238,11 +243,14 @@ fn elf() {
                     check_invariants(&table);
                 }
                 // Reads the file through its own bounded reads.
-                let file = BoundedFile::for_debug_file(
-                    harness::memfd(&bytes),
-                    std::time::Instant::now() + COMPILE_TIME_BUDGET,
-                );
-                let _ = fingerprint(file, &hasher);
+                let bounded = || {
+                    BoundedFile::for_debug_file(
+                        harness::memfd(&bytes),
+                        std::time::Instant::now() + COMPILE_TIME_BUDGET,
+                    )
+                };
+                let _ = fingerprint(bounded(), &hasher);
+                let _ = python::read_file(bounded());
             })
         });
 }

@@ -1,33 +1,29 @@
 //! Which CPython a process runs, and where: the file (executable or
 //! `libpython3.N.so`) whose dynamic symbols hold `_PyRuntime`, the
 //! interpreter's state; `PyCode_Type`, which every code object points
-//! at; and `Py_Version` (3.11+), else the version in the file's name.
-//! No debug symbols needed: all three are exported.
+//! at; and `Py_Version` (3.11+: a constant, read from the file), else the
+//! version in the file's name. No debug symbols needed: all three are
+//! exported.
 
 use std::{path::Path, time::Instant};
 
-use object::ReadCache;
+use object::{ReadCache, ReadRef};
 
 use crate::{
     elf::{
         bounded::BoundedFile,
-        file::{vaddr_of_offset, ElfFile, LoadSegment, SectionContents},
+        file::{offset_of_vaddr, vaddr_of_offset, ElfFile, LoadSegment},
     },
     unwind::table::COMPILE_TIME_BUDGET,
 };
-
-/// The most dynamic symbols looked through (libpython has some 2,000).
-const MAX_SYMBOLS: usize = 1 << 20;
-
-/// Size of an `Elf64_Sym`.
-const SYMBOL_SIZE: usize = 24;
 
 /// What a CPython file exports, as addresses in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PythonFile {
     pub runtime: u64,
     pub code_type: u64,
-    pub version: Option<u64>,
+    /// The minor version of Python 3 its `Py_Version` says, if it has one.
+    pub minor: Option<u32>,
     segments: Vec<LoadSegment>,
 }
 
@@ -59,34 +55,31 @@ pub fn minor_in_name(name: &str) -> Option<u32> {
 
 /// The CPython exports of the ELF file at `path`, if it has them.
 pub fn read(path: &Path) -> Option<PythonFile> {
-    let cache = ReadCache::new(BoundedFile::open(path, Instant::now() + COMPILE_TIME_BUDGET).ok()?);
+    read_file(BoundedFile::open(path, Instant::now() + COMPILE_TIME_BUDGET).ok()?)
+}
+
+/// The CPython exports of ELF file `file`, if it has them.
+pub fn read_file(file: BoundedFile) -> Option<PythonFile> {
+    let cache = ReadCache::new(file);
     let elf = ElfFile::parse_x86_64(&cache).ok()?;
     let segments = elf.load_segments().ok()?;
-    let sections = elf.sections().ok()?;
-    let stored = |name| match sections.contents(name) {
-        Ok(SectionContents::Stored(bytes)) => Some(bytes),
-        _ => None,
-    };
-    let (symbols, strings) = (stored(".dynsym")?, stored(".dynstr")?);
-    let mut found = [None; 3];
-    for symbol in symbols.chunks_exact(SYMBOL_SIZE).take(MAX_SYMBOLS) {
-        let name = u32::from_le_bytes(symbol[..4].try_into().ok()?) as usize;
-        let value = u64::from_le_bytes(symbol[8..16].try_into().ok()?);
-        let name = strings
-            .get(name..)
-            .and_then(|rest| rest.split(|&b| b == 0).next());
-        let index = match name {
-            Some(b"_PyRuntime") => 0,
-            Some(b"PyCode_Type") => 1,
-            Some(b"Py_Version") => 2,
-            _ => continue,
-        };
-        found[index] = Some(value).filter(|&value| value != 0);
-    }
+    let [runtime, code_type, version] = elf
+        .sections()
+        .ok()?
+        .dynamic_symbols([b"_PyRuntime", b"PyCode_Type", b"Py_Version"])
+        .ok()?;
+    let minor = version
+        .and_then(|address| {
+            let offset = offset_of_vaddr(&segments, address)?;
+            let bytes = cache.read_bytes_at(offset, 8).ok()?;
+            Some(u64::from_le_bytes(bytes.try_into().ok()?))
+        })
+        .filter(|hex| hex >> 24 & 0xff == 3)
+        .map(|hex| (hex >> 16 & 0xff) as u32);
     Some(PythonFile {
-        runtime: found[0]?,
-        code_type: found[1]?,
-        version: found[2],
+        runtime: runtime?,
+        code_type: code_type?,
+        minor,
         segments,
     })
 }
@@ -110,7 +103,7 @@ mod tests {
         let Some(file) = read(Path::new("/usr/bin/python3.11")) else {
             panic!("Debian's python3.11 exports _PyRuntime and PyCode_Type");
         };
-        assert!(file.version.is_some());
+        assert_eq!(file.minor, Some(11));
         assert!(read(Path::new("/bin/true")).is_none());
     }
 }

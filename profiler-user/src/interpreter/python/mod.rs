@@ -12,7 +12,7 @@ pub mod layout;
 mod lines;
 
 #[cfg(test)]
-pub use self::lines::line_of;
+pub use self::{find::read_file, lines::line_of};
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use self::{code::Code, find::PythonFile, layout::Layout};
 use crate::{
-    process::{memory, MappingTarget, ProcessImage},
+    process::{MappingTarget, ProcessImage},
     sample::ring_record::PythonFrame,
 };
 
@@ -131,13 +131,7 @@ impl Pythons {
             let Some(bias) = exports.bias(mapping.start, mapping.file_offset) else {
                 continue;
             };
-            let minor = match exports.version {
-                Some(version) => memory::read_u64(pid, version.wrapping_add(bias))
-                    .ok()
-                    .filter(|hex| hex >> 24 & 0xff == 3)
-                    .map(|hex| (hex >> 16 & 0xff) as u32),
-                None => find::minor_in_name(&file.name),
-            };
+            let minor = exports.minor.or_else(|| find::minor_in_name(&file.name));
             let runtime = exports.runtime.wrapping_add(bias);
             let result = match minor.map(|minor| (minor, layout::of_minor(minor))) {
                 Some((minor, Some(layout))) => layout::check_runtime(pid, runtime, minor)
