@@ -219,6 +219,11 @@ pub struct SamplingArgs {
     /// on the kernel's BPF statistics, for every BPF program, while recording).
     #[arg(long)]
     pub bpf_stats: bool,
+
+    /// Load the BPF programs of kernels without bpf_loop (before 5.17)
+    /// whatever the kernel: tests and the bench compare them on one kernel.
+    #[arg(long, hide = true)]
+    pub legacy_bpf: bool,
 }
 
 /// Arguments of `stoke record`.

@@ -188,6 +188,50 @@ fn deep_chain_without_frame_pointers_reaches_main() {
          did not turn the tables off\n{}",
         describe(&fp_stacks, 10)
     );
+
+    // The programs of kernels before 5.17 (a tail-call chain of unwinder
+    // runs, searches without branches), loaded on this kernel: the same
+    // whole stacks and split.
+    let legacy_out = dir.join("legacy.folded");
+    record_to(
+        &args!["-p", running.pid(), "--legacy-bpf"],
+        499,
+        3.0,
+        &legacy_out,
+    );
+    let legacy = read_folded(&legacy_out);
+    let legacy_total = total_samples(&legacy);
+    let legacy_whole = samples_where(&legacy, |s| {
+        s.frames.get(1).is_some_and(|f| f == "_start") && s.contains_run(DEEP_CHAIN)
+    });
+    let seventy = samples_where(&legacy, |s| s.contains("hot_seventy"));
+    let thirty = samples_where(&legacy, |s| s.contains("hot_thirty"));
+    let share = percent(seventy, seventy + thirty);
+    println!(
+        "legacy programs: {legacy_whole} of {legacy_total} samples whole, \
+         hot_seventy {share:.2}%"
+    );
+    assert!(
+        legacy_total > 600,
+        "only {legacy_total} samples with --legacy-bpf in 3 s at 499 Hz\n{}",
+        describe(&legacy, 10)
+    );
+    assert_fraction(
+        legacy_whole,
+        legacy_total,
+        0.95,
+        format_args!(
+            "reach _start through {} with the legacy programs\n{}",
+            DEEP_CHAIN.join(";"),
+            describe(&legacy, 15)
+        ),
+    );
+    assert!(
+        (66.0..=74.0).contains(&share),
+        "with the legacy programs hot_seventy has {share:.2}% ({seventy} vs {thirty}), \
+         expected 70 ± 4\n{}",
+        describe(&legacy, 15)
+    );
 }
 
 /// A process started while stoke records, with no frame pointers, gets

@@ -330,7 +330,12 @@ find_row(struct stoke_mapping *mapping, __u64 pc, bool legacy)
 		search.low = page->first;
 		search.high = page->end;
 	}
-	if (legacy) {
+	if (legacy && search.high - search.low < 128) {
+		/* A page's rows, as below. */
+		for (int step = 0; step < 7; step++)
+			if (!row_search_legacy_step(&search))
+				return NULL;
+	} else if (legacy) {
 		for (int step = 0; step < ROW_SEARCH_STEPS; step++)
 			if (!row_search_legacy_step(&search))
 				return NULL;
@@ -444,7 +449,9 @@ struct unwind_walk {
 	struct stoke_unwind_state *state;
 	struct sample_record *record;
 	struct stoke_process_mappings *process;
-	__u32 last_mapping; /* index of the previous frame's mapping */
+	/* Index of the previous frame's mapping (legacy kernels keep it in
+	 * the state). */
+	__u32 last_mapping;
 };
 
 /* A packed row's fields (struct stoke_unwind_row's rule). */
@@ -492,7 +499,10 @@ static __always_inline long unwind_frame(struct unwind_walk *walk, bool legacy)
 	 * end: look up the call itself. */
 	pc = state->exact ? state->pc : state->pc - 1;
 	state->exact = 0;
-	mapping = find_mapping(walk->process, pc, &walk->last_mapping, legacy);
+	/* A legacy kernel's verifier then finds the same stack at the end of
+	 * every path through a frame, and walks the next frame once. */
+	mapping = find_mapping(walk->process, pc,
+			       legacy ? &state->last_mapping : &walk->last_mapping, legacy);
 	if (!mapping) {
 		/* Code outside any file: a JIT's, whose runtime may keep frame
 		 * pointers (V8 does; a JVM's code cache never gets here). */
@@ -600,7 +610,6 @@ static __always_inline bool unwind_legacy_run(struct stoke_unwind_state *state,
 		.state = state,
 		.record = record,
 		.process = bpf_map_lookup_elem(&unwind_processes, &tgid),
-		.last_mapping = state->last_mapping,
 	};
 
 	if (!walk.process)
@@ -608,7 +617,6 @@ static __always_inline bool unwind_legacy_run(struct stoke_unwind_state *state,
 	for (int frame = 0; frame < LEGACY_FRAMES_PER_RUN; frame++)
 		if (unwind_frame(&walk, true))
 			return false;
-	state->last_mapping = walk.last_mapping;
 	return true;
 }
 

@@ -12,7 +12,7 @@ use std::{hash::BuildHasher, io::Read};
 use object::{
     elf,
     read::elf::{FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym},
-    CompressedData, CompressionFormat, Endianness, ReadCache, ReadRef,
+    CompressedData, CompressionFormat, Endianness, ReadCache, ReadRef, StringTable,
 };
 
 use super::{bounded::BoundedFile, debug_file::DebugLinks};
@@ -221,9 +221,18 @@ impl<'data, R: ReadRef<'data>> Sections<'data, R> {
                 "more dynamic symbols than any real file has",
             ));
         }
+        // The names read at once (the reader would make a read of each).
+        let strings = self
+            .table
+            .section(symbols.string_section())?
+            .file_range(self.endian)
+            .filter(|&(_, size)| size <= MAX_SECTION_BYTES)
+            .and_then(|(offset, size)| self.data.read_bytes_at(offset, size).ok())
+            .ok_or(ElfError::Limit("unreadable dynamic symbol names"))?;
+        let strings = StringTable::new(strings, 0, strings.len() as u64);
         let mut values = [None; N];
         for symbol in symbols.iter() {
-            let Ok(name) = symbol.name(self.endian, symbols.strings()) else {
+            let Ok(name) = symbol.name(self.endian, strings) else {
                 continue;
             };
             if let Some(index) = names.iter().position(|&wanted| wanted == name) {

@@ -135,6 +135,7 @@ impl Recording {
             pids: (!args.pids.is_empty()).then(|| args.pids.clone()),
             include_idle: args.idle,
             bpf_stats: args.bpf_stats,
+            legacy: args.legacy_bpf,
             unwind_rows: if args.frame_pointers { 0 } else { UNWIND_ROWS },
             // JVMs are found, and their agents loaded, through their CPU
             // samples: the Java events need them too.

@@ -57,6 +57,8 @@ pub struct SamplerConfig {
     pub counters: Vec<event::Event>,
     /// How often the counters are sampled.
     pub counter_rate: Rate,
+    /// Load the programs of kernels without bpf_loop, whatever the kernel.
+    pub legacy: bool,
 }
 
 /// How off-CPU time is recorded.
@@ -170,7 +172,7 @@ impl Sampler {
         let btf = kernel_btf()?;
         drop(reusing);
         let offcpu = config.offcpu.is_some();
-        let legacy = !has_bpf_loop();
+        let legacy = config.legacy || !has_bpf_loop();
         if legacy && offcpu {
             bail!(
 "off-CPU, wall-clock and run-queue time (and Java locks) need Linux 5.17 or newer (bpf_loop and task storage); this kernel is {}",

@@ -403,6 +403,7 @@ mod tests {
             pids: Some(vec![std::process::id()]),
             include_idle: false,
             bpf_stats: false,
+            legacy: false,
             unwind_rows: 0,
             cpu: false,
             cpu_java_stacks: false,

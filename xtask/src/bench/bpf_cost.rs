@@ -47,6 +47,9 @@ enum Workload {
     FixedWork,
     /// `deep_recursion DEPTH` on every CPU.
     Deep(u32),
+    /// The same, sampled by the programs of kernels without bpf_loop
+    /// (`--legacy-bpf`: a tail-call chain of unwinder runs).
+    Legacy(u32),
     /// `spawner`: 150 short-lived processes a second, for the exec and exit
     /// tracepoint programs.
     Churn,
@@ -59,8 +62,19 @@ impl Workload {
         match self {
             Workload::FixedWork => "fixed_work (realistic stacks)".into(),
             Workload::Deep(depth) => format!("deep_recursion, depth {depth}"),
+            Workload::Legacy(depth) => {
+                format!("deep_recursion, depth {depth}, programs for kernels before 5.17")
+            }
             Workload::Churn => "spawner, 150 exec/s".into(),
             Workload::Java => "Java FixedWork (JVM threads signalled)".into(),
+        }
+    }
+
+    /// The program that takes its samples.
+    fn sampler(self) -> &'static str {
+        match self {
+            Workload::Legacy(_) => "sample_cpu_legacy",
+            _ => "sample_cpu",
         }
     }
 }
@@ -82,6 +96,8 @@ pub fn run(bench: &Bench) -> Result<Section> {
         &DEPTHS
     };
     workloads.extend(depths.iter().map(|&depth| Workload::Deep(depth)));
+    // Past the 127 frames both copy, beside the deepest row.
+    workloads.push(Workload::Legacy(*depths.last().expect("depths")));
     workloads.push(Workload::Churn);
     if bench.workloads.java_fixed_work.is_some() {
         workloads.push(Workload::Java);
@@ -91,7 +107,11 @@ pub fn run(bench: &Bench) -> Result<Section> {
         for workload in rotated(&workloads, round) {
             let what = format!("bpf round {}: {}", round + 1, workload.label());
             let run = bench.measure(&what, || run_once(bench, workload))?.value;
-            let sampler = run.programs.get("sample_cpu").copied().unwrap_or_default();
+            let sampler = run
+                .programs
+                .get(workload.sampler())
+                .copied()
+                .unwrap_or_default();
             bench.log(&format!(
                 "{what}: {:.2} µs per sample, {:.0} frames",
                 per_run_us(sampler).unwrap_or(0.0),
@@ -118,6 +138,10 @@ fn run_once(bench: &Bench, workload: Workload) -> Result<Run> {
     };
     let options = Options {
         bpf_stats: true,
+        stoke_args: match workload {
+            Workload::Legacy(_) => vec!["--legacy-bpf".into()],
+            _ => Vec::new(),
+        },
         ..Options::new(Tool::Stoke, 99, "folded")
     };
     let recording = Recording::start(bench, &options, "bpf")?;
@@ -151,10 +175,14 @@ fn run_once(bench: &Bench, workload: Workload) -> Result<Run> {
         _ => stack.pid == pid,
     })
     .with_context(|| format!("no samples of {} in stoke's output", workload.label()))?;
-    let sampler = programs.get("sample_cpu").copied().unwrap_or_default();
+    let sampler = programs
+        .get(workload.sampler())
+        .copied()
+        .unwrap_or_default();
     ensure!(
         sampler.run_count > 0,
-        "stoke's sample_cpu program has no run count with --bpf-stats: {programs:?}"
+        "stoke's {} program has no run count with --bpf-stats: {programs:?}",
+        workload.sampler()
     );
     let ours = |stack: &Stack| stack.pid == pid;
     let java = samples_where(&stacks, |stack| {
@@ -209,7 +237,7 @@ fn start_workload(bench: &Bench, workload: Workload, seconds: f64) -> Result<Pro
                 .args(["-s", &seconds])
                 .arg(bench.cpus.to_string()),
         ),
-        Workload::Deep(depth) => Process::spawn(
+        Workload::Deep(depth) | Workload::Legacy(depth) => Process::spawn(
             "deep_recursion",
             Command::new(&workloads.deep_recursion)
                 .arg(depth.to_string())
@@ -250,6 +278,11 @@ fn section(bench: &Bench, runs: &[(Workload, Vec<Run>)]) -> Section {
         let frames: Vec<f64> = runs.iter().map(|r| r.frames).collect();
         let mut cells = vec![workload.label(), stats::show(&frames, 0, "")];
         for program in PROGRAMS {
+            // The legacy programs' sampler stands in the sample_cpu column.
+            let program = match program {
+                "sample_cpu" => workload.sampler(),
+                other => other,
+            };
             let per_run: Vec<f64> = runs
                 .iter()
                 .filter_map(|r| per_run_us(*r.programs.get(program)?))
@@ -259,7 +292,7 @@ fn section(bench: &Bench, runs: &[(Workload, Vec<Run>)]) -> Section {
                 .filter_map(|r| Some(r.programs.get(program)?.run_count as f64))
                 .collect::<Vec<_>>();
             let count = Spread::of(&count).map_or(0.0, |s| s.median);
-            cells.push(if program == "sample_cpu" {
+            cells.push(if program == workload.sampler() {
                 stats::show(&per_run, 2, "")
             } else if per_run.is_empty() {
                 format!("– ({count:.0})")
@@ -319,7 +352,9 @@ fn section(bench: &Bench, runs: &[(Workload, Vec<Run>)]) -> Section {
          also sends SIGURG to the sampled JVM thread (its frames per sample include the \
          Java frames the agent adds, which BPF does not copy). The JVM is warmed up and \
          its agent loaded by a short recording before the measured one, which finds \
-         it loaded.\n\n{}\n\
+         it loaded. The row of programs for kernels before 5.17 (`--legacy-bpf`, the \
+         ones Linux 5.10-5.16 loads) shows `sample_cpu_legacy`, whose run time includes \
+         the unwinder programs it tail-calls.\n\n{}\n\
          Growth with stack depth (least-squares slope over the deep_recursion rows): {}. \
          perf has no BPF program; its per-sample cost shows in part 1.{}\n",
         bench.settings.bpf_seconds,

@@ -15,6 +15,7 @@ fn load_in_turn(rows: u32, first: u32, second: u32) -> UnwindSummary {
         pids: Some(vec![std::process::id()]),
         include_idle: false,
         bpf_stats: false,
+        legacy: false,
         unwind_rows: rows,
         cpu: false,
         cpu_java_stacks: false,
