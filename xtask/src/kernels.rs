@@ -198,11 +198,19 @@ fn build(work: &Path) -> Result<()> {
     run(crate::cargo().args(["build", "--release", "--package", "profiler-user"]))?;
     std::fs::create_dir_all(work)?;
     let workloads = workspace_root().join("tests/workloads");
-    for (name, flags) in [
+    let bench = workspace_root().join("bench/workloads");
+    let (no_fp, fp) = (
+        &["-O2", "-fomit-frame-pointer"][..],
+        &["-O2", "-fno-omit-frame-pointer"][..],
+    );
+    for (dir, name, flags) in [
         // Unwound by tables alone: no frame pointers.
-        ("fp_split", &["-O2", "-fomit-frame-pointer"][..]),
-        ("read_loop", &["-O2", "-fno-omit-frame-pointer"][..]),
-        ("page_faults", &["-O2", "-fno-omit-frame-pointer"][..]),
+        (&workloads, "fp_split", no_fp),
+        (&workloads, "read_loop", fp),
+        (&workloads, "page_faults", fp),
+        // A hundred frames without frame pointers: the legacy unwinder's
+        // chain of programs.
+        (&bench, "deep_recursion", no_fp),
     ] {
         run(Command::new("cc")
             .args(flags)
@@ -210,16 +218,8 @@ fn build(work: &Path) -> Result<()> {
             .arg(&workloads)
             .arg("-o")
             .arg(work.join(name))
-            .arg(workloads.join(format!("{name}.c"))))?;
+            .arg(dir.join(format!("{name}.c"))))?;
     }
-    // A hundred frames without frame pointers: the legacy unwinder's
-    // chain of programs.
-    run(Command::new("cc")
-        .args(["-O2", "-fomit-frame-pointer", "-pthread", "-I"])
-        .arg(&workloads)
-        .arg("-o")
-        .arg(work.join("deep_recursion"))
-        .arg(workspace_root().join("bench/workloads/deep_recursion.c")))?;
     let java = workloads.join("java");
     run(
         Command::new(Path::new(stoke_tests::JDK_17.home).join("bin/javac"))

@@ -76,10 +76,9 @@ struct stoke_unwind_state {
 	__u32 first; /* where the user frames start in the record */
 	__u32 stop;  /* enum stoke_stop */
 	__u32 exact; /* pc is an interrupted instruction, not a return address */
-	/* Carried across a legacy kernel's tail calls: the previous frame's
-	 * mapping, the JVM signal the finished sample sends, and the runs of
-	 * the unwinder program so far. */
-	__u32 last_mapping;
+	__u32 last_mapping; /* the previous frame's mapping's index */
+	/* Carried across a legacy kernel's tail calls: the JVM signal the
+	 * finished sample sends, and the runs of the unwinder program so far. */
 	__u32 jvm_signal;
 	__u32 runs;
 	struct stack_window window;
@@ -182,7 +181,7 @@ static __always_inline bool mapping_search_legacy_step(struct mapping_search *se
 {
 	__u32 middle = (search->low + search->high) / 2, key;
 	struct stoke_mapping *mapping;
-	__u64 open, left, right;
+	__u64 open, left, right, inside;
 
 	middle = at_most(middle, search->count - 1);
 	key = search->first + (middle & (STOKE_MAX_MAPPINGS - 1));
@@ -194,10 +193,10 @@ static __always_inline bool mapping_search_legacy_step(struct mapping_search *se
 	right = (1 - below(search->pc, mapping->end)) & open;
 	search->high -= (search->high - middle) * left;
 	search->low += (middle + 1 - search->low) * right;
-	/* Neither: the pc is in this mapping. */
-	search->found += (middle - search->found) * (open & ~left & ~right & 1);
-	/* Found: no more steps. */
-	search->low += (search->high - search->low) * (open & ~left & ~right & 1);
+	/* Neither: the pc is in this mapping, and no more steps. */
+	inside = open & ~left & ~right & 1;
+	search->found += (middle - search->found) * inside;
+	search->low += (search->high - search->low) * inside;
 	return true;
 }
 
@@ -449,9 +448,6 @@ struct unwind_walk {
 	struct stoke_unwind_state *state;
 	struct sample_record *record;
 	struct stoke_process_mappings *process;
-	/* Index of the previous frame's mapping (legacy kernels keep it in
-	 * the state). */
-	__u32 last_mapping;
 };
 
 /* A packed row's fields (struct stoke_unwind_row's rule). */
@@ -499,10 +495,10 @@ static __always_inline long unwind_frame(struct unwind_walk *walk, bool legacy)
 	 * end: look up the call itself. */
 	pc = state->exact ? state->pc : state->pc - 1;
 	state->exact = 0;
-	/* A legacy kernel's verifier then finds the same stack at the end of
-	 * every path through a frame, and walks the next frame once. */
-	mapping = find_mapping(walk->process, pc,
-			       legacy ? &state->last_mapping : &walk->last_mapping, legacy);
+	/* The previous frame's mapping is in the map value, which the
+	 * verifier does not track: it finds the same stack at the end of every
+	 * path through a frame, and walks the next frame once. */
+	mapping = find_mapping(walk->process, pc, &state->last_mapping, legacy);
 	if (!mapping) {
 		/* Code outside any file: a JIT's, whose runtime may keep frame
 		 * pointers (V8 does; a JVM's code cache never gets here). */
@@ -631,10 +627,6 @@ static __always_inline long unwind_user(__u64 pc, __u64 sp, __u64 bp,
 		.state = bpf_map_lookup_elem(&unwind_states, &slot),
 		.record = bpf_map_lookup_elem(&scratch, &slot),
 		.process = process,
-		/* No mapping's index (it is past the count), and a
-		 * value the verifier cannot know: the indices steps store later
-		 * are then no new state for it to walk the steps again with. */
-		.last_mapping = process->count,
 	};
 	struct stoke_unwind_state *state = walk.state;
 

@@ -473,19 +473,20 @@ impl Sampler {
         self.no_tables.is_none()
     }
 
-    /// What this kernel keeps the recording from, said in the summary.
+    /// What this kernel keeps the recording from, said in the summary:
+    /// every limit, joined.
     pub fn kernel_limits(&self) -> Option<String> {
         let release = crate::process::procfs::kernel_release().unwrap_or_default();
-        if let Some(error) = &self.no_tables {
-            return Some(format!(
-                "user stacks by frame pointers only: this kernel ({release}) refused the unwind-table walker ({error})"
-            ));
-        }
-        self.legacy.then(|| {
+        let refused = self.no_tables.as_ref().map(|error| {
+            format!("user stacks by frame pointers only: this kernel ({release}) refused the unwind-table walker ({error})")
+        });
+        let legacy = self.legacy.then(|| {
             format!(
                 "Python frames of a process's newest 8 threads, 16 deep: this kernel ({release}) lacks bpf_loop (Linux 5.17)"
             )
-        })
+        });
+        let limits: Vec<String> = refused.into_iter().chain(legacy).collect();
+        (!limits.is_empty()).then(|| limits.join("; "))
     }
 
     /// The CPUs being sampled.
