@@ -36,7 +36,7 @@ use super::{
 };
 
 /// perf's rate: thousands of samples per phase on 2 CPUs.
-const PERF_HZ: u64 = 499;
+pub(super) const PERF_HZ: u64 = 499;
 
 /// One JVM's three phases under perf.
 pub struct JvmShare {
@@ -392,16 +392,21 @@ fn outside_compiled_code(data: &Path) -> Result<f64> {
 
 /// The share perf's `--sort dso` report gives compiled Java code, if any.
 fn compiled_share(report: &str) -> Option<f64> {
+    dso_share(report, "[JIT]")
+}
+
+/// The share perf's `--sort dso` report gives `dso`, if it names it.
+pub(super) fn dso_share(report: &str, dso: &str) -> Option<f64> {
     let mut total = None;
     for line in report.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(percent), Some(dso)) = (fields.next(), fields.next()) else {
+        let (Some(percent), Some(name)) = (fields.next(), fields.next()) else {
             continue;
         };
         let Some(Ok(percent)) = percent.strip_suffix('%').map(str::parse::<f64>) else {
             continue;
         };
-        if dso == "[JIT]" {
+        if name == dso {
             *total.get_or_insert(0.0) += percent / 100.0;
         }
     }

@@ -28,6 +28,7 @@ mod overhead;
 mod process;
 mod profiler;
 mod python;
+mod python_share;
 mod report;
 mod scale;
 mod stacks;

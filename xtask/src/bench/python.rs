@@ -4,6 +4,7 @@
 //! records it with `--bpf-stats`, with its Python frames and with
 //! `--no-python` (the same native walk without them), in rotated order;
 //! the difference of the medians is the Python walk's cost per sample.
+//! Then what stoke costs that process (`python_share`).
 
 use std::{path::Path, process::Command, time::Duration};
 
@@ -13,6 +14,7 @@ use super::{
     bpf_stats::{per_run_us, sampler_stats, ProgramStats},
     process::Process,
     profiler::{Options, Recording, Tool},
+    python_share,
     report::{Table, Target},
     rotated,
     stats::{self, Spread},
@@ -70,7 +72,11 @@ pub fn run(bench: &Bench) -> Result<(String, Vec<Target>)> {
             runs[usize::from(!with_python)].push(run);
         }
     }
-    Ok(section(&runs))
+    let (mut body, mut targets) = section(&runs);
+    let (cost, target) = python_share::run(bench, PYTHON, &script, DEPTH)?;
+    body += &cost;
+    targets.push(target);
+    Ok((body, targets))
 }
 
 fn run_once(bench: &Bench, script: &Path, with_python: bool) -> Result<Run> {

@@ -14,8 +14,6 @@
 //! overflow, common to both, is counted for neither, and stoke's part is
 //! its BPF program's run time exactly.
 
-use std::cell::Cell;
-
 use anyhow::{ensure, Context, Result};
 
 use super::{
@@ -65,6 +63,21 @@ pub fn traced_phase(
     jvm: &mut Process,
     recording: Option<&Recording>,
 ) -> Result<TimerCost> {
+    let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
+    traced(bench, pid, recording, |started| {
+        Ok(timed_from(bench, jvm, started, || Ok(0.0))?.0.cpu)
+    })
+}
+
+/// Traces the sampling timer's callbacks on process `pid` through a
+/// window `window` runs: it calls its argument as the window's clock
+/// starts and returns the process's CPU seconds in the window.
+pub fn traced(
+    bench: &Bench,
+    pid: u32,
+    recording: Option<&Recording>,
+    window: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<f64>,
+) -> Result<TimerCost> {
     let _tracefs = mount_tracefs(EVENTS)?;
     let options = Options {
         paused: true,
@@ -74,29 +87,23 @@ pub fn traced_phase(
     };
     let mut perf = Recording::start(bench, &options, "timer-interrupt")?;
     let sampler = || recording.map_or(Ok(ProgramStats::default()), |r| sampler_stats(r.pid()));
-    let before = Cell::new(ProgramStats::default());
-    let (took, _) = timed_from(
-        bench,
-        jvm,
-        || {
-            perf.resume()?;
-            before.set(sampler()?);
-            Ok(())
-        },
-        || Ok(0.0),
-    )?;
-    let bpf = sampler()?.since(before.get());
+    let mut before = ProgramStats::default();
+    let cpu = window(&mut || {
+        perf.resume()?;
+        before = sampler()?;
+        Ok(())
+    })?;
+    let bpf = sampler()?.since(before);
     let stopped = perf.stop()?;
     let script = perf_script_with(&stopped.output, &["-F", "pid,cpu,time,event,trace", "--ns"]);
     stopped.remove_output();
-    let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
     let (count, total_ns) = callbacks(&script?.text, pid);
     ensure!(
-        count > 0 && took.cpu > 0.0,
-        "perf traced no sampling timer on the JVM's threads"
+        count > 0 && cpu > 0.0,
+        "perf traced no sampling timer on process {pid}'s threads"
     );
     Ok(TimerCost {
-        per_cpu_second: count as f64 / took.cpu,
+        per_cpu_second: count as f64 / cpu,
         traced_ns: total_ns / count as f64,
         bpf_ns: bpf.per_run_ns(),
     })
