@@ -1,11 +1,13 @@
 //! Part 9, continuous: `stoke continuous` soaked for minutes under process
 //! and container churn (its RSS after warm-up, its slope, its CPU, its
-//! intervals), and the CPU one interval of 1,000 processes costs.
+//! intervals), the CPU one interval of 1,000 processes costs, and what
+//! two stokes side by side cost a JVM.
 //!
 //! It measures stoke's own CPU time and RSS from /proc, which other
 //! processes' load hardly changes: one long run, not rounds, and no wait
 //! for a quiet host (the load average is reported instead).
 
+mod beside;
 mod containers;
 mod daemon;
 mod soak;
@@ -35,10 +37,18 @@ pub fn run(bench: &Bench) -> Result<Section> {
     let soak = soak::run(bench)?;
     bench.log("one interval of 1,000 processes ...");
     let thousand = thousand::run(bench)?;
+    let mut body = format!("{}\n\n{}", soak_text(&soak), thousand_text(&thousand));
+    let mut targets = targets(bench, &soak, &thousand);
+    if bench.workloads.java_fixed_work.is_some() {
+        bench.log("stokes side by side on one JVM ...");
+        let (text, target) = beside::text(bench, &beside::run(bench)?);
+        body = format!("{}\n\n{text}", body.trim_end());
+        targets.extend(target);
+    }
     Ok(Section {
         part: Part::Continuous,
-        body: format!("{}\n\n{}", soak_text(&soak), thousand_text(&thousand)),
-        targets: targets(bench, &soak, &thousand),
+        body,
+        targets,
         provenance: String::new(),
     })
 }
@@ -201,6 +211,10 @@ fn soak_text(soak: &Soak) -> String {
             }),
     );
     row(
+        "incident records beside: records; the JVM's samples with Java frames (lowest record)",
+        records_beside(&soak.records),
+    );
+    row(
         "left in --output-dir: service directories; most files in one",
         format!(
             "{}; {} (--keep {})",
@@ -217,7 +231,9 @@ fn soak_text(soak: &Soak) -> String {
          (`/proc/PID/stat`) are read every {} s; the first {:.1} min are warm-up, left out of \
          the steady state. Each interval's \"named and encoded in\" is from stoke's own log \
          line. Services are named by container, so every container adds a service \
-         directory to DIR, each holding at most --keep files.\n\n{}",
+         directory to DIR, each holding at most --keep files. Beside it a JVM (`FixedWork \
+         -s`, one thread) runs the whole soak, and every {} s an incident's `stoke record -p \
+         JVM -F {}` records it for {} s, the daemon still holding it.\n\n{}",
         soak::HZ,
         soak::INTERVAL.as_secs(),
         soak::KEEP,
@@ -227,8 +243,31 @@ fn soak_text(soak: &Soak) -> String {
         soak::CONTAINER_EVERY.as_secs(),
         soak::SAMPLE_EVERY.as_secs(),
         soak.warm_up.as_secs_f64() / 60.0,
+        soak::RECORD_EVERY.as_secs(),
+        soak::HZ,
+        soak::SAMPLE_EVERY.as_secs(),
         table.markdown()
     )
+}
+
+/// The records beside the daemon: how many, and the share of the JVM's
+/// samples with Java frames, in all and in the lowest record.
+fn records_beside(records: &[(u64, u64)]) -> String {
+    let share = |(all, java): (u64, u64)| java as f64 / all.max(1) as f64;
+    let total = records
+        .iter()
+        .fold((0, 0), |(all, java), (a, j)| (all + a, java + j));
+    match records.iter().copied().map(share).reduce(f64::min) {
+        Some(lowest) => format!(
+            "{}; {} of {}, {} ({})",
+            records.len(),
+            total.1,
+            total.0,
+            percent(share(total)),
+            percent(lowest)
+        ),
+        None => "– (no JDK, or a soak too short)".into(),
+    }
 }
 
 fn thousand_text(thousand: &Thousand) -> String {
@@ -382,6 +421,25 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
                     steady.rss_end_mb - steady.anon_end_mb
                 )
             }),
+        ));
+    }
+    if !soak.records.is_empty() {
+        let lowest = soak
+            .records
+            .iter()
+            .map(|&(all, java)| java as f64 / all.max(1) as f64)
+            .fold(f64::MAX, f64::min);
+        targets.push(Target::judge(
+            "an incident's record beside the daemon: ≥ 90% of the JVM's samples with Java \
+             frames in every record (bench check)",
+            records_beside(&soak.records),
+            lowest >= 0.9,
+            || {
+                format!(
+                    "a record had Java frames in {} of the JVM's samples",
+                    percent(lowest)
+                )
+            },
         ));
     }
     let steady: Vec<_> = thousand.intervals.iter().skip(1).collect();

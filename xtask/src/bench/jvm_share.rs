@@ -295,20 +295,80 @@ fn timer_line(shares: &[JvmShare]) -> String {
     )
 }
 
+/// A JVM through its three phases, profiled by `family` (stoke: one
+/// recording).
 fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result<JvmShare> {
+    jvm_with(bench, family, units, what, 1)
+}
+
+/// Every round, a JVM profiled by one stoke and one profiled by `stokes`
+/// side by side (each `stoke record -p` at `what`'s rate), through their
+/// three phases, in rotated order; the second's timer is not traced.
+pub fn side_by_side(
+    bench: &Bench,
+    units: u64,
+    what: Profiling,
+    stokes: usize,
+) -> Result<Vec<(usize, JvmShare)>> {
+    let mut runs = Vec::new();
+    for round in 0..bench.settings.rounds {
+        for count in rotated(&[1, stokes], round) {
+            let who = if count == 1 {
+                "one stoke".to_owned()
+            } else {
+                format!("{count} stokes")
+            };
+            let label = format!("{what:?} by perf, round {}: {who}", round + 1);
+            let measured = bench.measure(&label, || {
+                jvm_with(bench, Family::Stoke, units, what, count)
+            })?;
+            let run = JvmShare {
+                round,
+                disturbed: measured.disturbed(),
+                ..measured.value
+            };
+            bench.log(&format!(
+                "{label}: outside compiled code {:.2}%, {:.2}% profiled, {:.2}%; own {:.2}%",
+                run.unprofiled[0] * 100.0,
+                run.profiled * 100.0,
+                run.unprofiled[1] * 100.0,
+                run.own * 100.0,
+            ));
+            runs.push((count, run));
+        }
+    }
+    Ok(runs)
+}
+
+/// A JVM through its three phases, profiled by `family` (stoke: `stokes`
+/// recordings side by side, the timer traced for one alone).
+fn jvm_with(
+    bench: &Bench,
+    family: Family,
+    units: u64,
+    what: Profiling,
+    stokes: usize,
+) -> Result<JvmShare> {
     let mut jvm = spawn_fixed_work(bench, units)?;
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
-    let before = sampled_phase(bench, &mut jvm, None)?.0;
+    let before = sampled_phase(bench, &mut jvm, &[])?.0;
     let ((profiled, own), timer) = match family {
         Family::Stoke => {
             let options = Options {
                 bpf_stats: true,
                 ..stoke_options(what, pid)
             };
-            let recording = Recording::start(bench, &options, "jvm-share")?;
-            let measured = sampled_phase(bench, &mut jvm, Some(&recording))?;
-            let timer = traced(bench, &mut jvm, Some(&recording), what)?;
-            recording.stop()?.remove_output();
+            let recordings = (0..stokes)
+                .map(|index| Recording::start(bench, &options, &format!("jvm-share-{index}")))
+                .collect::<Result<Vec<_>>>()?;
+            let measured = sampled_phase(bench, &mut jvm, &recordings)?;
+            let timer = match recordings.as_slice() {
+                [recording] => traced(bench, &mut jvm, Some(recording), what)?,
+                _ => None,
+            };
+            for recording in recordings {
+                recording.stop()?.remove_output();
+            }
             (measured, timer)
         }
         Family::AsyncProfiler => {
@@ -317,13 +377,13 @@ fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result
                 .as_ref()
                 .context("async-profiler phases without --async-profiler")?;
             profiler.start(pid, what)?;
-            let measured = sampled_phase(bench, &mut jvm, None)?;
+            let measured = sampled_phase(bench, &mut jvm, &[])?;
             let timer = traced(bench, &mut jvm, None, what)?;
             profiler.stop_samples(pid, &bench.scratch("jvm-share.collapsed"))?;
             (measured, timer)
         }
     };
-    let after = sampled_phase(bench, &mut jvm, None)?.0;
+    let after = sampled_phase(bench, &mut jvm, &[])?.0;
     finish(jvm)?;
     Ok(JvmShare {
         round: 0,
@@ -354,23 +414,19 @@ fn traced(
 /// before the lead-in, paused until the clock starts: a new process in the
 /// phase would cost stoke its naming and tables); returns the share of
 /// perf's samples outside compiled Java code and, given stoke's
-/// `recording` (with `--bpf-stats`), stoke's CPU meanwhile as a share of
-/// the JVM's: its process's and its BPF programs' run time, which the
+/// `recordings` (with `--bpf-stats`), stoke's CPU meanwhile as a share of
+/// the JVM's: their processes' and their BPF programs' run time, which the
 /// kernel counts in the CPU time of the threads they interrupted.
-fn sampled_phase(
-    bench: &Bench,
-    jvm: &mut Process,
-    recording: Option<&Recording>,
-) -> Result<(f64, f64)> {
+fn sampled_phase(bench: &Bench, jvm: &mut Process, recordings: &[Recording]) -> Result<(f64, f64)> {
     let options = Options {
         pids: vec![u32::try_from(jvm.pid()).context("pid out of range")?],
         paused: true,
         ..Options::new(Tool::Perf, PERF_HZ, "")
     };
     let mut perf = Recording::start(bench, &options, "jvm-share")?;
-    let stoke_cpu = || {
-        recording.map_or(Ok(0.0), |r| {
-            Ok(r.cpu_now()?.as_secs_f64() + total_run_time(r.pid())?)
+    let stoke_cpu = || -> Result<f64> {
+        recordings.iter().try_fold(0.0, |sum, r| {
+            Ok(sum + r.cpu_now()?.as_secs_f64() + total_run_time(r.pid())?)
         })
     };
     let (took, stoke) = timed_from(bench, jvm, || perf.resume(), stoke_cpu)?;

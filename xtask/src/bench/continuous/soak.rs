@@ -1,6 +1,7 @@
 //! The soak: `stoke continuous -a` at 99 Hz for many minutes while short-
 //! lived processes are exec'd a hundred times a second and containers start
-//! and stop, its RSS and CPU time read every few seconds.
+//! and stop, its RSS and CPU time read every few seconds; beside it a JVM
+//! that an incident's `stoke record -p` profiles every minute.
 
 use std::{
     fs,
@@ -16,7 +17,13 @@ use super::{
     containers::{self, Churned, ContainerChurn},
     daemon::{self, Daemon, Usage},
 };
-use crate::bench::{process::Process, Bench};
+use crate::bench::{
+    build::java_command,
+    process::Process,
+    profiler::{Options, Recording, Tool},
+    stacks::is_java,
+    Bench,
+};
 
 pub const HZ: u64 = 99;
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -29,6 +36,9 @@ pub const SHORT_LIVED_MS: u32 = 1;
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How often a container starts.
 pub const CONTAINER_EVERY: Duration = Duration::from_secs(5);
+/// How often an incident's `stoke record -p` of the JVM runs beside the
+/// daemon; each records until the next reading.
+pub const RECORD_EVERY: Duration = Duration::from_secs(60);
 /// The warm-up of a full run, left out of the steady state.
 const WARM_UP: Duration = Duration::from_secs(120);
 
@@ -49,6 +59,9 @@ pub struct Soak {
     /// one holds.
     pub service_dirs: usize,
     pub most_files: usize,
+    /// The records beside the daemon: the JVM's samples in each, and how
+    /// many had Java frames (none without a JDK).
+    pub records: Vec<(u64, u64)>,
 }
 
 impl Soak {
@@ -98,6 +111,18 @@ pub fn run(bench: &Bench) -> Result<Soak> {
             .arg(SHORT_LIVED_MS.to_string()),
     )?;
     let churn = image.map(|image| ContainerChurn::start(image, CONTAINER_EVERY));
+    let mut jvm = match &workloads.java_fixed_work {
+        Some(classes) => Some(Process::spawn(
+            "FixedWork",
+            java_command(classes, &[])
+                .arg("-s")
+                .arg((length.as_secs_f64() + 30.0).to_string())
+                .arg("1"),
+        )?),
+        None => None,
+    };
+    let (mut records, mut record, mut next_record) =
+        (Vec::new(), None, RECORD_EVERY.min(length / 2));
 
     let started = Instant::now();
     let (mut usage, mut loads) = (Vec::new(), Vec::new());
@@ -110,6 +135,16 @@ pub fn run(bench: &Bench) -> Result<Soak> {
         thread::sleep(due.saturating_duration_since(Instant::now()));
         let now = daemon.usage()?;
         usage.push(now);
+        if let Some(recording) = record.take() {
+            records.push(java_samples(recording, jvm.as_ref())?);
+        } else if let Some(jvm) = jvm.as_ref().filter(|_| now.at >= next_record) {
+            next_record += RECORD_EVERY;
+            let options = Options {
+                pids: vec![u32::try_from(jvm.pid())?],
+                ..Options::new(Tool::Stoke, HZ, "folded")
+            };
+            record = Some(Recording::start(bench, &options, "soak-record")?);
+        }
         loads.push(load_average()?);
         if now.at >= next_log {
             next_log += Duration::from_secs(60);
@@ -124,6 +159,13 @@ pub fn run(bench: &Bench) -> Result<Soak> {
         }
     }
 
+    if let Some(recording) = record {
+        records.push(java_samples(recording, jvm.as_ref())?);
+    }
+    if let Some(jvm) = jvm.as_mut() {
+        jvm.signal(libc::SIGKILL);
+        jvm.wait(Duration::from_secs(30))?;
+    }
     let exit = spawner.wait(Duration::from_secs(120))?;
     ensure!(exit.success(), "spawner failed: {}", exit.describe());
     let exec_rate = spawner.printed::<f64>("spawned")? / spawner.printed::<f64>("seconds")?;
@@ -141,7 +183,27 @@ pub fn run(bench: &Bench) -> Result<Soak> {
         containers,
         service_dirs,
         most_files,
+        records,
     })
+}
+
+/// A record beside the daemon, stopped: the JVM's samples, and how many
+/// had Java frames.
+fn java_samples(recording: Recording, jvm: Option<&Process>) -> Result<(u64, u64)> {
+    let stopped = recording.stop()?;
+    let stacks = stopped.stacks()?;
+    stopped.remove_output();
+    let pid = jvm.and_then(|jvm| u32::try_from(jvm.pid()).ok());
+    Ok(stacks
+        .iter()
+        .filter(|stack| Some(stack.pid) == pid)
+        .fold((0, 0), |(all, java), stack| {
+            let with_java = stack.frames.iter().any(|frame| is_java(frame));
+            (
+                all + stack.samples,
+                java + if with_java { stack.samples } else { 0 },
+            )
+        }))
 }
 
 /// The 1-minute load average.
