@@ -29,6 +29,14 @@ names! {
         sample_cpu_legacy,
         sample_cpu_legacy_unwind,
         sample_cpu_legacy_finish,
+        sample_counter_legacy_0,
+        sample_counter_legacy_1,
+        sample_counter_legacy_2,
+        sample_counter_legacy_3,
+        sample_counter_legacy_4,
+        sample_counter_legacy_5,
+        sample_counter_legacy_6,
+        sample_counter_legacy_7,
         sample_probe,
         sample_tracepoint,
         process_exec,
@@ -71,5 +79,6 @@ names! {
         offcpu_jvms_only,
         offcpu_wall,
         offcpu_runqueue,
+        legacy_quiet_counters,
     }
 }

@@ -3,7 +3,8 @@
 //! 70:30 by page faults, every fault counted (`--period 1`) or sampled at
 //! `-F`, beside CPU and other counters in files of their own; `stoke list`
 //! says which counters this host has, and a counter it lacks is refused in
-//! one line before anything starts, with no output file. A user probe
+//! one line before anything starts, with no output file; with the
+//! programs of kernels before 5.17 too. A user probe
 //! (`-e uprobe:PATH:SYMBOL`) counts every call by its caller (kernel
 //! probes are checked on Debian's kernels, `cargo xtask test --kernels`:
 //! this kernel places none), a tracepoint (`-e SYSTEM:NAME`) every hit,
@@ -78,10 +79,24 @@ fn every_page_fault_is_counted_by_the_function_that_faulted() {
 
 #[test]
 fn counters_are_sampled_at_a_rate_beside_cpu_in_files_of_their_own() {
-    let (dir, workload) = prepare("faults_rate", "page_faults");
+    sampled_at_a_rate("faults_rate", &[]);
+}
+
+/// The programs of kernels before 5.17 (no bpf_loop), on this one: each
+/// counter's events go to a program of its own, with no attach cookie.
+#[test]
+fn counters_take_a_program_each_on_kernels_without_bpf_loop() {
+    sampled_at_a_rate("faults_rate_legacy", &["--legacy-bpf"]);
+}
+
+/// Page faults and context switches sampled at 999 Hz beside CPU, host
+/// wide, with `extra` arguments.
+fn sampled_at_a_rate(name: &str, extra: &[&str]) {
+    let (dir, workload) = prepare(name, "page_faults");
     let out = dir.join("host.folded");
     let running = workload.spawn(&["5"]);
-    let select = args!["-a", "-e", "cpu,page-faults,context-switches"];
+    let mut select = args!["-a", "-e", "cpu,page-faults,context-switches"].to_vec();
+    select.extend(extra.iter().map(ToString::to_string));
     let output = record(&record_args(&select, 999, 3.0, &out), 3.0);
     let root = running.root_frame();
     // Sampled about 999 times a second, each sample weighs the faults

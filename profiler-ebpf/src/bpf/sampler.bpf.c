@@ -627,6 +627,34 @@ int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
 	return take_sample(ctx, thread_events, true, 0, PROBE_NONE);
 }
 
+/* Kernels without bpf_loop: a counter's events (before 5.15 they carry no
+ * attach cookie) go to a program of their own, its index built in; a
+ * counter whose events come as a thread leaves the CPU is quiet (no JVM
+ * signal) by its bit in legacy_quiet_counters. */
+const volatile __u32 legacy_quiet_counters = 0;
+
+#define SAMPLE_COUNTER_LEGACY(index)                                                        \
+	SEC("perf_event")                                                                   \
+	int sample_counter_legacy_##index(struct stoke_perf_event_data *ctx)                \
+	{                                                                                   \
+		__u64 quiet = (legacy_quiet_counters >> index) & 1;                         \
+                                                                                            \
+		return take_sample(ctx, false, true,                                        \
+				   STOKE_COUNTER_COOKIE_BASE + index +                      \
+					   quiet * STOKE_COUNTER_COOKIE_QUIET,              \
+				   PROBE_NONE);                                             \
+	}
+
+_Static_assert(STOKE_MAX_COUNTERS == 8, "a legacy counter program per counter");
+SAMPLE_COUNTER_LEGACY(0)
+SAMPLE_COUNTER_LEGACY(1)
+SAMPLE_COUNTER_LEGACY(2)
+SAMPLE_COUNTER_LEGACY(3)
+SAMPLE_COUNTER_LEGACY(4)
+SAMPLE_COUNTER_LEGACY(5)
+SAMPLE_COUNTER_LEGACY(6)
+SAMPLE_COUNTER_LEGACY(7)
+
 /* Runs of the legacy unwinder a sample may take: a kernel allows 32 tail
  * calls, one of which is the first run's and one the finish's. */
 #define LEGACY_RUNS 30

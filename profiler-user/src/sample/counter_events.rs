@@ -18,7 +18,7 @@ use aya_obj::generated::perf_event_attr;
 use profiler_common::{bpf_names as names, COUNTER_COOKIE_BASE, COUNTER_COOKIE_QUIET};
 
 use super::{
-    thread_event::{link, link_program, perf_event_open},
+    thread_event::{attach_program, link, link_program, perf_event_open},
     tracepoint_id::tracepoint_id,
 };
 use crate::{
@@ -32,6 +32,19 @@ pub const PROBE_PROGRAM: &str = names::program::sample_probe;
 
 /// The sampler's program for tracepoints, loaded when a recording has any.
 pub const TRACEPOINT_PROGRAM: &str = names::program::sample_tracepoint;
+
+/// The programs that take each counter's samples on kernels without
+/// bpf_loop, whose events before 5.15 carry no cookie: by index.
+pub const LEGACY_COUNTER_PROGRAMS: [&str; 8] = [
+    names::program::sample_counter_legacy_0,
+    names::program::sample_counter_legacy_1,
+    names::program::sample_counter_legacy_2,
+    names::program::sample_counter_legacy_3,
+    names::program::sample_counter_legacy_4,
+    names::program::sample_counter_legacy_5,
+    names::program::sample_counter_legacy_6,
+    names::program::sample_counter_legacy_7,
+];
 
 /// perf's `PERF_TYPE_TRACEPOINT`.
 const PERF_TYPE_TRACEPOINT: u32 = 2;
@@ -80,8 +93,9 @@ impl Unavailable {
 
 /// The counted events sampling; they stop when dropped.
 pub struct CounterEvents {
-    /// Each event with its link to the sampler.
-    _open: Vec<(OwnedFd, OwnedFd)>,
+    /// Each event with its link to the sampler (none where the program is
+    /// attached to the event itself).
+    _open: Vec<(OwnedFd, Option<OwnedFd>)>,
 }
 
 /// The attributes of an event of perf type `perf_type` and `config`,
@@ -189,31 +203,82 @@ pub fn probe(event: Event, cpu: u32) -> Result<(), Unavailable> {
 
 /// Samples `events` (the recording's counted events, in order: the cookie
 /// of each is its index): a counter on every CPU of `cpus` at `rate`, a
-/// probe once.
-pub fn open(ebpf: &Ebpf, events: &[Event], cpus: &[u32], rate: Rate) -> Result<CounterEvents> {
+/// probe once. `legacy`: counters only, each event attached to its
+/// counter's program of [`LEGACY_COUNTER_PROGRAMS`].
+pub fn open(
+    ebpf: &Ebpf,
+    events: &[Event],
+    cpus: &[u32],
+    rate: Rate,
+    legacy: bool,
+) -> Result<CounterEvents> {
     let mut open = Vec::with_capacity(events.len() * cpus.len());
     for (index, &event) in (0u64..).zip(events) {
-        let (on, quiet): (&[u32], bool) = match event {
-            Event::Counter(counter) => (cpus, counter.at_switch()),
-            // A kernel probe may fire where its thread is about to wait:
-            // a signal for its Java stack would cut the wait short.
-            Event::Probe(probe) => (&cpus[..1.min(cpus.len())], probe.in_kernel()),
+        let on: &[u32] = match event {
+            Event::Counter(_) => cpus,
+            Event::Probe(_) => &cpus[..1.min(cpus.len())],
             _ => continue,
         };
-        let cookie = COUNTER_COOKIE_BASE + index + if quiet { COUNTER_COOKIE_QUIET } else { 0 };
-        let program = program_of(ebpf, event)?;
+        let cookie = COUNTER_COOKIE_BASE
+            + index
+            + if quiet(event) {
+                COUNTER_COOKIE_QUIET
+            } else {
+                0
+            };
+        let program = if legacy {
+            Some(legacy_program_fd(ebpf, index)?)
+        } else {
+            program_of(ebpf, event)?
+        };
         for &cpu in on {
             let opened = open_on(event, rate, cpu, false)
                 .with_context(|| format!("opening event {} on CPU {cpu}", event.name()))?;
             let link = match program {
-                Some(program) => link_program(program, &opened, cookie),
-                None => link(ebpf, &opened, cookie),
+                Some(program) if legacy => attach_program(program, &opened).map(|()| None),
+                Some(program) => link_program(program, &opened, cookie).map(Some),
+                None => link(ebpf, &opened, cookie).map(Some),
             }
             .with_context(|| format!("sampling event {} on CPU {cpu}", event.name()))?;
             open.push((opened, link));
         }
     }
     Ok(CounterEvents { _open: open })
+}
+
+/// Whether `event`'s samples send no JVM its signal: a counter whose
+/// events come as a thread leaves the CPU, or a kernel probe, which may
+/// fire where its thread is about to wait (a signal for its Java stack
+/// would cut the wait short).
+fn quiet(event: Event) -> bool {
+    match event {
+        Event::Counter(counter) => counter.at_switch(),
+        Event::Probe(probe) => probe.in_kernel(),
+        _ => false,
+    }
+}
+
+/// The legacy counter programs' quiet bits (`legacy_quiet_counters`), by
+/// index in `events`.
+pub fn quiet_counters(events: &[Event]) -> u32 {
+    (0u32..)
+        .zip(events)
+        .filter(|&(_, &event)| quiet(event))
+        .fold(0, |mask, (index, _)| {
+            mask | 1u32.checked_shl(index).unwrap_or(0)
+        })
+}
+
+/// The descriptor of counter `index`'s legacy program, loaded.
+fn legacy_program_fd(ebpf: &Ebpf, index: u64) -> Result<i32> {
+    let name = usize::try_from(index)
+        .ok()
+        .and_then(|index| LEGACY_COUNTER_PROGRAMS.get(index))
+        .context("more counters than legacy programs")?;
+    match ebpf.program(name) {
+        Some(Program::PerfEvent(program)) => Ok(program.fd()?.as_fd().as_raw_fd()),
+        _ => anyhow::bail!("the program {name} is missing"),
+    }
 }
 
 /// The descriptor of the program a probe's event is linked to (loaded only
@@ -247,5 +312,26 @@ pub fn probe_missing(probe: &Probe) -> &'static str {
         "no such kernel function can be probed (see /proc/kallsyms; inlined and notrace functions cannot)"
     } else {
         "the kernel refused a probe there"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_legacy_programs_quiet_bits_follow_the_events_order() {
+        let events: Vec<Event> = [
+            "page-faults",
+            "context-switches",
+            "cpu-migrations",
+            "cycles",
+        ]
+        .iter()
+        .map(|name| Event::parse(name).unwrap())
+        .collect();
+        // Context switches and migrations come as a thread leaves its CPU.
+        assert_eq!(quiet_counters(&events), 0b0110);
+        assert_eq!(quiet_counters(&[]), 0);
     }
 }

@@ -21,7 +21,10 @@ use profiler_common::{bpf_names as names, Counter, SignalledJvm, COUNTER_COUNT, 
 use tracing::debug;
 
 use super::{
-    counter_events::{self, CounterEvents, Rate, Unavailable, PROBE_PROGRAM, TRACEPOINT_PROGRAM},
+    counter_events::{
+        self, CounterEvents, Rate, Unavailable, LEGACY_COUNTER_PROGRAMS, PROBE_PROGRAM,
+        TRACEPOINT_PROGRAM,
+    },
     kfuncs, monotonic_ns,
     target_events::TargetEvents,
     thread_timers::{self, ThreadTimers, Trap},
@@ -180,6 +183,7 @@ impl Sampler {
             );
         }
         check_counters(&config.counters, &cpus, legacy)?;
+        let quiet_counters = counter_events::quiet_counters(&config.counters);
         let linked = kfuncs::link(profiler_ebpf::sampler_object(offcpu), &btf);
 
         // The off-CPU task storage is used only by the BPF side: aya has no
@@ -197,6 +201,7 @@ impl Sampler {
             .override_global(names::global::offcpu_jvms_only, &offcpu_jvms_only, offcpu)
             .override_global(names::global::offcpu_wall, &offcpu_wall, offcpu)
             .override_global(names::global::offcpu_runqueue, &offcpu_runqueue, offcpu)
+            .override_global(names::global::legacy_quiet_counters, &quiet_counters, true)
             .map_max_entries(names::map::samples, ring_bytes)
             .map_max_entries(names::map::target_tgids, u32::try_from(target_count)?)
             .map_max_entries(names::map::unwind_rows, config.unwind_rows.max(1))
@@ -310,6 +315,15 @@ impl Sampler {
             .then(|| load_legacy_unwinder(&mut ebpf).err())
             .flatten()
             .map(|error| format!("{error:#}"));
+        if legacy {
+            for name in &LEGACY_COUNTER_PROGRAMS[..config.counters.len()] {
+                let program: &mut PerfEvent = ebpf
+                    .program_mut(name)
+                    .with_context(|| format!("no {name} program in the BPF object"))?
+                    .try_into()?;
+                program.load().map_err(explain_program_error)?;
+            }
+        }
         let probes = config.counters.iter().filter_map(|event| match event {
             event::Event::Probe(probe) => Some(&probe.target),
             _ => None,
@@ -376,6 +390,7 @@ impl Sampler {
                 &self.counters,
                 &self.cpus,
                 self.counter_rate,
+                self.legacy,
             )?);
         }
         let Some(frequency_hz) = self.cpu_clock_hz.take() else {
@@ -680,13 +695,13 @@ pub enum SignalsRefused {
 /// Refuses, before anything starts, counted events this host cannot
 /// sample.
 fn check_counters(counters: &[event::Event], cpus: &[u32], legacy: bool) -> Result<()> {
-    let Some(first) = counters.first() else {
-        return Ok(());
-    };
-    if legacy {
+    if let Some(probe) = counters
+        .iter()
+        .find(|event| legacy && matches!(event, event::Event::Probe(_)))
+    {
         bail!(
-            "perf counters, probes and tracepoints (-e {}) need Linux 5.15 or newer (BPF attach cookies); this kernel is {}",
-            first.name(),
+            "probes and tracepoints (-e {}) need Linux 5.17 or newer (bpf_loop); this kernel is {}",
+            probe.name(),
             crate::process::procfs::kernel_release().unwrap_or_default()
         );
     }

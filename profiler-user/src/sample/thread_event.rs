@@ -175,7 +175,12 @@ fn sampler_fd(ebpf: &Ebpf) -> Result<i32> {
 
 /// Attaches the CPUs' sampler to `event` itself, until it is closed.
 fn attach(ebpf: &Ebpf, event: &OwnedFd) -> Result<()> {
-    let program_fd = sampler_fd(ebpf)?;
+    attach_program(sampler_fd(ebpf)?, event)
+}
+
+/// Attaches program `program_fd` to `event` itself, until it is closed
+/// (no link, no cookie: any kernel).
+pub(super) fn attach_program(program_fd: i32, event: &OwnedFd) -> Result<()> {
     // SAFETY: an ioctl on the event we own, with a program descriptor.
     if unsafe { libc::ioctl(event.as_raw_fd(), PERF_EVENT_IOC_SET_BPF as _, program_fd) } != 0 {
         anyhow::bail!("attaching the sampler: {}", std::io::Error::last_os_error());

@@ -137,7 +137,10 @@ pub fn run(bench: &Bench) -> Result<Soak> {
         usage.push(now);
         if let Some(recording) = record.take() {
             records.push(java_samples(recording, jvm.as_ref())?);
-        } else if let Some(jvm) = jvm.as_ref().filter(|_| now.at >= next_record) {
+        } else if let Some(jvm) = jvm
+            .as_ref()
+            .filter(|_| now.at >= next_record && now.at + SAMPLE_EVERY <= length)
+        {
             next_record += RECORD_EVERY;
             let options = Options {
                 pids: vec![u32::try_from(jvm.pid())?],
