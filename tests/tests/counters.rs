@@ -186,11 +186,25 @@ fn list_says_which_counters_there_are_and_a_missing_one_is_refused() {
 
 #[test]
 fn a_user_probe_counts_every_call_by_its_caller() {
-    let (dir, workload) = prepare("uprobe", "page_faults");
+    user_probe_calls("uprobe", &[]);
+}
+
+/// The programs of kernels before 5.17 (no bpf_loop), on this one: the
+/// probe's caller comes from the unwind tables (the probe fires before
+/// touch_pages has a frame).
+#[test]
+fn a_user_probe_takes_a_program_of_its_own_on_kernels_without_bpf_loop() {
+    user_probe_calls("uprobe_legacy", &["--legacy-bpf"]);
+}
+
+/// Calls of touch_pages counted by a user probe, with `extra` arguments.
+fn user_probe_calls(name: &str, extra: &[&str]) {
+    let (dir, workload) = prepare(name, "page_faults");
     let out = dir.join("calls.folded");
     let mut running = workload.spawn(&["4"]);
     let probe = format!("uprobe:{}:touch_pages", workload.exe().display());
-    let select = args!["-p", running.pid(), "-e", probe];
+    let mut select = args!["-p", running.pid(), "-e", probe].to_vec();
+    select.extend(extra.iter().map(ToString::to_string));
     let output = record(&record_args(&select, 99, 2.0, &out), 2.0);
     let stacks = read_folded(&out);
     let (mine, total) = process_stacks(&stacks, &running.root_frame(), 100);
@@ -230,11 +244,25 @@ fn tracefs_mounts() -> usize {
 
 #[test]
 fn a_tracepoint_counts_every_hit_and_leaves_the_mounts_alone() {
-    let (dir, workload) = prepare("tracepoint", "page_faults");
+    tracepoint_hits("tracepoint", &[]);
+}
+
+/// The programs of kernels before 5.17 (no bpf_loop), on this one: a
+/// tracepoint's program of its own, its user stacks walked by the legacy
+/// unwinder's chain of tracepoint programs.
+#[test]
+fn a_tracepoint_takes_a_program_of_its_own_on_kernels_without_bpf_loop() {
+    tracepoint_hits("tracepoint_legacy", &["--legacy-bpf"]);
+}
+
+/// Page faults counted by their tracepoint, with `extra` arguments.
+fn tracepoint_hits(name: &str, extra: &[&str]) {
+    let (dir, workload) = prepare(name, "page_faults");
     let out = dir.join("hits.folded");
     let running = workload.spawn(&["4"]);
     let mounts = tracefs_mounts();
-    let select = args!["-p", running.pid(), "-e", "exceptions:page_fault_user"];
+    let mut select = args!["-p", running.pid(), "-e", "exceptions:page_fault_user"].to_vec();
+    select.extend(extra.iter().map(ToString::to_string));
     let output = record(&record_args(&select, 99, 2.0, &out), 2.0);
     let (share, faults) = seven_share(&out, &running.root_frame());
     println!(

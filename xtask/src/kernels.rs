@@ -57,16 +57,6 @@ const EXPECTED_FAILURES: &[(&str, &str, &str)] = &[
         "wall",
         "no bpf_loop (5.17) nor task storage (5.11): wall-clock time refused",
     ),
-    (
-        "5.10",
-        "kprobe",
-        "no bpf_loop (5.17) for the probe program's unwinder: probes refused",
-    ),
-    (
-        "5.10",
-        "tracepoint",
-        "no bpf_loop (5.17) for the probe program's unwinder: tracepoints refused",
-    ),
 ];
 
 /// Packages the matrix needs: qemu from bookworm-backports, whose version

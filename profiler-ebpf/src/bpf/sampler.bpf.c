@@ -384,12 +384,19 @@ enum legacy_program {
 	LEGACY_PROGRAMS = 2,
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, LEGACY_PROGRAMS);
-	__type(key, __u32);
-	__type(value, __u32);
-} legacy_unwinder SEC(".maps");
+/* A program array holds programs of one kind: one for perf events', one
+ * for kprobes' and uprobes', one for tracepoints'. */
+#define LEGACY_UNWINDER_MAP(name)                        \
+	struct {                                         \
+		__uint(type, BPF_MAP_TYPE_PROG_ARRAY);   \
+		__uint(max_entries, LEGACY_PROGRAMS);    \
+		__type(key, __u32);                      \
+		__type(value, __u32);                    \
+	} name SEC(".maps");
+
+LEGACY_UNWINDER_MAP(legacy_unwinder)
+LEGACY_UNWINDER_MAP(legacy_probe_unwinder)
+LEGACY_UNWINDER_MAP(legacy_tracepoint_unwinder)
 
 /* The end of a CPU sample of thread `tid` of process `tgid` whose frames
  * are in `record`: the JVM's signal (or, with `trap`, the thread's own
@@ -432,10 +439,11 @@ static __always_inline int send_sample(struct sample_record *record, struct task
 }
 
 /* Kernels without bpf_loop: a process with unwind tables has its stack
- * walked by sample_cpu_legacy_unwind, which finishes the sample; returns
- * only if the process has none (or the tail call failed). */
-static __always_inline void legacy_unwind_start(struct stoke_perf_event_data *ctx, __u32 tgid,
-						__u64 pc, __u64 sp, __u64 bp, long kernel_bytes,
+ * walked by the legacy unwinder of `programs` (the program array of the
+ * context's kind), which finishes the sample; returns only if the process
+ * has none (or the tail call failed). */
+static __always_inline void legacy_unwind_start(void *ctx, void *programs, __u32 tgid, __u64 pc,
+						__u64 sp, __u64 bp, long kernel_bytes,
 						__u32 jvm_signal)
 {
 	__u32 slot = SLOT_CPU;
@@ -446,7 +454,7 @@ static __always_inline void legacy_unwind_start(struct stoke_perf_event_data *ct
 	unwind_begin(state, pc, sp, bp, kernel_bytes);
 	state->jvm_signal = jvm_signal;
 	state->runs = 0;
-	bpf_tail_call(ctx, &legacy_unwinder, LEGACY_UNWIND);
+	bpf_tail_call(ctx, programs, LEGACY_UNWIND);
 }
 
 /* What fired take_sample, besides perf events. */
@@ -461,8 +469,8 @@ static __always_inline void legacy_unwind_start(struct stoke_perf_event_data *ct
  * event). `legacy`: for kernels without bpf_loop (before 5.17), which
  * lack the BTF task pointer, bpf_task_pt_regs and attach cookies too: the
  * task is read through probes, a process's unwind tables are walked by
- * sample_cpu_legacy_unwind, and no thread has an event of its own (before
- * 6.10 none does).
+ * sample_cpu_legacy_unwind (a probe's stack by frame pointers), and no
+ * thread has an event of its own (before 6.10 none does).
  * `cookie` at or past COUNTER_COOKIE_BASE: a sample of a CPU's counter
  * event (page faults, cache misses...), weighed by the event's period, or
  * with `probe` a hit of a probe, weighed 1: a kprobe's or uprobe's
@@ -592,7 +600,11 @@ static __always_inline int take_sample(struct stoke_perf_event_data *ctx, bool o
 		record->header.flags |= SAMPLE_IN_CODE_CACHE_FLAGS;
 	} else {
 		if (legacy)
-			legacy_unwind_start(ctx, tgid, pc, sp, bp, kernel_bytes, jvm_signal);
+			legacy_unwind_start(ctx,
+					    probe == PROBE_REGS	      ? (void *)&legacy_probe_unwinder :
+					    probe == PROBE_TRACEPOINT ? (void *)&legacy_tracepoint_unwinder :
+									(void *)&legacy_unwinder,
+					    tgid, pc, sp, bp, kernel_bytes, jvm_signal);
 		user_bytes = user_stack(ctx, task, record, tgid, pc, sp, bp, kernel_bytes, SLOT_CPU,
 					!legacy);
 		if (user_bytes < 0)
@@ -627,34 +639,6 @@ int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
 	return take_sample(ctx, thread_events, true, 0, PROBE_NONE);
 }
 
-/* Kernels without bpf_loop: a counter's events (before 5.15 they carry no
- * attach cookie) go to a program of their own, its index built in; a
- * counter whose events come as a thread leaves the CPU is quiet (no JVM
- * signal) by its bit in legacy_quiet_counters. */
-const volatile __u32 legacy_quiet_counters = 0;
-
-#define SAMPLE_COUNTER_LEGACY(index)                                                        \
-	SEC("perf_event")                                                                   \
-	int sample_counter_legacy_##index(struct stoke_perf_event_data *ctx)                \
-	{                                                                                   \
-		__u64 quiet = (legacy_quiet_counters >> index) & 1;                         \
-                                                                                            \
-		return take_sample(ctx, false, true,                                        \
-				   STOKE_COUNTER_COOKIE_BASE + index +                      \
-					   quiet * STOKE_COUNTER_COOKIE_QUIET,              \
-				   PROBE_NONE);                                             \
-	}
-
-_Static_assert(STOKE_MAX_COUNTERS == 8, "a legacy counter program per counter");
-SAMPLE_COUNTER_LEGACY(0)
-SAMPLE_COUNTER_LEGACY(1)
-SAMPLE_COUNTER_LEGACY(2)
-SAMPLE_COUNTER_LEGACY(3)
-SAMPLE_COUNTER_LEGACY(4)
-SAMPLE_COUNTER_LEGACY(5)
-SAMPLE_COUNTER_LEGACY(6)
-SAMPLE_COUNTER_LEGACY(7)
-
 /* Runs of the legacy unwinder a sample may take: a kernel allows 32 tail
  * calls, one of which is the first run's and one the finish's. */
 #define LEGACY_RUNS 30
@@ -663,10 +647,9 @@ _Static_assert(LEGACY_RUNS * LEGACY_FRAMES_PER_RUN >= STOKE_MAX_FRAMES,
 
 /* Kernels without bpf_loop: a few more frames of the walk the legacy
  * sampler began (unwind_legacy_run), then the next run, or, when the walk
- * ended or took its LEGACY_RUNS (its stop reason then stays "depth"),
- * sample_cpu_legacy_finish. */
-SEC("perf_event")
-int sample_cpu_legacy_unwind(struct stoke_perf_event_data *ctx)
+ * ended or took its LEGACY_RUNS (its stop reason then stays "depth"), the
+ * finish; both in `programs`, the program array of the context's kind. */
+static __always_inline int legacy_unwind(void *ctx, void *programs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, slot = SLOT_CPU;
@@ -676,15 +659,14 @@ int sample_cpu_legacy_unwind(struct stoke_perf_event_data *ctx)
 	if (!record || !state)
 		return 0;
 	if (unwind_legacy_run(state, record, tgid) && ++state->runs < LEGACY_RUNS)
-		bpf_tail_call(ctx, &legacy_unwinder, LEGACY_UNWIND);
-	bpf_tail_call(ctx, &legacy_unwinder, LEGACY_FINISH);
+		bpf_tail_call(ctx, programs, LEGACY_UNWIND);
+	bpf_tail_call(ctx, programs, LEGACY_FINISH);
 	return 0;
 }
 
 /* Kernels without bpf_loop: the end of a sample whose user stack the
  * legacy unwinder walked. */
-SEC("perf_event")
-int sample_cpu_legacy_finish(struct stoke_perf_event_data *ctx)
+static __always_inline int legacy_finish(void)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid, slot = SLOT_CPU, python;
@@ -710,6 +692,25 @@ int sample_cpu_legacy_finish(struct stoke_perf_event_data *ctx)
 			   user_bytes, python, state->jvm_signal, false, true);
 }
 
+/* The legacy unwinder's two programs for one kind of context, named
+ * PREFIX_legacy_unwind and PREFIX_legacy_finish, in program array
+ * PROGRAMS. */
+#define LEGACY_UNWINDER(kind, context, prefix, programs)      \
+	SEC(kind)                                             \
+	int prefix##_legacy_unwind(context *ctx)              \
+	{                                                     \
+		return legacy_unwind(ctx, &programs);         \
+	}                                                     \
+	SEC(kind)                                             \
+	int prefix##_legacy_finish(context *ctx)              \
+	{                                                     \
+		return legacy_finish();                       \
+	}
+
+LEGACY_UNWINDER("perf_event", struct stoke_perf_event_data, sample_cpu, legacy_unwinder)
+LEGACY_UNWINDER("kprobe", struct stoke_regs, sample_probe, legacy_probe_unwinder)
+LEGACY_UNWINDER("tracepoint", void, sample_tracepoint, legacy_tracepoint_unwinder)
+
 /* A hit of a kprobe or uprobe (`-e kprobe:FUNC`, `-e uprobe:PATH:SYMBOL`),
  * linked with its counter's cookie: its context is the registers at the
  * probe, as a perf event's context begins. */
@@ -727,6 +728,52 @@ int sample_tracepoint(void *ctx)
 {
 	return take_sample(ctx, false, false, bpf_get_attach_cookie(ctx), PROBE_TRACEPOINT);
 }
+
+/* Kernels without bpf_loop: a counted event's program per index, as its
+ * events carry no attach cookie before 5.15, for each kind of event. A
+ * counter whose events come as a thread leaves the CPU, or a kernel probe,
+ * is quiet (no JVM signal) by its bit in legacy_quiet_counters. A probe's
+ * user stack is walked by frame pointers there: the unwinder's chain is
+ * of perf_event programs, which no other kind may tail-call. */
+const volatile __u32 legacy_quiet_counters = 0;
+
+static __always_inline __u64 legacy_cookie(__u32 index)
+{
+	return STOKE_COUNTER_COOKIE_BASE + index +
+	       ((legacy_quiet_counters >> index) & 1) * STOKE_COUNTER_COOKIE_QUIET;
+}
+
+#define SAMPLE_COUNTED_LEGACY(index)                                                       \
+	SEC("perf_event")                                                                  \
+	int sample_counter_legacy_##index(struct stoke_perf_event_data *ctx)               \
+	{                                                                                  \
+		return take_sample(ctx, false, true, legacy_cookie(index), PROBE_NONE);    \
+	}                                                                                  \
+	SEC("kprobe")                                                                      \
+	int sample_probe_legacy_##index(struct stoke_regs *ctx)                            \
+	{                                                                                  \
+		return take_sample((struct stoke_perf_event_data *)ctx, false, true,       \
+				   legacy_cookie(index), PROBE_REGS);                      \
+	}                                                                                  \
+	SEC("tracepoint")                                                                  \
+	int sample_tracepoint_legacy_##index(void *ctx)                                    \
+	{                                                                                  \
+		/* Known not NULL, the user stack is the context's alone: the   \
+		 * task's (a number without the BTF task pointer) is not asked. */ \
+		if (!ctx)                                                                  \
+			return 0;                                                          \
+		return take_sample(ctx, false, true, legacy_cookie(index), PROBE_TRACEPOINT); \
+	}
+
+_Static_assert(STOKE_MAX_COUNTERS == 8, "legacy programs for every counted event");
+SAMPLE_COUNTED_LEGACY(0)
+SAMPLE_COUNTED_LEGACY(1)
+SAMPLE_COUNTED_LEGACY(2)
+SAMPLE_COUNTED_LEGACY(3)
+SAMPLE_COUNTED_LEGACY(4)
+SAMPLE_COUNTED_LEGACY(5)
+SAMPLE_COUNTED_LEGACY(6)
+SAMPLE_COUNTED_LEGACY(7)
 
 /* A process's address space is gone: it gets no more signals (whatever
  * userspace does meanwhile) nor table unwinding, and if userspace was told

@@ -33,18 +33,53 @@ pub const PROBE_PROGRAM: &str = names::program::sample_probe;
 /// The sampler's program for tracepoints, loaded when a recording has any.
 pub const TRACEPOINT_PROGRAM: &str = names::program::sample_tracepoint;
 
-/// The programs that take each counter's samples on kernels without
-/// bpf_loop, whose events before 5.15 carry no cookie: by index.
-pub const LEGACY_COUNTER_PROGRAMS: [&str; 8] = [
-    names::program::sample_counter_legacy_0,
-    names::program::sample_counter_legacy_1,
-    names::program::sample_counter_legacy_2,
-    names::program::sample_counter_legacy_3,
-    names::program::sample_counter_legacy_4,
-    names::program::sample_counter_legacy_5,
-    names::program::sample_counter_legacy_6,
-    names::program::sample_counter_legacy_7,
+/// The programs that take each counted event's samples on kernels without
+/// bpf_loop, whose events before 5.15 carry no cookie: by index, for
+/// counters, kprobes and uprobes, and tracepoints.
+const LEGACY_PROGRAMS: [[&str; 8]; 3] = [
+    [
+        names::program::sample_counter_legacy_0,
+        names::program::sample_counter_legacy_1,
+        names::program::sample_counter_legacy_2,
+        names::program::sample_counter_legacy_3,
+        names::program::sample_counter_legacy_4,
+        names::program::sample_counter_legacy_5,
+        names::program::sample_counter_legacy_6,
+        names::program::sample_counter_legacy_7,
+    ],
+    [
+        names::program::sample_probe_legacy_0,
+        names::program::sample_probe_legacy_1,
+        names::program::sample_probe_legacy_2,
+        names::program::sample_probe_legacy_3,
+        names::program::sample_probe_legacy_4,
+        names::program::sample_probe_legacy_5,
+        names::program::sample_probe_legacy_6,
+        names::program::sample_probe_legacy_7,
+    ],
+    [
+        names::program::sample_tracepoint_legacy_0,
+        names::program::sample_tracepoint_legacy_1,
+        names::program::sample_tracepoint_legacy_2,
+        names::program::sample_tracepoint_legacy_3,
+        names::program::sample_tracepoint_legacy_4,
+        names::program::sample_tracepoint_legacy_5,
+        names::program::sample_tracepoint_legacy_6,
+        names::program::sample_tracepoint_legacy_7,
+    ],
 ];
+
+/// The legacy program of `event`, the recording's counted event at
+/// `index` (see [`LEGACY_PROGRAMS`]).
+pub fn legacy_program(event: Event, index: usize) -> Option<&'static str> {
+    let kind = match event {
+        Event::Counter(_) => 0,
+        Event::Probe(probe) if matches!(probe.target, ProbeTarget::Tracepoint { .. }) => 2,
+        Event::Probe(_) => 1,
+        _ => return None,
+    };
+    LEGACY_PROGRAMS[kind].get(index).copied()
+}
 
 /// perf's `PERF_TYPE_TRACEPOINT`.
 const PERF_TYPE_TRACEPOINT: u32 = 2;
@@ -227,7 +262,7 @@ pub fn open(
                 0
             };
         let program = if legacy {
-            Some(legacy_program_fd(ebpf, index)?)
+            Some(legacy_program_fd(ebpf, event, index)?)
         } else {
             program_of(ebpf, event)?
         };
@@ -269,16 +304,20 @@ pub fn quiet_counters(events: &[Event]) -> u32 {
         })
 }
 
-/// The descriptor of counter `index`'s legacy program, loaded.
-fn legacy_program_fd(ebpf: &Ebpf, index: u64) -> Result<i32> {
+/// The descriptor of the legacy program of `event`, the counted event at
+/// `index`, loaded.
+fn legacy_program_fd(ebpf: &Ebpf, event: Event, index: u64) -> Result<i32> {
     let name = usize::try_from(index)
         .ok()
-        .and_then(|index| LEGACY_COUNTER_PROGRAMS.get(index))
-        .context("more counters than legacy programs")?;
-    match ebpf.program(name) {
-        Some(Program::PerfEvent(program)) => Ok(program.fd()?.as_fd().as_raw_fd()),
+        .and_then(|index| legacy_program(event, index))
+        .with_context(|| format!("no legacy program for event {}", event.name()))?;
+    let fd = match ebpf.program(name) {
+        Some(Program::PerfEvent(program)) => program.fd(),
+        Some(Program::KProbe(program)) => program.fd(),
+        Some(Program::TracePoint(program)) => program.fd(),
         _ => anyhow::bail!("the program {name} is missing"),
-    }
+    };
+    Ok(fd?.as_fd().as_raw_fd())
 }
 
 /// The descriptor of the program a probe's event is linked to (loaded only

@@ -13,7 +13,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, ProgramArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        BtfTracePoint, KProbe, PerfEvent, ProgramError, TracePoint,
+        BtfTracePoint, KProbe, PerfEvent, Program, ProgramError, ProgramFd, TracePoint,
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
@@ -21,10 +21,7 @@ use profiler_common::{bpf_names as names, Counter, SignalledJvm, COUNTER_COUNT, 
 use tracing::debug;
 
 use super::{
-    counter_events::{
-        self, CounterEvents, Rate, Unavailable, LEGACY_COUNTER_PROGRAMS, PROBE_PROGRAM,
-        TRACEPOINT_PROGRAM,
-    },
+    counter_events::{self, CounterEvents, Rate, Unavailable, PROBE_PROGRAM, TRACEPOINT_PROGRAM},
     kfuncs, monotonic_ns,
     target_events::TargetEvents,
     thread_timers::{self, ThreadTimers, Trap},
@@ -182,7 +179,7 @@ impl Sampler {
                 crate::process::procfs::kernel_release().unwrap_or_default()
             );
         }
-        check_counters(&config.counters, &cpus, legacy)?;
+        check_counters(&config.counters, &cpus)?;
         let quiet_counters = counter_events::quiet_counters(&config.counters);
         let linked = kfuncs::link(profiler_ebpf::sampler_object(offcpu), &btf);
 
@@ -312,24 +309,19 @@ impl Sampler {
             .load()
             .map_err(explain_program_error)?;
         let no_tables = legacy
-            .then(|| load_legacy_unwinder(&mut ebpf).err())
+            .then(|| load_legacy_unwinder(&mut ebpf, &config.counters).err())
             .flatten()
             .map(|error| format!("{error:#}"));
         if legacy {
-            for name in &LEGACY_COUNTER_PROGRAMS[..config.counters.len()] {
-                let program: &mut PerfEvent = ebpf
-                    .program_mut(name)
-                    .with_context(|| format!("no {name} program in the BPF object"))?
-                    .try_into()?;
-                program.load().map_err(explain_program_error)?;
-            }
+            load_legacy_counted(&mut ebpf, &config.counters)?;
         }
         let probes = config.counters.iter().filter_map(|event| match event {
             event::Event::Probe(probe) => Some(&probe.target),
             _ => None,
         });
-        let (tracepoints, regs): (Vec<_>, Vec<_>) =
-            probes.partition(|target| matches!(target, event::ProbeTarget::Tracepoint { .. }));
+        let (tracepoints, regs): (Vec<_>, Vec<_>) = probes
+            .filter(|_| !legacy)
+            .partition(|target| matches!(target, event::ProbeTarget::Tracepoint { .. }));
         if !regs.is_empty() {
             let program: &mut KProbe = ebpf
                 .program_mut(PROBE_PROGRAM)
@@ -694,17 +686,7 @@ pub enum SignalsRefused {
 
 /// Refuses, before anything starts, counted events this host cannot
 /// sample.
-fn check_counters(counters: &[event::Event], cpus: &[u32], legacy: bool) -> Result<()> {
-    if let Some(probe) = counters
-        .iter()
-        .find(|event| legacy && matches!(event, event::Event::Probe(_)))
-    {
-        bail!(
-            "probes and tracepoints (-e {}) need Linux 5.17 or newer (bpf_loop); this kernel is {}",
-            probe.name(),
-            crate::process::procfs::kernel_release().unwrap_or_default()
-        );
-    }
+fn check_counters(counters: &[event::Event], cpus: &[u32]) -> Result<()> {
     if counters.len() > MAX_COUNTERS as usize {
         bail!("at most {MAX_COUNTERS} perf counters and probes can be sampled at once");
     }
@@ -851,29 +833,83 @@ fn has_bpf_loop() -> bool {
     .unwrap_or(false)
 }
 
-/// The programs the legacy sampler tail-calls to walk unwind tables, at
-/// their index in the `legacy_unwinder` program array.
-const LEGACY_UNWINDER: [&str; 2] = [
-    names::program::sample_cpu_legacy_unwind,
-    names::program::sample_cpu_legacy_finish,
+/// The programs the legacy programs tail-call to walk unwind tables, at
+/// their index in their program array, for each kind of program: CPU
+/// samples and counters (perf events), kprobes and uprobes, tracepoints.
+const LEGACY_UNWINDERS: [([&str; 2], &str); 3] = [
+    (
+        [
+            names::program::sample_cpu_legacy_unwind,
+            names::program::sample_cpu_legacy_finish,
+        ],
+        names::map::legacy_unwinder,
+    ),
+    (
+        [
+            names::program::sample_probe_legacy_unwind,
+            names::program::sample_probe_legacy_finish,
+        ],
+        names::map::legacy_probe_unwinder,
+    ),
+    (
+        [
+            names::program::sample_tracepoint_legacy_unwind,
+            names::program::sample_tracepoint_legacy_finish,
+        ],
+        names::map::legacy_tracepoint_unwinder,
+    ),
 ];
 
-/// Loads the legacy sampler's unwind-table walker into the program array
-/// the sampler tail-calls (kernels without bpf_loop).
-fn load_legacy_unwinder(ebpf: &mut Ebpf) -> Result<()> {
-    for (index, name) in (0..).zip(LEGACY_UNWINDER) {
-        let program: &mut PerfEvent = ebpf
-            .program_mut(name)
-            .with_context(|| format!("no {name} program in the BPF object"))?
-            .try_into()?;
-        program.load().map_err(explain_program_error)?;
-        let fd = program.fd()?.try_clone()?;
-        let map = ebpf
-            .map_mut(names::map::legacy_unwinder)
-            .context("no legacy_unwinder map")?;
-        ProgramArray::try_from(map)?
-            .set(index, &fd, 0)
-            .context("linking the unwind-table walker")?;
+/// Loads the legacy unwind-table walker into the program array the
+/// legacy sampler tail-calls, and those of the kinds of probe among
+/// `counted` (kernels without bpf_loop).
+fn load_legacy_unwinder(ebpf: &mut Ebpf, counted: &[event::Event]) -> Result<()> {
+    let has = |tracepoint: bool| {
+        counted.iter().any(|event| {
+            matches!(event, event::Event::Probe(probe)
+                if matches!(probe.target, event::ProbeTarget::Tracepoint { .. }) == tracepoint)
+        })
+    };
+    let wanted = [true, has(false), has(true)];
+    for (&(programs, map), _) in LEGACY_UNWINDERS.iter().zip(wanted).filter(|(_, w)| *w) {
+        for (index, name) in (0..).zip(programs) {
+            let fd = load_program(ebpf, name)?;
+            let map = ebpf.map_mut(map).with_context(|| format!("no {map} map"))?;
+            ProgramArray::try_from(map)?
+                .set(index, &fd, 0)
+                .context("linking the unwind-table walker")?;
+        }
+    }
+    Ok(())
+}
+
+/// Loads program `name`, of any kind the sampler has; its descriptor.
+fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<ProgramFd> {
+    let fd = match ebpf.program_mut(name) {
+        Some(Program::PerfEvent(program)) => {
+            program.load().map_err(explain_program_error)?;
+            program.fd()?.try_clone()
+        }
+        Some(Program::KProbe(program)) => {
+            program.load().map_err(explain_program_error)?;
+            program.fd()?.try_clone()
+        }
+        Some(Program::TracePoint(program)) => {
+            program.load().map_err(explain_program_error)?;
+            program.fd()?.try_clone()
+        }
+        _ => bail!("no {name} program in the BPF object"),
+    };
+    Ok(fd?)
+}
+
+/// Loads the legacy program of each of `counted`, the recording's counted
+/// events (kernels without bpf_loop).
+fn load_legacy_counted(ebpf: &mut Ebpf, counted: &[event::Event]) -> Result<()> {
+    for (index, &event) in counted.iter().enumerate() {
+        let name = counter_events::legacy_program(event, index)
+            .with_context(|| format!("no legacy program for event {}", event.name()))?;
+        load_program(ebpf, name)?;
     }
     Ok(())
 }
