@@ -377,11 +377,13 @@ static __always_inline void legacy_user_regs(struct task_struct *task, __u64 *pc
 /* Kernels without bpf_loop: the programs the legacy sampler tail-calls to
  * walk a stack with its process's unwind tables (LEGACY_UNWIND, which
  * tail-calls itself for more frames) and then to send the sample
- * (LEGACY_FINISH). */
+ * (LEGACY_FINISH); and the program a counted event's own program
+ * tail-calls to take its sample (LEGACY_COUNTED). */
 enum legacy_program {
 	LEGACY_UNWIND = 0,
 	LEGACY_FINISH = 1,
-	LEGACY_PROGRAMS = 2,
+	LEGACY_COUNTED = 2,
+	LEGACY_PROGRAMS = 3,
 };
 
 /* A program array holds programs of one kind: one for perf events', one
@@ -640,8 +642,9 @@ int sample_cpu_legacy(struct stoke_perf_event_data *ctx)
 }
 
 /* Runs of the legacy unwinder a sample may take: a kernel allows 32 tail
- * calls, one of which is the first run's and one the finish's. */
-#define LEGACY_RUNS 30
+ * calls, one of which is the first run's, one the finish's and one a
+ * counted event's, to its sampler. */
+#define LEGACY_RUNS 29
 _Static_assert(LEGACY_RUNS * LEGACY_FRAMES_PER_RUN >= STOKE_MAX_FRAMES,
 	       "the legacy unwinder reaches the full depth");
 
@@ -730,39 +733,84 @@ int sample_tracepoint(void *ctx)
 }
 
 /* Kernels without bpf_loop: a counted event's program per index, as its
- * events carry no attach cookie before 5.15, for each kind of event. A
- * counter whose events come as a thread leaves the CPU, or a kernel probe,
- * is quiet (no JVM signal) by its bit in legacy_quiet_counters. A probe's
- * user stack is walked by frame pointers there: the unwinder's chain is
- * of perf_event programs, which no other kind may tail-call. */
+ * events carry no attach cookie before 5.15, for each kind of event. Each
+ * puts its cookie in legacy_cookies and tail-calls the one program of its
+ * kind that takes the sample (a few instructions each, the sampler once
+ * per kind). A counter whose events come as a thread leaves the CPU, or a
+ * kernel probe, is quiet (no JVM signal) by its bit in
+ * legacy_quiet_counters. */
 const volatile __u32 legacy_quiet_counters = 0;
 
-static __always_inline __u64 legacy_cookie(__u32 index)
+/* The cookie of the counted event whose program runs on this CPU (no
+ * other program of these kinds runs on a CPU while one does). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} legacy_cookies SEC(".maps");
+
+static __always_inline void legacy_count(void *ctx, void *programs, __u32 index)
 {
-	return STOKE_COUNTER_COOKIE_BASE + index +
-	       ((legacy_quiet_counters >> index) & 1) * STOKE_COUNTER_COOKIE_QUIET;
+	__u32 zero = 0;
+	__u64 *cookie = bpf_map_lookup_elem(&legacy_cookies, &zero);
+
+	if (!cookie)
+		return;
+	*cookie = STOKE_COUNTER_COOKIE_BASE + index +
+		  ((legacy_quiet_counters >> index) & 1) * STOKE_COUNTER_COOKIE_QUIET;
+	bpf_tail_call(ctx, programs, LEGACY_COUNTED);
 }
 
-#define SAMPLE_COUNTED_LEGACY(index)                                                       \
-	SEC("perf_event")                                                                  \
-	int sample_counter_legacy_##index(struct stoke_perf_event_data *ctx)               \
-	{                                                                                  \
-		return take_sample(ctx, false, true, legacy_cookie(index), PROBE_NONE);    \
-	}                                                                                  \
-	SEC("kprobe")                                                                      \
-	int sample_probe_legacy_##index(struct stoke_regs *ctx)                            \
-	{                                                                                  \
-		return take_sample((struct stoke_perf_event_data *)ctx, false, true,       \
-				   legacy_cookie(index), PROBE_REGS);                      \
-	}                                                                                  \
-	SEC("tracepoint")                                                                  \
-	int sample_tracepoint_legacy_##index(void *ctx)                                    \
-	{                                                                                  \
-		/* Known not NULL, the user stack is the context's alone: the   \
-		 * task's (a number without the BTF task pointer) is not asked. */ \
-		if (!ctx)                                                                  \
-			return 0;                                                          \
-		return take_sample(ctx, false, true, legacy_cookie(index), PROBE_TRACEPOINT); \
+static __always_inline __u64 legacy_counted_cookie(void)
+{
+	__u32 zero = 0;
+	__u64 *cookie = bpf_map_lookup_elem(&legacy_cookies, &zero);
+
+	return cookie ? *cookie : 0;
+}
+
+SEC("perf_event")
+int sample_counter_legacy(struct stoke_perf_event_data *ctx)
+{
+	return take_sample(ctx, false, true, legacy_counted_cookie(), PROBE_NONE);
+}
+
+SEC("kprobe")
+int sample_probe_legacy(struct stoke_regs *ctx)
+{
+	return take_sample((struct stoke_perf_event_data *)ctx, false, true,
+			   legacy_counted_cookie(), PROBE_REGS);
+}
+
+/* Known not NULL, the user stack is the context's alone: the task's (a
+ * number without the BTF task pointer) is not asked. */
+SEC("tracepoint")
+int sample_tracepoint_legacy(void *ctx)
+{
+	if (!ctx)
+		return 0;
+	return take_sample(ctx, false, true, legacy_counted_cookie(), PROBE_TRACEPOINT);
+}
+
+#define SAMPLE_COUNTED_LEGACY(index)                                               \
+	SEC("perf_event")                                                          \
+	int sample_counter_legacy_##index(struct stoke_perf_event_data *ctx)       \
+	{                                                                          \
+		legacy_count(ctx, &legacy_unwinder, index);                        \
+		return 0;                                                          \
+	}                                                                          \
+	SEC("kprobe")                                                              \
+	int sample_probe_legacy_##index(struct stoke_regs *ctx)                    \
+	{                                                                          \
+		legacy_count(ctx, &legacy_probe_unwinder, index);                  \
+		return 0;                                                          \
+	}                                                                          \
+	SEC("tracepoint")                                                          \
+	int sample_tracepoint_legacy_##index(void *ctx)                            \
+	{                                                                          \
+		legacy_count(ctx, &legacy_tracepoint_unwinder, index);             \
+		return 0;                                                          \
 	}
 
 _Static_assert(STOKE_MAX_COUNTERS == 8, "legacy programs for every counted event");

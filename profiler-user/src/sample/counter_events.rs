@@ -33,9 +33,10 @@ pub const PROBE_PROGRAM: &str = names::program::sample_probe;
 /// The sampler's program for tracepoints, loaded when a recording has any.
 pub const TRACEPOINT_PROGRAM: &str = names::program::sample_tracepoint;
 
-/// The programs that take each counted event's samples on kernels without
+/// The programs each counted event's events go to on kernels without
 /// bpf_loop, whose events before 5.15 carry no cookie: by index, for
-/// counters, kprobes and uprobes, and tracepoints.
+/// counters, kprobes and uprobes, and tracepoints. Each sets its cookie and
+/// tail-calls the program of its kind that takes the sample.
 const LEGACY_PROGRAMS: [[&str; 8]; 3] = [
     [
         names::program::sample_counter_legacy_0,
@@ -69,16 +70,22 @@ const LEGACY_PROGRAMS: [[&str; 8]; 3] = [
     ],
 ];
 
+/// The kind of program that takes `event`'s samples: 0 perf events, 1
+/// kprobes and uprobes, 2 tracepoints (the order of [`LEGACY_PROGRAMS`]);
+/// `None` for an event no counted program takes.
+pub fn program_kind(event: Event) -> Option<usize> {
+    match event {
+        Event::Counter(_) => Some(0),
+        Event::Probe(probe) if matches!(probe.target, ProbeTarget::Tracepoint { .. }) => Some(2),
+        Event::Probe(_) => Some(1),
+        _ => None,
+    }
+}
+
 /// The legacy program of `event`, the recording's counted event at
 /// `index` (see [`LEGACY_PROGRAMS`]).
 pub fn legacy_program(event: Event, index: usize) -> Option<&'static str> {
-    let kind = match event {
-        Event::Counter(_) => 0,
-        Event::Probe(probe) if matches!(probe.target, ProbeTarget::Tracepoint { .. }) => 2,
-        Event::Probe(_) => 1,
-        _ => return None,
-    };
-    LEGACY_PROGRAMS[kind].get(index).copied()
+    LEGACY_PROGRAMS[program_kind(event)?].get(index).copied()
 }
 
 /// perf's `PERF_TYPE_TRACEPOINT`.

@@ -833,54 +833,94 @@ fn has_bpf_loop() -> bool {
     .unwrap_or(false)
 }
 
-/// The programs the legacy programs tail-call to walk unwind tables, at
-/// their index in their program array, for each kind of program: CPU
-/// samples and counters (perf events), kprobes and uprobes, tracepoints.
-const LEGACY_UNWINDERS: [([&str; 2], &str); 3] = [
+/// What the legacy programs tail-call, for each kind of program (the
+/// order of `counter_events::program_kind`: perf events, kprobes and
+/// uprobes, tracepoints): the program array, the unwind-table walker's two
+/// programs at their index in it, and the program a counted event's own
+/// program tail-calls to take its sample, after them.
+const LEGACY_KINDS: [(&str, [&str; 2], &str); 3] = [
     (
+        names::map::legacy_unwinder,
         [
             names::program::sample_cpu_legacy_unwind,
             names::program::sample_cpu_legacy_finish,
         ],
-        names::map::legacy_unwinder,
+        names::program::sample_counter_legacy,
     ),
     (
+        names::map::legacy_probe_unwinder,
         [
             names::program::sample_probe_legacy_unwind,
             names::program::sample_probe_legacy_finish,
         ],
-        names::map::legacy_probe_unwinder,
+        names::program::sample_probe_legacy,
     ),
     (
+        names::map::legacy_tracepoint_unwinder,
         [
             names::program::sample_tracepoint_legacy_unwind,
             names::program::sample_tracepoint_legacy_finish,
         ],
-        names::map::legacy_tracepoint_unwinder,
+        names::program::sample_tracepoint_legacy,
     ),
 ];
 
-/// Loads the legacy unwind-table walker into the program array the
-/// legacy sampler tail-calls, and those of the kinds of probe among
+/// The index of each kind's counted sampler in its program array (the BPF
+/// side's LEGACY_COUNTED, after the walker's two programs).
+const LEGACY_COUNTED: u32 = 2;
+
+/// The kinds of program (see [`LEGACY_KINDS`]) that take `counted`'s
+/// samples.
+fn counted_kinds(counted: &[event::Event]) -> [bool; 3] {
+    let mut kinds = [false; 3];
+    for &event in counted {
+        if let Some(kind) = counter_events::program_kind(event) {
+            kinds[kind] = true;
+        }
+    }
+    kinds
+}
+
+/// Loads the legacy unwind-table walker into the program array the legacy
+/// sampler tail-calls, and into those of the kinds of probe among
 /// `counted` (kernels without bpf_loop).
 fn load_legacy_unwinder(ebpf: &mut Ebpf, counted: &[event::Event]) -> Result<()> {
-    let has = |tracepoint: bool| {
-        counted.iter().any(|event| {
-            matches!(event, event::Event::Probe(probe)
-                if matches!(probe.target, event::ProbeTarget::Tracepoint { .. }) == tracepoint)
-        })
-    };
-    let wanted = [true, has(false), has(true)];
-    for (&(programs, map), _) in LEGACY_UNWINDERS.iter().zip(wanted).filter(|(_, w)| *w) {
+    let mut wanted = counted_kinds(counted);
+    wanted[0] = true;
+    for (&(map, programs, _), _) in LEGACY_KINDS.iter().zip(wanted).filter(|(_, w)| *w) {
         for (index, name) in (0..).zip(programs) {
-            let fd = load_program(ebpf, name)?;
-            let map = ebpf.map_mut(map).with_context(|| format!("no {map} map"))?;
-            ProgramArray::try_from(map)?
-                .set(index, &fd, 0)
-                .context("linking the unwind-table walker")?;
+            set_legacy_program(ebpf, map, index, name)?;
         }
     }
     Ok(())
+}
+
+/// Loads the legacy programs of `counted`, the recording's counted events
+/// (kernels without bpf_loop): each event's own, and the sampler of its
+/// kind, which that one tail-calls.
+fn load_legacy_counted(ebpf: &mut Ebpf, counted: &[event::Event]) -> Result<()> {
+    for (&(map, _, sampler), _) in LEGACY_KINDS
+        .iter()
+        .zip(counted_kinds(counted))
+        .filter(|(_, w)| *w)
+    {
+        set_legacy_program(ebpf, map, LEGACY_COUNTED, sampler)?;
+    }
+    for (index, &event) in counted.iter().enumerate() {
+        let name = counter_events::legacy_program(event, index)
+            .with_context(|| format!("no legacy program for event {}", event.name()))?;
+        load_program(ebpf, name)?;
+    }
+    Ok(())
+}
+
+/// Loads program `name` into program array `map` at `index`.
+fn set_legacy_program(ebpf: &mut Ebpf, map: &str, index: u32, name: &str) -> Result<()> {
+    let fd = load_program(ebpf, name)?;
+    let map = ebpf.map_mut(map).with_context(|| format!("no {map} map"))?;
+    ProgramArray::try_from(map)?
+        .set(index, &fd, 0)
+        .with_context(|| format!("linking {name}"))
 }
 
 /// Loads program `name`, of any kind the sampler has; its descriptor.
@@ -901,17 +941,6 @@ fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<ProgramFd> {
         _ => bail!("no {name} program in the BPF object"),
     };
     Ok(fd?)
-}
-
-/// Loads the legacy program of each of `counted`, the recording's counted
-/// events (kernels without bpf_loop).
-fn load_legacy_counted(ebpf: &mut Ebpf, counted: &[event::Event]) -> Result<()> {
-    for (index, &event) in counted.iter().enumerate() {
-        let name = counter_events::legacy_program(event, index)
-            .with_context(|| format!("no legacy program for event {}", event.name()))?;
-        load_program(ebpf, name)?;
-    }
-    Ok(())
 }
 
 /// The program that takes the CPU samples (`legacy`: the one for kernels
