@@ -471,8 +471,9 @@ static __always_inline void legacy_unwind_start(void *ctx, void *programs, __u32
  * event). `legacy`: for kernels without bpf_loop (before 5.17), which
  * lack the BTF task pointer, bpf_task_pt_regs and attach cookies too: the
  * task is read through probes, a process's unwind tables are walked by
- * sample_cpu_legacy_unwind (a probe's stack by frame pointers), and no
- * thread has an event of its own (before 6.10 none does).
+ * the legacy unwinder of the context's kind (sample_cpu_legacy_unwind for
+ * perf events), and no thread has an event of its own (before 6.10 none
+ * does).
  * `cookie` at or past COUNTER_COOKIE_BASE: a sample of a CPU's counter
  * event (page faults, cache misses...), weighed by the event's period, or
  * with `probe` a hit of a probe, weighed 1: a kprobe's or uprobe's

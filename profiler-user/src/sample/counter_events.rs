@@ -245,8 +245,8 @@ pub fn probe(event: Event, cpu: u32) -> Result<(), Unavailable> {
 
 /// Samples `events` (the recording's counted events, in order: the cookie
 /// of each is its index): a counter on every CPU of `cpus` at `rate`, a
-/// probe once. `legacy`: counters only, each event attached to its
-/// counter's program of [`LEGACY_COUNTER_PROGRAMS`].
+/// probe once. `legacy` (kernels without bpf_loop): each event attached to
+/// its own program of [`LEGACY_PROGRAMS`], with no link and no cookie.
 pub fn open(
     ebpf: &Ebpf,
     events: &[Event],
@@ -300,8 +300,8 @@ fn quiet(event: Event) -> bool {
     }
 }
 
-/// The legacy counter programs' quiet bits (`legacy_quiet_counters`), by
-/// index in `events`.
+/// The legacy programs' quiet bits (`legacy_quiet_counters`), by index in
+/// `events`.
 pub fn quiet_counters(events: &[Event]) -> u32 {
     (0u32..)
         .zip(events)

@@ -319,6 +319,7 @@ impl Sampler {
             event::Event::Probe(probe) => Some(&probe.target),
             _ => None,
         });
+        // A legacy kernel's probes have programs of their own (above).
         let (tracepoints, regs): (Vec<_>, Vec<_>) = probes
             .filter(|_| !legacy)
             .partition(|target| matches!(target, event::ProbeTarget::Tracepoint { .. }));
