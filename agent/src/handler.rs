@@ -13,7 +13,7 @@ use std::{
 };
 
 use profiler_common::jvm::{
-    JavaFrame, MAX_JAVA_FRAMES, NOT_A_JAVA_THREAD, SIGNAL, TOP_FRAME_POPPED,
+    JavaFrame, SampleSlot, MAX_JAVA_FRAMES, NOT_A_JAVA_THREAD, SIGNAL, TOP_FRAME_POPPED,
 };
 
 use crate::{
@@ -220,7 +220,7 @@ extern "C" fn on_signal(_signal: c_int, _info: *mut libc::siginfo_t, context: *m
 }
 
 fn take_stack(shared: &SharedMemory, context: *mut c_void) {
-    let Some(claim) = shared.claim_sample() else {
+    let Some(claim) = shared.claim::<SampleSlot>() else {
         return;
     };
     let slot = claim.slot;

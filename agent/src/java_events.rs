@@ -14,7 +14,9 @@ use std::{
 };
 
 use profiler_common::{
-    java_events::{JavaEventKind, MAX_CLASS_NAME, MAX_EVENT_FRAMES, WANT_ALLOC, WANT_LOCK},
+    java_events::{
+        JavaEventKind, JavaEventSlot, MAX_CLASS_NAME, MAX_EVENT_FRAMES, WANT_ALLOC, WANT_LOCK,
+    },
     jvm::JavaFrame,
 };
 
@@ -137,7 +139,7 @@ unsafe fn record(jni: *mut JNIEnv, kind: JavaEventKind, value: u64, class: jclas
     let mut name = [0u8; MAX_CLASS_NAME];
     // SAFETY: class is a live reference of this thread.
     let class_len = unsafe { jvmti.class_signature(class, &mut name) };
-    let Some(claim) = shared.claim_event() else {
+    let Some(claim) = shared.claim::<JavaEventSlot>() else {
         return;
     };
     let slot = claim.slot;
@@ -161,7 +163,7 @@ unsafe fn record(jni: *mut JNIEnv, kind: JavaEventKind, value: u64, class: jclas
             frame_count,
         );
     }
-    shared.commit_event(claim);
+    shared.commit(claim);
 }
 
 /// The calling thread's id, asked of the kernel once per thread (a

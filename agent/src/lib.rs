@@ -26,7 +26,6 @@ mod frame_anchor;
 mod handler;
 mod idle;
 mod inlining;
-mod java_event_ring;
 mod java_events;
 mod jvmti;
 mod jvmti_events;

@@ -13,10 +13,13 @@ use std::{
     time::Duration,
 };
 
-use profiler_common::jvm::{
-    self, writing_sequence, written_sequence, Activity, AgentState, Consumer, Event, Header,
-    SampleSlot, CONSUMER_LOCKS, EVENTS_OFFSET, EVENTS_SIZE, MAGIC, MAX_CONSUMERS, REQUESTS_OFFSET,
-    REQUEST_SLOTS, SAMPLES_OFFSET, SAMPLE_SLOTS, SIGNAL, TOTAL_SIZE, VERSION,
+use profiler_common::{
+    java_events::JavaEventSlot,
+    jvm::{
+        self, writing_sequence, written_sequence, Activity, AgentState, Consumer, Event, Header,
+        RingSlot, SampleSlot, CONSUMER_LOCKS, EVENTS_OFFSET, EVENTS_SIZE, MAGIC, MAX_CONSUMERS,
+        REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET, SIGNAL, TOTAL_SIZE, VERSION,
+    },
 };
 
 /// The mapped memfd.
@@ -45,10 +48,10 @@ unsafe impl Send for SharedMemory {}
 // SAFETY: see above.
 unsafe impl Sync for SharedMemory {}
 
-/// A sample slot claimed by a signal handler, to fill then commit.
-pub struct Claim {
+/// A slot of a broadcast ring claimed by a producer, to fill then commit.
+pub struct Claim<S> {
     /// The slot; only its claimer writes it until committed.
-    pub slot: *mut SampleSlot,
+    pub slot: *mut S,
     position: u64,
 }
 
@@ -97,7 +100,7 @@ impl SharedMemory {
     }
 
     fn initialize(&self) {
-        self.reset_sample_ring();
+        self.reset_rings();
         let header = self.header_ptr();
         // SAFETY: the header lies at the start of the mapping, zeroed.
         unsafe {
@@ -115,9 +118,10 @@ impl SharedMemory {
     /// reads them (at creation, and when waking from idle, before stoke may
     /// signal): their memory is zeroed then (fresh, or given back while
     /// idle), which holds no position; only the positions start over.
-    fn reset_sample_ring(&self) {
-        self.reset_java_event_ring();
-        self.header().samples_written.store(0, Ordering::Release);
+    fn reset_rings(&self) {
+        let header = self.header();
+        SampleSlot::written(header).store(0, Ordering::Release);
+        JavaEventSlot::written(header).store(0, Ordering::Release);
     }
 
     /// The byte at `offset` of the mapping (below [`TOTAL_SIZE`]).
@@ -142,36 +146,45 @@ impl SharedMemory {
         self.header().state.store(state as u32, Ordering::Release);
     }
 
-    fn slot(&self, position: u64) -> *mut SampleSlot {
-        let index = (position % SAMPLE_SLOTS as u64) as usize;
-        // SAFETY: the sample ring lies inside the mapping.
-        unsafe {
-            self.base
-                .as_ptr()
-                .add(SAMPLES_OFFSET)
-                .cast::<SampleSlot>()
-                .add(index)
-        }
+    fn slot<S: RingSlot>(&self, position: u64) -> *mut S {
+        self.at(S::offset_of(position)).cast()
     }
 
-    /// Claims the next position of the sample ring. Async-signal-safe:
-    /// atomics only.
-    pub fn claim_sample(&self) -> Option<Claim> {
+    /// Claims the next position of the ring of `S`; `None`, counted, if
+    /// another producer is writing its slot (a slow one a lap behind, or
+    /// ahead of this one). Async-signal-safe: atomics only.
+    pub fn claim<S: RingSlot>(&self) -> Option<Claim<S>> {
         let header = self.header();
-        let (slot, position) = claim(&header.samples_written, &header.samples_dropped, |at| {
-            let slot = self.slot(at);
-            // SAFETY: the slot is in bounds; its sequence is atomic.
-            (slot, unsafe { &(*slot).sequence })
-        })?;
+        let position = S::written(header).fetch_add(1, Ordering::Relaxed);
+        let slot = self.slot::<S>(position);
+        // SAFETY: the slot is in bounds; its sequence is atomic.
+        let sequence = unsafe { (*slot).sequence() };
+        let seen = sequence.load(Ordering::Relaxed);
+        let busy = seen % 2 == 1 || seen >= writing_sequence(position);
+        if busy
+            || sequence
+                .compare_exchange(
+                    seen,
+                    writing_sequence(position),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            S::dropped(header).fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // The sequence says "writing" before any byte of the slot changes.
+        std::sync::atomic::fence(Ordering::Release);
         Some(Claim { slot, position })
     }
 
     /// Hands a filled slot to every stoke. Async-signal-safe.
-    pub fn commit(&self, claim: Claim) {
+    pub fn commit<S: RingSlot>(&self, claim: Claim<S>) {
         // SAFETY: the claimed slot is in bounds.
         unsafe {
             (*claim.slot)
-                .sequence
+                .sequence()
                 .store(written_sequence(claim.position), Ordering::Release)
         };
     }
@@ -345,7 +358,7 @@ impl SharedMemory {
                 );
             }
         }
-        self.reset_sample_ring();
+        self.reset_rings();
         self.lock_events().open = true;
     }
 
@@ -355,37 +368,6 @@ impl SharedMemory {
             .activity
             .store(Activity::Active as u32, Ordering::Release);
     }
-}
-
-/// Claims the next position of a broadcast ring whose claim counter is
-/// `written`, whose slot (and its sequence) at a position `slot_at` gives;
-/// `None`, counted in `dropped`, if another producer is writing the slot
-/// (a slow one a lap behind, or ahead of this one). Async-signal-safe.
-pub(crate) fn claim<'a, T>(
-    written: &AtomicU64,
-    dropped: &AtomicU64,
-    slot_at: impl Fn(u64) -> (*mut T, &'a AtomicU64),
-) -> Option<(*mut T, u64)> {
-    let position = written.fetch_add(1, Ordering::Relaxed);
-    let (slot, sequence) = slot_at(position);
-    let seen = sequence.load(Ordering::Relaxed);
-    let busy = seen % 2 == 1 || seen >= writing_sequence(position);
-    if busy
-        || sequence
-            .compare_exchange(
-                seen,
-                writing_sequence(position),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
-            .is_err()
-    {
-        dropped.fetch_add(1, Ordering::Relaxed);
-        return None;
-    }
-    // The sequence says "writing" before any byte of the slot changes.
-    std::sync::atomic::fence(Ordering::Release);
-    Some((slot, position))
 }
 
 fn create_memfd(name: &CStr) -> io::Result<OwnedFd> {
@@ -401,14 +383,14 @@ fn create_memfd(name: &CStr) -> io::Result<OwnedFd> {
 
 #[cfg(test)]
 mod tests {
-    use profiler_common::jvm::{REQUEST_SLOTS, SAMPLE_SLOTS};
+    use profiler_common::{java_events::JAVA_EVENT_SLOTS, jvm::SAMPLE_SLOTS};
 
     use super::*;
 
     /// What a stoke reads at `position`: whether its sample is there.
     fn written(shared: &SharedMemory, position: u64) -> bool {
         // SAFETY: the slot is in bounds; the sequence is atomic.
-        let sequence = unsafe { &(*shared.slot(position)).sequence };
+        let sequence = unsafe { &(*shared.slot::<SampleSlot>(position)).sequence };
         sequence.load(Ordering::Acquire) == written_sequence(position)
     }
 
@@ -427,29 +409,53 @@ mod tests {
     fn producers_lap_the_ring_and_a_slot_mid_write_drops_and_counts() {
         let shared = SharedMemory::create().unwrap();
         // A claimed slot is invisible to stoke until committed.
-        let first = shared.claim_sample().unwrap();
+        let first = shared.claim::<SampleSlot>().unwrap();
         assert!(!written(&shared, 0));
         shared.commit(first);
         assert!(written(&shared, 0));
         // No stoke holds producers back: the next lap overwrites.
         for _ in 1..=SAMPLE_SLOTS {
-            let claim = shared.claim_sample().expect("never full");
+            let claim = shared.claim::<SampleSlot>().expect("never full");
             shared.commit(claim);
         }
         assert!(!written(&shared, 0), "overwritten by the next lap");
         assert!(written(&shared, SAMPLE_SLOTS as u64));
         // A producer a lap behind, still writing, keeps its slot: the one
         // that comes to it meanwhile drops its sample and counts it.
-        let slow = shared.claim_sample().unwrap();
+        let slow = shared.claim::<SampleSlot>().unwrap();
         for _ in 1..SAMPLE_SLOTS {
-            let claim = shared.claim_sample().unwrap();
+            let claim = shared.claim::<SampleSlot>().unwrap();
             shared.commit(claim);
         }
-        assert!(shared.claim_sample().is_none());
+        assert!(shared.claim::<SampleSlot>().is_none());
         assert_eq!(shared.header().samples_dropped.load(Ordering::Relaxed), 1);
         shared.commit(slow);
-        let claim = shared.claim_sample().expect("the slot after is free");
+        let claim = shared
+            .claim::<SampleSlot>()
+            .expect("the slot after is free");
         assert_eq!(claim.position, 2 * SAMPLE_SLOTS as u64 + 2);
+    }
+
+    #[test]
+    fn an_event_slot_mid_write_drops_the_next_lap_and_counts() {
+        let shared = SharedMemory::create().unwrap();
+        let slow = shared.claim::<JavaEventSlot>().expect("an empty ring");
+        for _ in 1..JAVA_EVENT_SLOTS {
+            let claim = shared.claim::<JavaEventSlot>().expect("room left");
+            shared.commit(claim);
+        }
+        assert!(shared.claim::<JavaEventSlot>().is_none());
+        let header = shared.header();
+        assert_eq!(header.java_events_dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(header.samples_dropped.load(Ordering::Relaxed), 0);
+        shared.commit(slow);
+        // SAFETY: slot 0 is in bounds; its sequence is atomic.
+        let sequence = unsafe { &(*shared.slot::<JavaEventSlot>(0)).sequence };
+        assert_eq!(sequence.load(Ordering::Acquire), written_sequence(0));
+        let claim = shared
+            .claim::<JavaEventSlot>()
+            .expect("the next slot is free");
+        assert_eq!(claim.position, JAVA_EVENT_SLOTS as u64 + 1);
     }
 
     #[test]
@@ -510,7 +516,7 @@ mod tests {
         assert!(shared.append_event(&event));
         let committed = shared.header().events_committed.load(Ordering::Acquire);
         assert!(committed > 0);
-        let claim = shared.claim_sample().unwrap();
+        let claim = shared.claim::<SampleSlot>().unwrap();
         shared.commit(claim);
         shared.go_idle();
         assert_eq!(shared.header().events_committed.load(Ordering::Acquire), 0);

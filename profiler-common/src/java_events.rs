@@ -58,8 +58,7 @@ impl JavaEventKind {
 /// One slot of the Java event ring.
 #[repr(C)]
 pub struct JavaEventSlot {
-    /// The seqlock, as the sample ring's
-    /// ([`crate::jvm::SampleSlot::sequence`]).
+    /// The seqlock ([`crate::jvm::RingSlot::sequence`]).
     pub sequence: AtomicU64,
     /// A [`JavaEventKind`], raw.
     pub kind: u32,

@@ -283,6 +283,67 @@ pub const fn written_sequence(position: u64) -> u64 {
     position.wrapping_mul(2).wrapping_add(2)
 }
 
+/// A slot of one of the broadcast rings in the shared memory (the sample
+/// ring, the Java event ring): where its ring lies, how many slots it has,
+/// the slot's seqlock, and the header's counters of the ring. The agent's
+/// producers and each stoke's reader are written once, over this.
+pub trait RingSlot: Sized {
+    /// Where the ring starts in the memory.
+    const OFFSET: usize;
+    /// Slots in the ring.
+    const SLOTS: usize;
+
+    /// The seqlock: [`writing_sequence`] of the position being written,
+    /// then its [`written_sequence`]; zero before any.
+    fn sequence(&self) -> &AtomicU64;
+
+    /// The producers' claim position in the ring.
+    fn written(header: &Header) -> &AtomicU64;
+
+    /// Entries dropped because their slot was mid-write by another
+    /// producer.
+    fn dropped(header: &Header) -> &AtomicU64;
+
+    /// The offset in the memory of the slot that holds `position`.
+    fn offset_of(position: u64) -> usize {
+        Self::OFFSET + (position % Self::SLOTS as u64) as usize * size_of::<Self>()
+    }
+}
+
+impl RingSlot for SampleSlot {
+    const OFFSET: usize = SAMPLES_OFFSET;
+    const SLOTS: usize = SAMPLE_SLOTS;
+
+    fn sequence(&self) -> &AtomicU64 {
+        &self.sequence
+    }
+
+    fn written(header: &Header) -> &AtomicU64 {
+        &header.samples_written
+    }
+
+    fn dropped(header: &Header) -> &AtomicU64 {
+        &header.samples_dropped
+    }
+}
+
+impl RingSlot for JavaEventSlot {
+    const OFFSET: usize = JAVA_EVENTS_OFFSET;
+    const SLOTS: usize = JAVA_EVENT_SLOTS;
+
+    fn sequence(&self) -> &AtomicU64 {
+        &self.sequence
+    }
+
+    fn written(header: &Header) -> &AtomicU64 {
+        &header.java_events_written
+    }
+
+    fn dropped(header: &Header) -> &AtomicU64 {
+        &header.java_events_dropped
+    }
+}
+
 /// Whether the agent works for a stoke, in [`Header::activity`]. An agent
 /// that no stoke has read for a while (`idle=SECONDS`, 60 by default)
 /// frees its event log and parks its worker; the next stoke wakes it.
@@ -328,8 +389,7 @@ impl JavaFrame {
 /// One slot of the sample ring.
 #[repr(C)]
 pub struct SampleSlot {
-    /// The seqlock: [`writing_sequence`] of the position being written,
-    /// then its [`written_sequence`]; zero before any.
+    /// The seqlock ([`RingSlot::sequence`]).
     pub sequence: AtomicU64,
     /// The sampled thread (the kernel's tid).
     pub tid: u32,

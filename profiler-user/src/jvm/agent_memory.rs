@@ -28,11 +28,11 @@ use std::{
 use crate::{process::pidfd, sample::thread_timers::Trap};
 use anyhow::{bail, Context, Result};
 use profiler_common::{
-    java_events::JAVA_EVENT_SLOTS,
+    java_events::JavaEventSlot,
     jvm::{
-        self, Activity, AgentState, Consumer, Event, Header, JavaFrame, SampleSlot, EVENTS_OFFSET,
-        EVENTS_SIZE, MAGIC, MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS, SAMPLES_OFFSET,
-        SAMPLE_SLOTS, TOTAL_SIZE, VERSION,
+        self, Activity, AgentState, Consumer, Event, Header, JavaFrame, RingSlot, SampleSlot,
+        EVENTS_OFFSET, EVENTS_SIZE, MAGIC, MAX_JAVA_FRAMES, REQUESTS_OFFSET, REQUEST_SLOTS,
+        TOTAL_SIZE, VERSION,
     },
 };
 
@@ -83,9 +83,9 @@ pub struct AgentMemory {
     /// The test hook [`KILL_AFTER_DRAINED`].
     kill_after_drained: Option<u64>,
     /// This stoke's position in the sample ring.
-    samples: RingReader,
+    samples: RingReader<SampleSlot>,
     /// This stoke's position in the Java event ring.
-    pub(super) java_events: RingReader,
+    pub(super) java_events: RingReader<JavaEventSlot>,
     /// The consumer slot this stoke claimed.
     consumer: usize,
     /// The Java events this stoke asked for (`WANT_*` bits), and its lock
@@ -186,8 +186,8 @@ impl AgentMemory {
             events_read: 0,
             drained: 0,
             kill_after_drained: kill_after_drained(),
-            samples: RingReader::new(SAMPLE_SLOTS, 0),
-            java_events: RingReader::new(JAVA_EVENT_SLOTS, 0),
+            samples: RingReader::new(0),
+            java_events: RingReader::new(0),
             consumer: 0,
             java_events_wanted: (0, u64::MAX),
             file,
@@ -201,11 +201,11 @@ impl AgentMemory {
         // its samples.
         let header = memory.header();
         let (samples, events) = (
-            header.samples_written.load(Ordering::Acquire),
-            header.java_events_written.load(Ordering::Acquire),
+            SampleSlot::written(header).load(Ordering::Acquire),
+            JavaEventSlot::written(header).load(Ordering::Acquire),
         );
-        memory.samples = RingReader::new(SAMPLE_SLOTS, samples);
-        memory.java_events = RingReader::new(JAVA_EVENT_SLOTS, events);
+        memory.samples = RingReader::new(samples);
+        memory.java_events = RingReader::new(events);
         Ok(memory)
     }
 
@@ -243,14 +243,10 @@ impl AgentMemory {
         Ok(())
     }
 
-    /// The byte at `offset` of the mapping (below `TOTAL_SIZE`).
-    pub(super) fn at(&self, offset: usize) -> *mut u8 {
-        assert!(
-            offset < TOTAL_SIZE,
-            "offset {offset} outside the agent memory"
-        );
-        // SAFETY: in bounds of the mapping, checked above.
-        unsafe { self.base.as_ptr().add(offset) }
+    /// The start of the mapping, `TOTAL_SIZE` bytes that live as long as
+    /// `self`.
+    pub(super) fn base(&self) -> NonNull<u8> {
+        self.base
     }
 
     pub(super) fn header(&self) -> &Header {
@@ -309,23 +305,18 @@ impl AgentMemory {
     /// ring's worth per call. The samples answer every stoke's signals, not
     /// only this one's.
     pub fn drain_samples(&mut self, mut take: impl FnMut(JavaSample)) {
-        let written = self.header().samples_written.load(Ordering::Acquire);
-        let base = self.base;
-        let slot = |position: u64| slot_at(base, position);
         let (drained, kill_after) = (&mut self.drained, self.kill_after_drained);
-        self.samples.drain(
-            written,
-            |position| &slot(position).sequence,
-            |position| read_sample(slot(position)),
-            |sample| {
+        // SAFETY: the mapping lives as long as `self`.
+        unsafe {
+            self.samples.drain(self.base, read_sample, |sample| {
                 *drained += 1;
                 if kill_after == Some(*drained) {
                     // SAFETY: kill(2) of this very process (the test hook).
-                    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                    libc::kill(libc::getpid(), libc::SIGKILL);
                 }
                 take(sample)
-            },
-        );
+            })
+        }
     }
 
     /// Java samples this stoke lost: overwritten in the ring before it read
@@ -407,20 +398,6 @@ impl AgentMemory {
             consumed = record_end;
         }
         self.events_read += consumed;
-    }
-}
-
-/// The sample slot of `position` in the mapping at `base`.
-fn slot_at<'a>(base: NonNull<u8>, position: u64) -> &'a SampleSlot {
-    let index = (position % SAMPLE_SLOTS as u64) as usize;
-    // SAFETY: the ring lies inside the mapping, index is bounded; the
-    // mapping lives as long as the AgentMemory whose drain calls this.
-    unsafe {
-        &*base
-            .as_ptr()
-            .add(SAMPLES_OFFSET)
-            .cast::<SampleSlot>()
-            .add(index)
     }
 }
 

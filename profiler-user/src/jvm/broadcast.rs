@@ -6,26 +6,28 @@
 //! the slot mid-write dropped its entry), count as lost.
 
 use std::{
+    marker::PhantomData,
+    ptr::NonNull,
     sync::atomic::{fence, AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
-use profiler_common::jvm::written_sequence;
+use profiler_common::jvm::{written_sequence, Header, RingSlot};
 
 /// How long a position already claimed stays unwritten before it is
 /// skipped: a producer writes its slot in microseconds, so one still
 /// unwritten after this dropped its entry (or is stalled).
 const STUCK_AFTER: Duration = Duration::from_millis(100);
 
-/// A stoke's position in one broadcast ring of `slots` slots.
+/// A stoke's position in the broadcast ring of `S`.
 #[derive(Debug)]
-pub struct RingReader {
-    slots: u64,
+pub struct RingReader<S> {
     position: u64,
     /// Entries lost to this stoke: overwritten, torn, or never written.
     lost: u64,
     /// The position found claimed but unwritten, and since when.
     stuck: Option<(u64, Instant)>,
+    slot: PhantomData<fn() -> S>,
 }
 
 /// What a slot's sequence says of `position`.
@@ -35,15 +37,15 @@ enum SlotState {
     NotYet,
 }
 
-impl RingReader {
+impl<S: RingSlot> RingReader<S> {
     /// Reads from `position` on (the producers' claim position when the
     /// stoke came: what was written before is none of its business).
-    pub fn new(slots: usize, position: u64) -> Self {
+    pub fn new(position: u64) -> Self {
         Self {
-            slots: slots as u64,
             position,
             lost: 0,
             stuck: None,
+            slot: PhantomData,
         }
     }
 
@@ -52,11 +54,38 @@ impl RingReader {
         self.lost
     }
 
-    /// Reads every complete entry, oldest first, at most one ring's worth:
-    /// `written` is the producers' claim position, `sequence` gives the
-    /// sequence of the slot of a position, `copy` copies that slot, and
-    /// `take` gets each copy the seqlock vouches for.
-    pub fn drain<'a, T>(
+    /// Reads every complete entry of the ring in the shared memory at
+    /// `base`, oldest first, at most one ring's worth: `copy` copies a
+    /// slot, and `take` gets each copy the seqlock vouches for.
+    ///
+    /// # Safety
+    /// `base` maps the whole shared memory (`jvm::TOTAL_SIZE` bytes) for
+    /// the call.
+    pub unsafe fn drain<T>(
+        &mut self,
+        base: NonNull<u8>,
+        mut copy: impl FnMut(&S) -> T,
+        take: impl FnMut(T),
+    ) {
+        // SAFETY: the header lies at the start of the mapping; the fields
+        // anyone writes concurrently are atomics.
+        let header = unsafe { &*base.as_ptr().cast::<Header>() };
+        let written = S::written(header).load(Ordering::Acquire);
+        // SAFETY: every slot of the ring lies inside the mapping, which
+        // outlives the call (the caller's promise).
+        let slot = |position| unsafe { &*base.as_ptr().add(S::offset_of(position)).cast::<S>() };
+        self.drain_positions(
+            written,
+            |position| slot(position).sequence(),
+            |position| copy(slot(position)),
+            take,
+        );
+    }
+
+    /// [`Self::drain`] over positions: `written` is the producers' claim
+    /// position, `sequence` gives the sequence of the slot of a position
+    /// and `copy` copies that slot.
+    fn drain_positions<'a, T>(
         &mut self,
         written: u64,
         sequence: impl Fn(u64) -> &'a AtomicU64,
@@ -71,13 +100,14 @@ impl RingReader {
             self.stuck = None;
             return;
         }
-        if ahead > self.slots {
+        let slots = S::SLOTS as u64;
+        if ahead > slots {
             // Lapped: the oldest are gone.
-            self.lost += ahead - self.slots;
-            self.position = written - self.slots;
+            self.lost += ahead - slots;
+            self.position = written - slots;
             self.stuck = None;
         }
-        for _ in 0..self.slots {
+        for _ in 0..slots {
             if self.position == written {
                 break;
             }
@@ -131,6 +161,26 @@ mod tests {
 
     use super::*;
 
+    /// A slot of a ring of 8, whose sequences and values [`Ring`] holds.
+    struct Slot;
+
+    impl RingSlot for Slot {
+        const OFFSET: usize = 0;
+        const SLOTS: usize = 8;
+
+        fn sequence(&self) -> &AtomicU64 {
+            unreachable!("the tests read sequences from their Ring")
+        }
+
+        fn written(header: &Header) -> &AtomicU64 {
+            &header.samples_written
+        }
+
+        fn dropped(header: &Header) -> &AtomicU64 {
+            &header.samples_dropped
+        }
+    }
+
     /// A ring of `N` sequences and values, written as the agent does.
     struct Ring<const N: usize> {
         sequences: [AtomicU64; N],
@@ -166,9 +216,9 @@ mod tests {
             self.commit(position);
         }
 
-        fn read(&self, reader: &mut RingReader) -> Vec<u64> {
+        fn read(&self, reader: &mut RingReader<Slot>) -> Vec<u64> {
             let mut taken = Vec::new();
-            reader.drain(
+            reader.drain_positions(
                 self.written,
                 |position| &self.sequences[position as usize % N],
                 |position| self.values[position as usize % N].load(Ordering::Relaxed),
@@ -181,8 +231,8 @@ mod tests {
     #[test]
     fn two_readers_each_read_every_entry_at_their_own_pace() {
         let mut ring = Ring::<8>::new();
-        let mut fast = RingReader::new(8, 0);
-        let mut slow = RingReader::new(8, 0);
+        let mut fast = RingReader::<Slot>::new(0);
+        let mut slow = RingReader::<Slot>::new(0);
         for _ in 0..3 {
             ring.push();
         }
@@ -194,7 +244,7 @@ mod tests {
         assert_eq!(ring.read(&mut slow), [0, 10, 20, 30, 40, 50]);
         assert_eq!((fast.lost(), slow.lost()), (0, 0));
         // A reader that came later starts at the producers' position.
-        let mut late = RingReader::new(8, ring.written);
+        let mut late = RingReader::<Slot>::new(ring.written);
         ring.push();
         assert_eq!(ring.read(&mut late), [60]);
     }
@@ -202,7 +252,7 @@ mod tests {
     #[test]
     fn a_lapped_reader_counts_what_it_lost() {
         let mut ring = Ring::<8>::new();
-        let mut reader = RingReader::new(8, 0);
+        let mut reader = RingReader::<Slot>::new(0);
         for _ in 0..11 {
             ring.push();
         }
@@ -210,9 +260,9 @@ mod tests {
         assert_eq!(reader.lost(), 3);
         // Overwritten between the look at the producers' position and the
         // look at the slot.
-        let mut behind = RingReader::new(8, 3);
+        let mut behind = RingReader::<Slot>::new(3);
         let mut taken = Vec::new();
-        behind.drain(
+        behind.drain_positions(
             11,
             |position| &ring.sequences[position as usize % 8],
             |position| position,
@@ -221,9 +271,9 @@ mod tests {
         assert_eq!(taken, (3..11).collect::<Vec<_>>());
         ring.push();
         ring.push();
-        let mut stale = RingReader::new(8, 3);
+        let mut stale = RingReader::<Slot>::new(3);
         let mut taken = Vec::new();
-        stale.drain(
+        stale.drain_positions(
             11,
             |position| &ring.sequences[position as usize % 8],
             |position| position,
@@ -236,7 +286,7 @@ mod tests {
     #[test]
     fn a_position_left_unwritten_is_skipped_after_a_while() {
         let mut ring = Ring::<8>::new();
-        let mut reader = RingReader::new(8, 0);
+        let mut reader = RingReader::<Slot>::new(0);
         ring.push();
         let _dropped = ring.claim();
         ring.push();
@@ -250,7 +300,7 @@ mod tests {
     #[test]
     fn a_position_that_goes_back_restarts_the_reader() {
         let mut ring = Ring::<8>::new();
-        let mut reader = RingReader::new(8, 100);
+        let mut reader = RingReader::<Slot>::new(100);
         assert!(ring.read(&mut reader).is_empty());
         ring.push();
         assert_eq!(ring.read(&mut reader), [0]);

@@ -9,10 +9,9 @@ use std::{cell::RefCell, sync::atomic::Ordering};
 
 use profiler_common::{
     java_events::{
-        JavaEventKind, JavaEventSlot, JAVA_EVENT_SLOTS, MAX_CLASS_NAME, MAX_EVENT_FRAMES,
-        WANT_ALLOC, WANT_LOCK,
+        JavaEventKind, JavaEventSlot, MAX_CLASS_NAME, MAX_EVENT_FRAMES, WANT_ALLOC, WANT_LOCK,
     },
-    jvm::{JavaFrame, JAVA_EVENTS_OFFSET},
+    jvm::JavaFrame,
 };
 
 use super::agent_memory::AgentMemory;
@@ -73,9 +72,6 @@ impl AgentMemory {
     /// over is read into one buffer, reused from event to event: an
     /// allocation recording takes thousands a second.
     pub fn drain_java_events(&mut self, mut take: impl FnMut(&RawJavaEvent)) {
-        let written = self.header().java_events_written.load(Ordering::Acquire);
-        let base = self.at(0);
-        let slot = |position: u64| event_slot(base, position);
         let (wanted, threshold) = self.java_events_wanted;
         // Every field is written by read_event before `take` sees it.
         let event = RefCell::new(RawJavaEvent {
@@ -85,34 +81,26 @@ impl AgentMemory {
             class: Vec::with_capacity(MAX_CLASS_NAME),
             frames: Vec::with_capacity(MAX_EVENT_FRAMES),
         });
-        self.java_events.drain(
-            written,
-            |position| &slot(position).sequence,
-            |position| read_event(slot(position), &mut event.borrow_mut()),
-            |known| {
-                let event = event.borrow();
-                let asked = match event.kind {
-                    JavaEventKind::Alloc => wanted & WANT_ALLOC != 0,
-                    JavaEventKind::Monitor => wanted & WANT_LOCK != 0 && event.value >= threshold,
-                };
-                if known && asked {
-                    take(&event);
-                }
-            },
-        );
+        // SAFETY: the mapping lives as long as `self`.
+        unsafe {
+            self.java_events.drain(
+                self.base(),
+                |slot| read_event(slot, &mut event.borrow_mut()),
+                |known| {
+                    let event = event.borrow();
+                    let asked = match event.kind {
+                        JavaEventKind::Alloc => wanted & WANT_ALLOC != 0,
+                        JavaEventKind::Monitor => {
+                            wanted & WANT_LOCK != 0 && event.value >= threshold
+                        }
+                    };
+                    if known && asked {
+                        take(&event);
+                    }
+                },
+            )
+        }
     }
-}
-
-/// The Java event slot of `position` in the mapping at `base`.
-fn event_slot<'a>(base: *mut u8, position: u64) -> &'a JavaEventSlot {
-    let offset = JAVA_EVENTS_OFFSET + index_of(position) * size_of::<JavaEventSlot>();
-    // SAFETY: the ring lies inside the mapping, index is bounded; the
-    // mapping lives as long as the AgentMemory whose drain calls this.
-    unsafe { &*base.add(offset).cast::<JavaEventSlot>() }
-}
-
-fn index_of(position: u64) -> usize {
-    (position % JAVA_EVENT_SLOTS as u64) as usize
 }
 
 /// Reads a slot's event into `event`; false for a kind no agent writes.
