@@ -8,7 +8,7 @@ use crate::{
     aggregate::GroupBy,
     event::Event,
     export::ExportArgs,
-    profile::FrameFilter,
+    model::FrameFilter,
     write::{Format, GraphOptions},
 };
 

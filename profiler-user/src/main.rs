@@ -24,7 +24,6 @@ mod model;
 mod module_table;
 mod preflight;
 mod process;
-mod profile;
 mod progress;
 mod read;
 mod recording;

@@ -12,8 +12,8 @@ use object::ReadCache;
 
 use crate::{
     elf::{bounded::BoundedFile, file::ElfFile},
+    model::Module,
     process::{MappedFile, MappingTarget, ProcessImage},
-    profile::Module,
 };
 
 /// How long reading one file's build ID may take: its notes are near the

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use crate::profile::Profile;
+use crate::model::Profile;
 
 /// One stack of either profile: its samples in AFTER and in BEFORE, the
 /// latter not yet scaled.

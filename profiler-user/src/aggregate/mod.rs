@@ -17,16 +17,13 @@ use profiler_common::unwind::{StopReason, ROOT_FUNCTIONS};
 use self::python::PythonMerge;
 use crate::{
     event::Event,
-    interpreter::python::NamedFrame,
-    jvm::{
-        java_events::JavaEventSample, park::contended_lock, symbols::JavaSymbols, JavaStackFrame,
+    jvm::{java_events::JavaEventSample, park::contended_lock, symbols::JavaSymbols},
+    model::{
+        clean_frame, FoldedStack, FrameModules, ImageId, JavaStackFrame, Labels, MergedSample,
+        NamedFrame, Profile, RecordingSummary, StackQuality,
     },
-    model::MergedSample,
     module_table::ModuleTable,
-    process::{identity::host_name, procfs, ImageId, ProcessImage, ProcessRegistry},
-    profile::{
-        clean_frame, FoldedStack, FrameModules, Labels, Profile, RecordingSummary, StackQuality,
-    },
+    process::{identity::host_name, procfs, ProcessImage, ProcessRegistry},
     symbolize::names::{call_site, AddressNames, StackAddresses},
 };
 
@@ -476,7 +473,7 @@ fn describe(stop: StopReason) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{sample::ring_record::Sample, symbolize::Symbolizer};
+    use crate::{model::Sample, symbolize::Symbolizer};
 
     fn sample(tgid: u32, tid: u32, user: Vec<u64>) -> Sample {
         Sample {

@@ -9,10 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::{
-    interpreter::python::{NamedFrame, EVAL_FUNCTION},
-    symbolize::Frames,
-};
+use crate::{interpreter::python::EVAL_FUNCTION, model::NamedFrame, symbolize::Frames};
 
 /// One stack's merge, as its native frames are named, outermost first.
 pub struct PythonMerge<'a> {

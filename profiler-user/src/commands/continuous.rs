@@ -16,7 +16,7 @@ use crate::{
     cli::{ContinuousArgs, ServiceFrom},
     export::{Batch, Exporter, ServiceProfile},
     metrics::Metrics,
-    profile::{FoldedStack, Profile},
+    model::{FoldedStack, Profile},
     recording::{
         announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording, Stopped,
     },

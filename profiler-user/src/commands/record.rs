@@ -8,7 +8,7 @@ use anyhow::Result;
 use crate::{
     cli::RecordArgs,
     event::{self, Event},
-    profile::Profile,
+    model::Profile,
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
     write::OutputPlan,
 };

@@ -25,12 +25,8 @@ use super::{
     merge::check_outcome,
 };
 use crate::{
-    jvm::{
-        agent_memory::AgentMemory,
-        merge::Merger,
-        symbols::{FrameKind, JavaSymbols},
-    },
-    sample::ring_record::Sample,
+    jvm::{agent_memory::AgentMemory, merge::Merger, symbols::JavaSymbols},
+    model::{FrameKind, Sample},
 };
 
 #[derive(Debug, TypeGenerator)]

@@ -11,7 +11,7 @@ use bolero::TypeGenerator;
 
 use super::harness::{self, Run};
 use crate::{
-    profile::Profile,
+    model::Profile,
     read::{
         read_input,
         stacks::{MAX_FRAMES, MAX_STACKS},

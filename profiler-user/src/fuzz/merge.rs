@@ -11,7 +11,7 @@ use crate::{
         agent_memory::JavaSample,
         merge::{Merger, Outcome},
     },
-    sample::ring_record::Sample,
+    model::Sample,
 };
 
 #[derive(Debug, TypeGenerator)]

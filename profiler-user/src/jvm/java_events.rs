@@ -13,10 +13,12 @@ use profiler_common::{
     jvm::JavaFrame,
 };
 
-use super::{
-    agent_memory::AgentMemory, symbols::JavaSymbols, thread_ids::ThreadIds, JavaStackFrame,
+use super::{agent_memory::AgentMemory, symbols::JavaSymbols, thread_ids::ThreadIds};
+use crate::{
+    cli::SamplingArgs,
+    event::Event,
+    model::{ImageId, JavaStackFrame},
 };
-use crate::{cli::SamplingArgs, event::Event, process::ImageId};
 
 /// The Java events a recording asks the agents for, and how.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -238,7 +240,7 @@ mod tests {
     use profiler_common::jvm::Event as AgentEvent;
 
     use super::*;
-    use crate::jvm::symbols::FrameKind;
+    use crate::model::FrameKind;
 
     #[test]
     fn an_event_stack_is_kept_once_its_methods_were_asked_about() {

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::agent_memory::JavaSample;
-use crate::sample::ring_record::Sample;
+use crate::model::Sample;
 use foldhash::HashMap;
 
 /// How long a signalled sample waits for its Java stack.

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use foldhash::{HashMap, HashSet};
 use profiler_common::jvm::{inline_edges, Event, InlineEdge, JavaFrame, MethodInfo};
 
-use super::JavaStackFrame;
+use crate::model::{FrameKind, JavaStackFrame};
 
 /// Most blobs of code in one JVM's code map. The log a JVM's agent fills
 /// holds at most about 1.5 million (32 bytes each); a JVM keeps some tens
@@ -27,27 +27,6 @@ const MAX_EDGES: usize = 1 << 20;
 
 /// Most methods described, and most asked about, per JVM.
 const MAX_METHODS: usize = 1 << 19;
-
-/// How a Java frame was running, shown as async-profiler does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FrameKind {
-    /// JIT-compiled code: `_[j]`.
-    Compiled,
-    /// Inlined by the JIT into the compiled code of a caller: `_[i]`.
-    Inlined,
-    /// The interpreter: `_[0]`.
-    Interpreted,
-}
-
-impl FrameKind {
-    fn suffix(self) -> &'static str {
-        match self {
-            Self::Compiled => "_[j]",
-            Self::Inlined => "_[i]",
-            Self::Interpreted => "_[0]",
-        }
-    }
-}
 
 #[derive(Debug)]
 struct JavaMethod {

@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 
 use crate::{
     export::ExportProbe,
-    profile::{JavaSummary, RecordingSummary},
+    model::{JavaSummary, RecordingSummary},
 };
 
 /// The counters a scrape reads, shared with the server's thread.

@@ -114,7 +114,7 @@ mod tests {
             state: Default::default(),
         };
         start(listener, metrics.clone()).unwrap();
-        let summary = crate::profile::RecordingSummary {
+        let summary = crate::model::RecordingSummary {
             samples: 41,
             ..Default::default()
         };

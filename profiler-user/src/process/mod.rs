@@ -29,5 +29,5 @@ pub mod runtime_metadata;
 
 pub use self::{
     image::{MappedFile, MappingTarget, ProcessImage},
-    registry::{ImageId, ProcessRegistry},
+    registry::ProcessRegistry,
 };

@@ -30,12 +30,9 @@ use super::{
 use foldhash::HashMap;
 
 use crate::{
+    model::{ImageId, Sample},
     rootfs::{self, Root},
-    sample::ring_record::Sample,
 };
-
-/// Index of a [`ProcessImage`] in its [`ProcessRegistry`].
-pub type ImageId = usize;
 
 /// Every process image seen during a recording: owned by the recording and
 /// lent to the stages that read processes (the unwind loader, the Java

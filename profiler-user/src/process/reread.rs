@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use foldhash::HashMap;
 
 use super::image::{Mapping, ProcessImage};
-use crate::sample::ring_record::Sample;
+use crate::model::Sample;
 
 /// The first wait between two reads of a process's mappings: each read
 /// doubles it, up to [`MAX_WAIT`].

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 
 use super::stacks::{Stacks, MAX_FRAMES};
 use crate::{
-    profile::{clean_frame, FoldedStack, Profile},
+    model::{clean_frame, FoldedStack, Profile},
     write::count_context_frames,
 };
 

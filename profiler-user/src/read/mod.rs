@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::{profile::Profile, rootfs};
+use crate::{model::Profile, rootfs};
 
 /// The profile in the file at `path` (`-`: standard input): pprof if it is
 /// gzipped (pprof's `.pb.gz`), folded stacks otherwise. What the reader

@@ -17,7 +17,7 @@ use prost::Message;
 
 use super::stacks::{Stacks, MAX_FRAMES};
 use crate::{
-    profile::{clean_frame, FoldedStack, Labels, Profile},
+    model::{clean_frame, FoldedStack, Labels, Profile},
     write::pprof::proto,
 };
 

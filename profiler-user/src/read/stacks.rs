@@ -9,7 +9,7 @@ use std::{
     sync::Arc,
 };
 
-use crate::profile::{FoldedStack, Profile};
+use crate::model::{FoldedStack, Profile};
 
 /// The most frames a stack keeps: the outermost ones.
 pub const MAX_FRAMES: usize = 4096;

@@ -7,10 +7,9 @@ use crate::{
     cli::SamplingArgs,
     event::{period_ns, Event},
     jvm::java_events::{JavaEventSample, JavaEventSettings},
-    model::MergedSample,
+    model::{Measure, MergedSample, Profile, RecordingSummary},
     process::ProcessRegistry,
-    profile::{Profile, RecordingSummary},
-    sample::{ring_record::Measure, sampler::CounterTotals},
+    sample::sampler::CounterTotals,
     symbolize::names::StackAddresses,
 };
 use profiler_common::Counter as SamplerCounter;

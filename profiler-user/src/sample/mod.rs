@@ -4,7 +4,6 @@
 //! the records it sends through its ring buffer ([`ring_record`]), and the
 //! off-CPU waits still going on at the end ([`waiting`]).
 
-pub mod comm;
 pub mod counter_events;
 pub mod kfuncs;
 pub mod ring_record;

@@ -29,6 +29,7 @@ use super::{
 };
 use crate::{
     event, heap,
+    model::OffCpuUserStacks,
     symbolize::kernel_names::KernelNamer,
     unwind::loader::{page_capacity, UnwindMaps},
 };
@@ -721,27 +722,6 @@ fn kernel_btf() -> Result<Btf> {
     Btf::from_sys_fs().map_err(|error| {
         anyhow!("reading the kernel's BTF failed ({error}): stoke needs a kernel with CONFIG_DEBUG_INFO_BTF=y")
     })
-}
-
-/// Where the user stack of an off-CPU wait is taken, in the thread's own
-/// context as it leaves the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OffCpuUserStacks {
-    /// By task work the switch schedules for the waits it records (Linux
-    /// 6.18): nothing for the others.
-    TaskWork,
-    /// At the next syscall exit, a hook that every syscall of the host runs.
-    SyscallExits,
-}
-
-impl std::fmt::Display for OffCpuUserStacks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            OffCpuUserStacks::TaskWork => "by task work, as the thread returns to user mode",
-            OffCpuUserStacks::SyscallExits => "at syscall exits",
-        })
-    }
 }
 
 /// When set, off-CPU user stacks are taken at syscall exits even where the

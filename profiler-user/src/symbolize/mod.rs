@@ -344,7 +344,7 @@ impl Symbolizer {
 }
 
 /// A frame's name: never empty. (Folding cleans every frame of what would
-/// break the output formats: [`crate::profile::clean_frame`].)
+/// break the output formats: [`crate::model::clean_frame`].)
 fn frame_name(name: &str, location: Option<&CodeInfo>) -> Arc<str> {
     let mut text: String = if name.is_empty() {
         "[unnamed]".to_owned()

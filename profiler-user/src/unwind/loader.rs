@@ -25,7 +25,7 @@ use std::{
         Arc, Mutex, MutexGuard, PoisonError,
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use anyhow::{Context, Result};
@@ -46,6 +46,7 @@ use crate::elf::{
     bounded::BoundedFile,
     file::{self as elf_file, Fingerprint},
 };
+use crate::model::UnwindSummary;
 use crate::process::{MappedFile, MappingTarget, ProcessImage};
 
 /// Rows of one file the BPF binary search can handle (25 steps).
@@ -96,43 +97,6 @@ struct ExecMapping {
 struct Request {
     ended: Vec<u32>,
     new: Vec<(u32, Vec<ExecMapping>)>,
-}
-
-/// What loading tables cost, for the summary and the bench.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct UnwindSummary {
-    /// Files whose tables were compiled and loaded.
-    pub files: usize,
-    /// Files that shared the table of another copy of the same build.
-    pub shared_files: usize,
-    /// Of those, the files whose separate debug file was read.
-    pub debug_files: usize,
-    /// Files without usable CFI (their frames walk frame pointers).
-    pub files_without_table: usize,
-    /// Files left out because the rows map was full, even without the
-    /// tables of files no process mapped any more.
-    pub files_without_room: usize,
-    /// Tables removed from the maps to make room, their files mapped by no
-    /// process any more.
-    pub files_removed: usize,
-    /// Rows loaded, all files together.
-    pub rows: usize,
-    /// CFI entries the compiler could not read, left out of the tables.
-    pub skipped_fdes: usize,
-    /// Bytes the loaded rows take in the map.
-    pub bytes: usize,
-    /// Time spent compiling tables.
-    #[serde(serialize_with = "crate::profile::seconds")]
-    pub compile_time: Duration,
-    /// Processes whose tables were loaded.
-    pub processes: usize,
-    /// Processes left out because the mappings map was full.
-    pub processes_without_room: usize,
-    /// Processes with more executable mappings than the unwinder holds for
-    /// one ([`MAX_MAPPINGS`]), each time it loaded them.
-    pub processes_over_mapping_cap: usize,
-    /// Their mappings past the cap, left out: stacks end at their code.
-    pub mappings_left_out: usize,
 }
 
 /// The loader thread's handle.

@@ -7,7 +7,7 @@ use inferno::flamegraph::{from_lines, Direction, Options};
 use super::{folded, GraphOptions};
 use crate::{
     event::Event,
-    profile::{Profile, RecordingSummary},
+    model::{Profile, RecordingSummary},
 };
 
 /// Writes `profile` as a flame graph drawn as `graph` says, or as a small

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use crate::{aggregate::diff::Diff, profile::Profile};
+use crate::{aggregate::diff::Diff, model::Profile};
 
 /// Writes one `root;...;leaf count` line per stack.
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::profile::{FoldedStack, Profile, RecordingSummary};
+use crate::model::{FoldedStack, Profile, RecordingSummary};
 
 /// What a reader checks before reading further.
 const FORMAT: &str = "stoke-profile";

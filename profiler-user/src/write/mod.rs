@@ -21,7 +21,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::profile::Profile;
+use crate::model::Profile;
 
 /// What kind of file to write a profile as.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +138,7 @@ pub(crate) mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::profile::{FoldedStack, RecordingSummary};
+    use crate::model::{FoldedStack, RecordingSummary};
 
     /// A profile of `stacks` given as `"proc;a;b"` and a count, with one
     /// context frame.

@@ -22,7 +22,7 @@ use opentelemetry_proto::tonic::{
 use prost::Message;
 
 use super::pprof::{self, proto};
-use crate::profile;
+use crate::model;
 
 /// The semantic conventions' name of each of stoke's labels that has one.
 fn attribute_name(label: &str) -> &str {
@@ -99,7 +99,7 @@ pub fn from_pprof(pprof: &proto::Profile, resource: Resource) -> ProfilesData {
 }
 
 /// Writes all of `profile` as OTLP profiles data, its resource the host.
-pub fn write(profile: &profile::Profile, out: &mut dyn io::Write) -> io::Result<()> {
+pub fn write(profile: &model::Profile, out: &mut dyn io::Write) -> io::Result<()> {
     let pprof = pprof::build(profile, &profile.stacks);
     let host = crate::process::identity::host_name();
     let data = from_pprof(&pprof, resource(None, &host, &[]));

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use super::{output_file::Destination, write_profile, Format, GraphOptions, OutputFile};
 use crate::{
     event::{self, Event},
-    profile::Profile,
+    model::Profile,
 };
 
 /// The outputs asked for, each with its format and event: not opened yet.

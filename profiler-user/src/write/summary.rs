@@ -7,10 +7,7 @@ use std::{
 
 use profiler_common::unwind::MAX_MAPPINGS;
 
-use crate::{
-    interpreter::python::PythonSummary,
-    profile::{JavaSummary, Profile, RecordingSummary},
-};
+use crate::model::{JavaSummary, Profile, PythonSummary, RecordingSummary};
 
 /// More rows bury the few functions that matter.
 const MAX_ROWS: usize = 40;

@@ -8,7 +8,7 @@ use std::{collections::HashMap, path::Path, sync::Arc};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{aggregate::diff::diff, profile::Profile, read::read_profile, write::write_diff_html};
+use crate::{aggregate::diff::diff, model::Profile, read::read_profile, write::write_diff_html};
 
 /// Rows of the changes table.
 pub const MAX_CHANGES: usize = 30;
@@ -105,7 +105,7 @@ impl Baseline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::FoldedStack;
+    use crate::model::FoldedStack;
 
     #[test]
     fn changes_are_normalized_by_totals_and_ranked() {

@@ -17,12 +17,12 @@ use self::{baseline::Baseline, sweep::Sweep};
 use crate::{
     cli::ReportArgs,
     event::Event,
+    model::{Profile, RecordingSummary},
     process::{
         cpu_quota::{self, Throttling},
         identity::host_name,
         procfs,
     },
-    profile::{Profile, RecordingSummary},
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
     write::{write_profile, Format, OutputFile},
 };

@@ -8,8 +8,8 @@ use std::{
 };
 
 use crate::{
+    model::{FoldedStack, Profile},
     process::cpu_quota::Throttling,
-    profile::{FoldedStack, Profile},
 };
 
 /// Most rows of the process and function tables: a whole host has

@@ -14,18 +14,17 @@ mod lines;
 #[cfg(test)]
 pub use self::{find::read_file, lines::line_of};
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use foldhash::{HashMap, HashMapExt};
 use profiler_common::python::PythonProcess;
-use serde::Serialize;
 
 use self::{code::Code, find::PythonFile, layout::Layout};
 use crate::{
+    model::{NamedFrame, PythonFrame, PythonSummary},
     process::{MappingTarget, ProcessImage},
-    sample::ring_record::PythonFrame,
 };
 
 /// The function in whose C frames CPython runs Python frames.
@@ -44,29 +43,6 @@ const MAX_FILES: usize = 4096;
 
 /// Most processes named in the summary's lists.
 const MAX_LISTED: usize = 16;
-
-/// A Python frame of a sample, named.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NamedFrame {
-    /// Its name with [`FRAME_SUFFIX`]: the function's qualified name, and
-    /// with lines `(file.py:LINE)`.
-    pub name: Arc<str>,
-    /// The first frame its call of the interpreter ran.
-    pub entry: bool,
-}
-
-/// How Python profiling went.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct PythonSummary {
-    /// CPython processes whose frames were read, by version ("3.11").
-    pub processes: BTreeMap<String, usize>,
-    /// Processes that run a CPython whose frames are not read, and why
-    /// (the first ones).
-    pub not_read: Vec<(u32, String)>,
-    /// Python frames whose code object could not be read (it was freed
-    /// before it was named, or is no code object).
-    pub unnamed_frames: u64,
-}
 
 /// A CPython process being sampled.
 struct Process {

@@ -1,7 +1,7 @@
 //! The Java stacks an agent sent that stoke dropped, counted by why, and
 //! said when a real agent would not have sent them.
 
-use crate::profile::JavaSummary;
+use crate::model::JavaSummary;
 
 /// Java stacks an agent sent that stoke dropped, by why.
 #[derive(Debug, Default)]

@@ -13,10 +13,9 @@ use profiler_common::jvm::{
 
 use super::{JavaProfiler, Jvm};
 use crate::{
-    jvm::{agent_memory::JavaSample, merge::Outcome, JavaStackFrame},
-    model::MergedSample,
-    process::ProcessRegistry,
-    sample::ring_record::Sample,
+    jvm::{agent_memory::JavaSample, merge::Outcome},
+    model::{ImageId, JavaStackFrame, MergedSample, Sample},
+    process::{ProcessImage, ProcessRegistry},
 };
 
 /// Samples cut short after one method before its class is recompiled.
@@ -50,7 +49,7 @@ impl JavaProfiler {
                     ids.extend(jvm.symbols.compiled_methods_at(sample.user.iter().copied()));
                 }
                 let image = processes.image_of(&sample);
-                MergedSample::with_java(processes.image(image), image, sample, frames)
+                with_java(processes.image(image), image, sample, frames)
             })
             .collect();
         self.request_recompiles(cut_short);
@@ -150,4 +149,29 @@ fn java_frames(jvm: &Jvm, java: &JavaSample) -> Vec<JavaStackFrame> {
         }
     }
     jvm.symbols.with_kinds(pc, &frames)
+}
+
+/// A sample of `image` with its Java frames: native frames above the
+/// innermost Java frame stay; from the first frame in JIT code (memory no
+/// file maps) on, the Java frames say it better.
+fn with_java(
+    image: &ProcessImage,
+    id: ImageId,
+    mut sample: Sample,
+    java: Vec<JavaStackFrame>,
+) -> MergedSample {
+    if !java.is_empty() {
+        let java_code = sample
+            .user
+            .iter()
+            .position(|&address| !image.is_file_code(address))
+            .unwrap_or(sample.user.len());
+        sample.user.truncate(java_code);
+    }
+    MergedSample {
+        image: id,
+        sample,
+        java,
+        python: Vec::new(),
+    }
 }

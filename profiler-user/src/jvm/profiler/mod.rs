@@ -33,10 +33,9 @@ use super::{
     thread_ids::ThreadIds,
 };
 use crate::{
-    model::MergedSample,
+    model::{JavaSummary, MergedSample, Sample},
     process::ProcessRegistry,
-    profile::JavaSummary,
-    sample::{monotonic_ns, ring_record::Sample, sampler::Sampler, thread_timers::Trap},
+    sample::{monotonic_ns, sampler::Sampler, thread_timers::Trap},
 };
 
 /// How long, after sampling stops, the agents get to answer the last

@@ -2,9 +2,10 @@
 //! more make room for new ones.
 
 use crate::{
+    model::UnwindSummary,
     process::{maps::sleeping_child, ProcessRegistry},
     sample::sampler::{Sampler, SamplerConfig},
-    unwind::loader::{UnwindLoader, UnwindSummary},
+    unwind::loader::UnwindLoader,
 };
 
 /// Loads the image of process `first`, then, `first` having ended, that of

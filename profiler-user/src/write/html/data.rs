@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::kind::{kinds, FrameKind};
 use crate::{
     aggregate::diff::Diff,
+    model::Profile,
     process::identity::host_name,
-    profile::Profile,
     write::{flamegraph, GraphOptions},
 };
 

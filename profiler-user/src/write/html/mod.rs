@@ -17,7 +17,7 @@ use std::io::{self, Write};
 pub use kind::count_context_frames;
 
 use super::GraphOptions;
-use crate::{aggregate::diff::Diff, profile::Profile};
+use crate::{aggregate::diff::Diff, model::Profile};
 
 const PAGE: &str = include_str!("page.html");
 const CSS: &str = include_str!("flamegraph.css");

@@ -31,7 +31,7 @@ use pools::Pools;
 
 use crate::{
     event::{period_ns, Event},
-    profile::{FoldedStack, Profile},
+    model::{FoldedStack, Profile},
 };
 
 /// Most events in one file: some 25 MB of CPU samples.

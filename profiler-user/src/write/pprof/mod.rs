@@ -32,7 +32,7 @@ use prost::Message;
 
 use crate::{
     event::Event,
-    profile::{FoldedStack, Module, Profile},
+    model::{FoldedStack, Module, Profile},
 };
 
 /// Labels that go in as numbers, for `-tagfocus=pid=1000:2000` and the like.

@@ -11,7 +11,7 @@ use flate2::read::GzDecoder;
 use prost::Message;
 
 use super::{encode, proto};
-use crate::profile::{FoldedStack, Labels, Module, Profile, RecordingSummary};
+use crate::model::{FoldedStack, Labels, Module, Profile, RecordingSummary};
 
 fn stack(
     frames: &str,

@@ -1,17 +1,11 @@
 //! The finished profile: what aggregation produces and the writers consume.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-    time::{Duration, SystemTime},
-};
+use std::{collections::HashMap, sync::Arc};
 
 use serde::{Serialize, Serializer};
 
-use crate::{
-    event::Event, interpreter::python::PythonSummary, sample::sampler::OffCpuUserStacks,
-    unwind::loader::UnwindSummary,
-};
+use super::summary::RecordingSummary;
+use crate::event::Event;
 
 /// One distinct symbolized stack and the samples that hit it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -94,127 +88,6 @@ pub struct Module {
     pub build_id: Option<Arc<str>>,
 }
 
-/// Counts and settings of a recording, for the reader of its output.
-/// Durations are written as seconds.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct RecordingSummary {
-    /// How long samples were taken.
-    #[serde(serialize_with = "seconds")]
-    pub duration: Duration,
-    /// When samples began to be taken, if known.
-    #[serde(skip)]
-    pub started: Option<SystemTime>,
-    /// The sampling frequency asked for, per CPU.
-    pub frequency_hz: u64,
-    /// CPUs sampled.
-    pub cpus: usize,
-    /// Samples in the profile.
-    pub samples: u64,
-    /// Samples dropped because the ring buffer to userspace was full.
-    pub lost_ring_full: u64,
-    /// Ring records that did not parse, each a sample lost.
-    pub malformed_records: u64,
-    /// Samples whose kernel stack could not be read (kept, without it).
-    pub partial_kernel_stacks: u64,
-    /// Samples whose user stack could not be read (kept, without it).
-    pub partial_user_stacks: u64,
-    /// Exec/exit notices dropped; samples after one may be misattributed.
-    pub lost_lifecycle_records: u64,
-    /// Samples of idle CPUs, left out unless `--idle` was given.
-    pub idle_skipped: u64,
-    /// Off-CPU waits long enough to count but left out because their CPU
-    /// had sent its budget of off-CPU records that second.
-    pub over_budget: u64,
-    /// Off-CPU waits still going on when the recording ended, counted
-    /// until then, with their kernel stack and one user address.
-    pub waits_in_progress: u64,
-    /// How the user stacks of off-CPU waits were taken, if recorded.
-    pub offcpu_user_stacks: Option<OffCpuUserStacks>,
-    /// What an older kernel kept the recording from, if anything.
-    pub kernel_limits: Option<String>,
-    /// Process images sampled (an exec starts a new one).
-    pub processes: usize,
-    /// Mean run time of the BPF sampler per sample, when the kernel's BPF
-    /// statistics were on (`--bpf-stats` or `kernel.bpf_stats_enabled`).
-    #[serde(serialize_with = "optional_seconds")]
-    pub bpf_time_per_sample: Option<Duration>,
-    /// Most JVM threads sampled at once by perf events of their own, whose
-    /// SIGTRAP asks for the Java stack with no inter-processor interrupt.
-    pub timed_threads: usize,
-    /// Distinct addresses named after the recording.
-    pub symbolized_addresses: usize,
-    /// How long naming them took.
-    #[serde(serialize_with = "seconds")]
-    pub symbolize_time: Duration,
-    /// How Java profiling went.
-    pub java: JavaSummary,
-    /// How Python profiling went.
-    pub python: PythonSummary,
-    /// What loading unwind tables cost.
-    pub unwind: UnwindSummary,
-    /// How far user stacks got.
-    pub stack_quality: StackQuality,
-}
-
-/// How far native user stacks got (samples with Java frames left out: their
-/// native part ends at the first Java frame by design).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct StackQuality {
-    /// Samples with a native user stack.
-    pub samples: u64,
-    /// Of those, the ones whose outermost frame is a process or thread
-    /// start: marked so by the unwind tables, or named `_start`,
-    /// `__libc_start_main`, `start_thread`, `clone3`...
-    pub reached_root: u64,
-    /// The others, by why the unwinder stopped.
-    pub truncated: BTreeMap<&'static str, u64>,
-}
-
-/// How Java profiling went.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct JavaSummary {
-    /// JVMs whose agent answered.
-    pub jvms: usize,
-    /// Time each attach took, in milliseconds, by JVM pid, slowest first.
-    pub attach_ms: Vec<(u32, u64)>,
-    /// Why each JVM whose agent did not answer keeps native stacks only,
-    /// by pid (the first ones).
-    pub not_attached: Vec<(u32, String)>,
-    /// `--no-jvm`: no JVM was asked.
-    pub disabled: bool,
-    /// For each JVM started during the recording, the milliseconds from
-    /// its start to its first sample with Java frames, by JVM pid.
-    pub java_after_start_ms: Vec<(u32, u64)>,
-    /// Samples of JVM threads with Java frames.
-    pub java_samples: u64,
-    /// Samples of JVM threads that run no Java (GC, compiler, native).
-    pub non_java_samples: u64,
-    /// Samples of JVM threads in their JVM's code cache, whose native
-    /// stack the sampler left at the pc (no mapping to search there).
-    pub samples_in_code_cache: u64,
-    /// Samples of JVM threads that kept only their native stack, by reason.
-    pub native_only: BTreeMap<&'static str, u64>,
-    /// Java stacks the agents sent that were dropped on arrival, by reason.
-    pub dropped_stacks: BTreeMap<&'static str, u64>,
-    /// Code events of the agents' logs beyond the code maps' bounds.
-    pub dropped_code_events: u64,
-}
-
-/// A duration as seconds, for machine-readable outputs.
-pub fn seconds<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_f64(duration.as_secs_f64())
-}
-
-fn optional_seconds<S: Serializer>(
-    duration: &Option<Duration>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match duration {
-        Some(duration) => seconds(duration, serializer),
-        None => serializer.serialize_none(),
-    }
-}
-
 /// Which code frames `--all-user` or `--all-kernel` keep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameFilter {
@@ -253,13 +126,6 @@ impl Profile {
             }
         }
         self.stacks = stacks;
-    }
-}
-
-impl RecordingSummary {
-    /// Samples taken but missing from the profile.
-    pub fn lost(&self) -> u64 {
-        self.lost_ring_full + self.malformed_records + self.over_budget
     }
 }
 
