@@ -53,11 +53,11 @@ fn main() -> ExitCode {
         Command::Report(args) => commands::report::run(args),
         Command::Convert(args) => commands::convert::run(args),
         Command::Diff(args) => commands::diff::run(args),
-        Command::Agent { output } => jvm::agent::write_agent(output),
-        Command::Attach(args) => jvm::attach::subcommand::run(args),
+        Command::Agent { output } => commands::agent::run(output),
+        Command::Attach(args) => commands::attach::run(args),
         Command::List => commands::list::run(),
         // Reports its own errors, one line per file.
-        Command::Tables(args) => return unwind::inspect::run(args),
+        Command::Tables(args) => return commands::tables::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

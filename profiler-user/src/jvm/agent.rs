@@ -12,7 +12,7 @@ use super::{
 };
 
 /// The agent, built from `agent/` by build.rs.
-static AGENT: &[u8] = include_bytes!(env!("STOKE_AGENT_PATH"));
+pub static AGENT: &[u8] = include_bytes!(env!("STOKE_AGENT_PATH"));
 
 /// How long a JVM may take to load the agent and report ready.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -43,22 +43,6 @@ pub(super) fn attach_agent(pid: u32) -> Result<AgentMemory> {
             }
         }
     }
-}
-
-/// Writes the agent to `path` (for `-agentpath:`), executable.
-pub fn write_agent(path: &std::path::Path) -> Result<()> {
-    use std::io::Write;
-    let mut file = crate::write::OutputFile::create(path, 0o755)
-        .with_context(|| format!("cannot write the agent to {}", path.display()))?;
-    file.file()
-        .write_all(AGENT)
-        .and_then(|()| file.commit())
-        .with_context(|| format!("writing the agent to {}", path.display()))?;
-    eprintln!(
-        "stoke: wrote the JVM agent to {0}; start JVMs with -agentpath:{0}",
-        path.display()
-    );
-    Ok(())
 }
 
 /// A name that changes with the agent's contents, so that a JVM never

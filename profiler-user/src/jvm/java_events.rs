@@ -6,16 +6,14 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
 use foldhash::HashMap;
 use profiler_common::{
-    java_events::{java_class_name, JavaEventKind, MAX_CLASS_NAME, WANT_ALLOC, WANT_LOCK},
+    java_events::{java_class_name, JavaEventKind, MAX_CLASS_NAME},
     jvm::JavaFrame,
 };
 
 use super::{agent_memory::AgentMemory, symbols::JavaSymbols, thread_ids::ThreadIds};
 use crate::{
-    cli::SamplingArgs,
     event::Event,
     model::{ImageId, JavaStackFrame},
 };
@@ -32,24 +30,6 @@ pub struct JavaEventSettings {
 }
 
 impl JavaEventSettings {
-    /// What `-e`, `--alloc-interval` and `--lock-threshold` ask of the
-    /// agents; refused with `--no-jvm`, which leaves JVMs without one.
-    pub fn of(args: &SamplingArgs) -> Result<Self> {
-        let wanted = args.events.iter().fold(0, |wanted, event| match event {
-            Event::Alloc => wanted | WANT_ALLOC,
-            Event::Lock => wanted | WANT_LOCK,
-            _ => wanted,
-        });
-        if wanted != 0 && args.no_jvm {
-            bail!("-e alloc and -e lock need the JVM agent, which --no-jvm leaves out: drop one or the other");
-        }
-        Ok(Self {
-            wanted,
-            alloc_interval: args.alloc_interval,
-            lock_threshold_ns: args.lock_threshold,
-        })
-    }
-
     /// The event a Java event of `kind` is counted in.
     pub fn event_of(kind: JavaEventKind) -> Event {
         match kind {

@@ -2,6 +2,12 @@
 //! alloc, lock and each perf counter), and the summary each event's
 //! profile gets.
 
+use anyhow::{bail, Result};
+use profiler_common::{
+    java_events::{WANT_ALLOC, WANT_LOCK},
+    Counter as SamplerCounter,
+};
+
 use crate::{
     aggregate::{AggregateOptions, Aggregator},
     cli::SamplingArgs,
@@ -12,7 +18,6 @@ use crate::{
     sample::sampler::CounterTotals,
     symbolize::names::StackAddresses,
 };
-use profiler_common::Counter as SamplerCounter;
 
 /// What each event has counted since the recording, or its last cut, began.
 pub struct EventAggregators {
@@ -259,4 +264,22 @@ fn summary_of(
         summary.over_budget = counters[SamplerCounter::OffCpuOverBudget as usize];
     }
     summary
+}
+
+/// What `-e`, `--alloc-interval` and `--lock-threshold` ask of the agents;
+/// refused with `--no-jvm`, which leaves JVMs without one.
+pub fn java_event_settings(args: &SamplingArgs) -> Result<JavaEventSettings> {
+    let wanted = args.events.iter().fold(0, |wanted, event| match event {
+        Event::Alloc => wanted | WANT_ALLOC,
+        Event::Lock => wanted | WANT_LOCK,
+        _ => wanted,
+    });
+    if wanted != 0 && args.no_jvm {
+        bail!("-e alloc and -e lock need the JVM agent, which --no-jvm leaves out: drop one or the other");
+    }
+    Ok(JavaEventSettings {
+        wanted,
+        alloc_interval: args.alloc_interval,
+        lock_threshold_ns: args.lock_threshold,
+    })
 }

@@ -24,7 +24,6 @@ use crate::{
     event::{self, Event},
     interpreter::python::Pythons,
     jvm::{
-        java_events::JavaEventSettings,
         profiler::{JavaProfiler, JavaResults},
         running,
     },
@@ -37,7 +36,7 @@ use crate::{
         sampler::{CounterTotals, OffCpuConfig, OffCpuCounting, Sampler, SamplerConfig},
         thread_timers::{fresh_cookie, trap_caught},
     },
-    symbolize::{names::AddressNames, Symbolizer},
+    symbolize::{kernel_names::KernelNamer, names::AddressNames, Symbolizer},
     unwind::loader::UnwindLoader,
 };
 
@@ -163,14 +162,15 @@ impl Recording {
             Some(sampler.take_python_map()?)
         };
         let pythons = Pythons::new(python_map, args.lines)?;
-        let symbolizer = Symbolizer::new(args.lines).with_kernel_namer(sampler.take_kernel_namer());
+        let symbolizer = Symbolizer::new(args.lines)
+            .with_kernel_namer(KernelNamer::take_from(sampler.object_mut()));
         let options = AggregateOptions {
             threads: args.threads,
             lines: args.lines,
             group_by: args.group_by,
         };
         let mut java = JavaProfiler::new(!args.no_jvm, args.java_retransform)
-            .with_java_events(JavaEventSettings::of(args)?);
+            .with_java_events(events::java_event_settings(args)?);
         if !args.no_jvm {
             let running = if args.pids.is_empty() {
                 running::java_launchers()

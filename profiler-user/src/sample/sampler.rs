@@ -30,7 +30,6 @@ use super::{
 use crate::{
     event, heap,
     model::OffCpuUserStacks,
-    symbolize::kernel_names::KernelNamer,
     unwind::loader::{page_capacity, UnwindMaps},
 };
 
@@ -554,10 +553,10 @@ impl Sampler {
         }
     }
 
-    /// The program that names kernel addresses, loaded, for the
-    /// symbolizer; `None` where the kernel cannot run it.
-    pub fn take_kernel_namer(&mut self) -> Option<KernelNamer> {
-        KernelNamer::take_from(&mut self.ebpf)
+    /// The loaded object, for the stages that take their programs and
+    /// maps from it (the kernel-name program).
+    pub fn object_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 
     /// Hands over the unwind-table maps to whoever fills them.

@@ -412,8 +412,7 @@ mod tests {
             counter_rate: crate::sample::counter_events::Rate::Period(1),
         })
         .unwrap();
-        let mut namer = sampler
-            .take_kernel_namer()
+        let mut namer = kernel_names::KernelNamer::take_from(sampler.object_mut())
             .expect("the namer loads on this kernel");
         assert!(namer.name(&addresses).is_some(), "the namer runs");
         let by_kernel = Symbolizer::new(false)

@@ -8,14 +8,14 @@
 //! `cfi`; [`file_table`] does both for a mapped file, within bounds. [`loader`] puts the tables
 //! of the sampled processes where the BPF unwinder finds them, with a
 //! [`pages`] index into each, in ranges of the maps (`mapped_array`) that
-//! files no process maps any more give back (`free_ranges`), and [`inspect`] is `stoke tables`. For
+//! files no process maps any more give back (`free_ranges`); `stoke tables`
+//! (`crate::commands::tables`) prints what compiling a file costs. For
 //! tests, `reference` is an unwinder that applies the rows the way the BPF
 //! side does.
 
 mod cfi;
 pub mod file_table;
 mod free_ranges;
-pub mod inspect;
 pub mod loader;
 mod mapped_array;
 pub mod pages;

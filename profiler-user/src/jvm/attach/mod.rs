@@ -27,13 +27,13 @@
 //! [`connection`] (finding or starting the listener, and connecting),
 //! [`exchange`](mod@exchange) (one request and its answer, within a deadline),
 //! [`credentials`] (acting as the JVM's user) and [`tmp_files`] (the files
-//! written into the JVM's `/tmp`). [`subcommand`] is `stoke attach`.
+//! written into the JVM's `/tmp`). `stoke attach` drives it from
+//! `crate::commands::attach`.
 
 mod connection;
 mod credentials;
 mod exchange;
 pub(crate) mod protocol;
-pub mod subcommand;
 pub(crate) mod target;
 mod tmp_files;
 pub(crate) mod vm_flags;

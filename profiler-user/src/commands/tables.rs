@@ -12,12 +12,15 @@ use std::{
     time::Duration,
 };
 
-use super::{
-    file_table::{self, TableError},
-    loader,
-    table::{RowKind, UnwindTable},
+use crate::{
+    cli::TablesArgs,
+    rootfs::Root,
+    unwind::{
+        file_table::{self, TableError},
+        loader,
+        table::{RowKind, UnwindTable},
+    },
 };
-use crate::{cli::TablesArgs, rootfs::Root};
 
 /// The columns, in order.
 pub const HEADER: [&str; 10] = [

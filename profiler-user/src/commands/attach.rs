@@ -10,8 +10,10 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{execute_judged, install_agent, JvmTarget};
-use crate::cli::AttachArgs;
+use crate::{
+    cli::AttachArgs,
+    jvm::attach::{execute_judged, install_agent, JvmTarget},
+};
 
 /// Runs the command (or installs the file) and prints the JVM's answer (or
 /// the installed file's path) on stdout.
