@@ -72,9 +72,9 @@ static KNOWN_METHODS: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
 
 /// How often the worker checks the signal handlers and whether a stoke
 /// still reads the memory. Stoke's requests ring the doorbell, which the
-/// worker answers at once: waking every 10 ms instead was a third of
-/// what sampling a JVM at 99 Hz cost it (its CPU, and its threads'
-/// context switches).
+/// worker answers at once: a short period would take the JVM's CPUs and
+/// switch its threads out for nothing, a large part of what sampling a
+/// JVM at 99 Hz costs it.
 const WORKER_PERIOD: Duration = Duration::from_millis(100);
 
 /// Entry point for `-agentpath:` at JVM startup.

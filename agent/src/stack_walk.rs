@@ -1,9 +1,8 @@
 //! The calling Java thread's stack for a Java event, walked from HotSpot's
-//! own structures: JVMTI's GetStackTrace took half of what allocation
-//! profiling cost the profiled application, and this walk takes a sixth
-//! of its time on a short stack (0.42 against 2.6 µs, 2 frames), under
-//! half on javac's deep ones (20-23 against 50-56 µs, 52 frames), a third
-//! less since compiled frames are found in one hash probe.
+//! own structures: JVMTI's GetStackTrace is most of what allocation
+//! profiling costs the profiled application, and this walk takes a
+//! fraction of its time (bench/RESULTS.md); compiled frames are found in
+//! one hash probe.
 //!
 //! A thread in a JVMTI callback has left Java code through a call that
 //! recorded its last Java frame in the thread's frame anchor. From there,

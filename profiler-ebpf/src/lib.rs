@@ -18,8 +18,8 @@ static SAMPLER_CPU: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(
 )));
 
 /// The compiled sampler object, ready for `aya::EbpfLoader::load`: with the
-/// off-CPU programs, or without them, for recordings of other events (some
-/// 4 ms less of start-up: the loader relocates fewer kernel types).
+/// off-CPU programs, or without them, for recordings of other events (a
+/// shorter start-up: the loader relocates fewer kernel types).
 pub fn sampler_object(offcpu: bool) -> &'static [u8] {
     if offcpu {
         &SAMPLER.0

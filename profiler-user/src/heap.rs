@@ -2,10 +2,9 @@
 //! as stoke no longer uses it, except while the kernel's BTF is parsed.
 
 /// Set before any thread starts:
-/// - one arena for all of stoke's threads: the unwind thread's own arena
-///   kept some 30 MB resident between the bursts of compiling tables
-///   (bench part 9: RSS 67-82 MB with an arena per thread, 36-48 MB with
-///   one, at the same CPU); the threads seldom allocate at the same moment;
+/// - one arena for all of stoke's threads: an arena of the unwind
+///   thread's own keeps what its bursts of compiling tables freed resident
+///   between them; the threads seldom allocate at the same moment;
 /// - large blocks (the kernel's BTF parsed, a file's unwind rows) always
 ///   mapped and unmapped whole: by default glibc raises its threshold to
 ///   the size of the last large block freed, and the next ones then stay
@@ -25,9 +24,9 @@ const TRIM_THRESHOLD: i32 = 128 << 10;
 /// While alive, freed memory stays on the heap for the next allocations,
 /// large blocks included; dropped, the heap is given back. For the
 /// kernel's BTF, which aya's loader parses once more than stoke can use:
-/// the second parse (some 4,000 pages) reuses the pages of the first
-/// instead of faulting in new ones, 15 ms of start-up's CPU (105 against
-/// 120 ms in all), for 1.7 MB more peak RSS (the heap's fragments).
+/// the second parse reuses the pages of the first instead of faulting in
+/// new ones, which saves start-up CPU for a little more peak RSS (the
+/// heap's fragments).
 pub struct Reusing;
 
 impl Reusing {

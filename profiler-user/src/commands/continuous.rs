@@ -27,8 +27,8 @@ use crate::{
 const FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Most bytes of file copies kept copied and indexed between intervals
-/// (see `symbolize::prepared`): a container host's runtime programs
-/// (dockerd, containerd, docker) take some 22 MB.
+/// (see `symbolize::prepared`): room for a container host's runtime
+/// programs (dockerd, containerd, docker) and a JVM's libjvm.
 const PREPARED_FILES_BUDGET: u64 = 32 << 20;
 
 /// Runs until SIGINT or SIGTERM (or until every `-p` target exited),

@@ -162,7 +162,7 @@ impl Sampler {
         let offcpu_wall =
             u8::from(counting.is_some_and(|counting| counting != OffCpuCounting::Waits));
         let offcpu_runqueue = u8::from(counting == Some(OffCpuCounting::RunQueue));
-        // The kernel's BTF (some 13 MB parsed, ~20 ms) serves the kfunc
+        // The kernel's BTF (megabytes to parse) serves the kfunc
         // ids, the loader and the tracepoints, parsed once: the copy the
         // loader always parses for itself is dropped first, so that only one
         // is alive at a time, and ours reuses its pages.

@@ -1,7 +1,7 @@
 //! JVM threads sampled by perf events of their own. A CPU's event asks a
 //! JVM's thread for its Java stack with `bpf_send_signal_thread`, which
-//! from the timer interrupt goes through irq_work, a self-interrupt (3-4 µs
-//! a sample on a VM that traps it). A thread's own cpu-clock event with
+//! from the timer interrupt goes through irq_work, a self-interrupt (costly
+//! on a VM that traps it). A thread's own cpu-clock event with
 //! `sigtrap` has perf queue a SIGTRAP as task work, delivered as the thread
 //! returns to user mode, with no interrupt. The CPUs' sampler, linked to it
 //! with a cookie (so verified once), takes the same record and returns 1

@@ -143,9 +143,9 @@ pub fn for_blazesym(mapped: &MappedFile, lines: bool) -> io::Result<Copy> {
 /// debug file `debug` has one: a copy of the debug file's symbol tables
 /// alone, which blazesym reads in place of the file, by address (the
 /// debug file's segments have addresses but no bytes). Its DWARF, most of
-/// it and compressed, is neither copied nor inflated: naming a stripped
-/// libc from Debian's debug package took 83 ms this way, every time a new
-/// address of it came. `None` when the debug file has no symbol table.
+/// it and compressed, is neither copied nor inflated, which would cost
+/// every time a new address of the file came. `None` when the debug file
+/// has no symbol table.
 fn debug_symbols(original: &File, debug: &File, deadline: Instant) -> io::Result<Option<Copy>> {
     let cache = ReadCache::new(BoundedFile::for_debug_file(original.try_clone()?, deadline));
     let Some(segments) = ElfFile::parse(&cache)

@@ -1,8 +1,9 @@
 //! Kernel addresses named by the kernel itself: a BPF program of the
 //! sampler's object, run on demand, formats each address with `%ps` (see
 //! `profiler-ebpf/src/bpf/kernel_names.bpf.h`), so that no recording reads
-//! /proc/kallsyms, which costs ~60 ms of CPU on every read (the kernel's
-//! formatting of 120k+ lines, then parsing them) for a few hundred names.
+//! /proc/kallsyms, which costs CPU on every read (the kernel formats over
+//! a hundred thousand lines, then stoke parses them) for a few hundred
+//! names.
 
 use std::{
     io,

@@ -37,9 +37,8 @@ struct FileNames {
     names: HashMap<u64, Frames>,
     /// The functions named so far, by first offset: their end and frames.
     /// A new offset in one is named without reading the file again, which
-    /// for a big program (dockerd: 10 MB of symbols, 39k of them, 30 ms)
-    /// sampled anew in every interval of `stoke continuous` was most of
-    /// its cost.
+    /// for a big program (dockerd) sampled anew in every interval of `stoke
+    /// continuous` would be most of its cost.
     functions: BTreeMap<u64, (u64, Frames)>,
     /// The last interval a stack had an address in the file.
     last_used: u64,

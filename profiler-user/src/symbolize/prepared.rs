@@ -1,11 +1,10 @@
 //! Files kept copied and indexed between the intervals of `stoke
 //! continuous`, within a budget of memory.
 //!
-//! A big program sampled in every interval (a container host's dockerd:
-//! 10 MB of symbols copied, 39k of them indexed, 20-30 ms) has new
-//! addresses in most intervals, in functions not named before: copying and
-//! indexing it again each time was most of what `stoke continuous` cost on
-//! such a host. A recording named once keeps nothing (budget 0): one file
+//! A big program sampled in every interval (a container host's dockerd,
+//! megabytes of symbols) has new addresses in most intervals, in functions
+//! not named before: copying and indexing it again each time would be most
+//! of what `stoke continuous` costs on such a host. A recording named once keeps nothing (budget 0): one file
 //! at a time takes memory.
 
 use std::collections::HashMap;

@@ -183,9 +183,9 @@ pub enum CompileError {
     Limit(&'static str),
 }
 
-/// How long compiling one file may take: libjvm.so takes 40 ms. A file
-/// that takes longer is forged or pathological, and holds up the tables
-/// of every process after it.
+/// How long compiling one file may take: far above what the largest real
+/// libraries (libjvm.so) take. A file that takes longer is forged or
+/// pathological, and holds up the tables of every process after it.
 pub const COMPILE_TIME_BUDGET: Duration = Duration::from_secs(3);
 
 /// Compiles the unwind table of an ELF file from its own sections: its

@@ -41,8 +41,8 @@ const STARTING_AGE: Duration = Duration::from_secs(5);
 const MAX_SOON_LOOKS: u32 = 30;
 
 /// The first steps between looks at a starting JVM: HotSpot sets its
-/// attach mechanism up about 35 ms after its start and takes agents 10-20
-/// ms later, on this machine's 2 CPUs.
+/// attach mechanism up some tens of milliseconds after its start and
+/// takes agents soon after.
 const SOON_STEP: Duration = Duration::from_millis(20);
 
 /// Looks at a starting JVM before the step between them doubles.
