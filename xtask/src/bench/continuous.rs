@@ -253,21 +253,31 @@ fn soak_text(soak: &Soak) -> String {
 /// The records beside the daemon: how many, and the share of the JVM's
 /// samples with Java frames, in all and in the lowest record.
 fn records_beside(records: &[(u64, u64)]) -> String {
-    let share = |(all, java): (u64, u64)| java as f64 / all.max(1) as f64;
     let total = records
         .iter()
         .fold((0, 0), |(all, java), (a, j)| (all + a, java + j));
-    match records.iter().copied().map(share).reduce(f64::min) {
+    match lowest_java_share(records) {
         Some(lowest) => format!(
             "{}; {} of {}, {} ({})",
             records.len(),
             total.1,
             total.0,
-            percent(share(total)),
+            percent(java_share(total)),
             percent(lowest)
         ),
         None => "– (no JDK, or a soak too short)".into(),
     }
+}
+
+/// The share of a record's JVM samples, `(all, with Java frames)`, that
+/// had Java frames.
+fn java_share((all, java): (u64, u64)) -> f64 {
+    java as f64 / all.max(1) as f64
+}
+
+/// The lowest [`java_share`] of the records; `None` without any.
+fn lowest_java_share(records: &[(u64, u64)]) -> Option<f64> {
+    records.iter().copied().map(java_share).reduce(f64::min)
 }
 
 fn thousand_text(thousand: &Thousand) -> String {
@@ -423,12 +433,7 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             }),
         ));
     }
-    if !soak.records.is_empty() {
-        let lowest = soak
-            .records
-            .iter()
-            .map(|&(all, java)| java as f64 / all.max(1) as f64)
-            .fold(f64::MAX, f64::min);
+    if let Some(lowest) = lowest_java_share(&soak.records) {
         targets.push(Target::judge(
             "an incident's record beside the daemon: ≥ 90% of the JVM's samples with Java \
              frames in every record (bench check)",

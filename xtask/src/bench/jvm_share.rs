@@ -21,7 +21,6 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::{
-    bpf_stats::total_run_time,
     jvm_phases::{
         against_async_profiler, finish, spawn_fixed_work, spread_shown, stoke_options, timed_from,
         Family, Profiling,
@@ -144,13 +143,35 @@ pub fn costs(runs: &[JvmShare], family: Family) -> Option<Spread> {
 }
 
 /// The median over the undisturbed JVMs of their unprofiled phases' gap.
-pub fn noise(runs: &[JvmShare]) -> f64 {
+pub fn noise<'a>(runs: impl IntoIterator<Item = &'a JvmShare>) -> f64 {
     let gaps: Vec<f64> = runs
-        .iter()
+        .into_iter()
         .filter(|run| !run.disturbed)
         .map(JvmShare::noise)
         .collect();
     Spread::of(&gaps).map_or(0.0, |spread| spread.median)
+}
+
+/// A table row of `runs` (undisturbed JVMs) labelled `label`: their
+/// unprofiled and profiled shares outside compiled code, their own CPU
+/// (or `own`, said instead), their cost and how many; `None` without any.
+pub fn row(label: String, runs: &[&JvmShare], own: Option<String>) -> Option<Vec<String>> {
+    let costs: Vec<f64> = runs.iter().map(|run| run.cost()).collect();
+    let cost = Spread::of(&costs)?;
+    let points = |values: Vec<f64>| show(&values, 2, "%");
+    Some(vec![
+        label,
+        points(
+            runs.iter()
+                .flat_map(|run| run.unprofiled)
+                .map(|s| s * 100.0)
+                .collect(),
+        ),
+        points(runs.iter().map(|run| run.profiled * 100.0).collect()),
+        own.unwrap_or_else(|| points(runs.iter().map(|run| run.own * 100.0).collect())),
+        spread_shown(&cost),
+        runs.len().to_string(),
+    ])
 }
 
 /// In how many rounds stoke's cost was the lower, of the rounds with both.
@@ -194,30 +215,13 @@ pub fn section(
         "cost: added share + own",
         "JVMs",
     ]);
-    let points = |values: Vec<f64>| show(&values, 2, "%");
     for family in Family::all(bench) {
         let runs = kept(shares, family);
-        let Some(cost) = costs(shares, family) else {
-            continue;
-        };
-        table.row(vec![
-            label(family),
-            points(
-                runs.iter()
-                    .flat_map(|run| run.unprofiled)
-                    .map(|s| s * 100.0)
-                    .collect(),
-            ),
-            points(runs.iter().map(|run| run.profiled * 100.0).collect()),
-            match family {
-                Family::AsyncProfiler if runs.iter().all(|run| run.timer.is_none()) => {
-                    "in the JVM's threads".into()
-                }
-                _ => points(runs.iter().map(|run| run.own * 100.0).collect()),
-            },
-            spread_shown(&cost),
-            runs.len().to_string(),
-        ]);
+        let own = (family == Family::AsyncProfiler && runs.iter().all(|run| run.timer.is_none()))
+            .then(|| "in the JVM's threads".to_owned());
+        if let Some(row) = row(label(family), &runs, own) {
+            table.row(row);
+        }
     }
     let noise = noise(shares);
     let disturbed = shares.iter().filter(|run| run.disturbed).count();
@@ -425,9 +429,9 @@ fn sampled_phase(bench: &Bench, jvm: &mut Process, recordings: &[Recording]) -> 
     };
     let mut perf = Recording::start(bench, &options, "jvm-share")?;
     let stoke_cpu = || -> Result<f64> {
-        recordings.iter().try_fold(0.0, |sum, r| {
-            Ok(sum + r.cpu_now()?.as_secs_f64() + total_run_time(r.pid())?)
-        })
+        recordings
+            .iter()
+            .try_fold(0.0, |sum, r| Ok(sum + r.own_cpu_now()?))
     };
     let (took, stoke) = timed_from(bench, jvm, || perf.resume(), stoke_cpu)?;
     let stopped = perf.stop()?;

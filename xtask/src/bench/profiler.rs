@@ -17,6 +17,7 @@ use anyhow::{bail, ensure, Context, Result};
 use stoke_tests::json::{JsonProfile, Summary};
 
 use super::{
+    bpf_stats::total_run_time,
     process::{Exit, Process},
     stacks::{self, Stack},
     Bench,
@@ -272,6 +273,12 @@ impl Recording {
     /// CPU the profiler has used so far.
     pub fn cpu_now(&self) -> Result<Duration> {
         self.process.cpu_now()
+    }
+
+    /// CPU the profiler has used so far, its process's and its BPF
+    /// programs' run time (counted with `--bpf-stats`), in seconds.
+    pub fn own_cpu_now(&self) -> Result<f64> {
+        Ok(self.cpu_now()?.as_secs_f64() + total_run_time(self.pid())?)
     }
 
     /// Ends the recording as Ctrl-C does, waits for the output, and checks

@@ -17,7 +17,6 @@ use std::{path::Path, process::Command, time::Duration};
 use anyhow::{Context, Result};
 
 use super::{
-    bpf_stats::total_run_time,
     jvm_share::{dso_share, PERF_HZ},
     process::Process,
     profiler::{perf_report, Options, Recording, Tool},
@@ -133,11 +132,7 @@ fn outside(bench: &Bench, process: &Process, recording: Option<&Recording>) -> R
         pids: vec![u32::try_from(process.pid()).context("pid out of range")?],
         ..Options::new(Tool::Perf, PERF_HZ, "")
     };
-    let stoke_cpu = || -> Result<f64> {
-        recording.map_or(Ok(0.0), |r| {
-            Ok(r.cpu_now()?.as_secs_f64() + total_run_time(r.pid())?)
-        })
-    };
+    let stoke_cpu = || recording.map_or(Ok(0.0), Recording::own_cpu_now);
     let perf = Recording::start(bench, &options, "python-cost")?;
     let (cpu, stoke) = (process.cpu_now()?, stoke_cpu()?);
     std::thread::sleep(Duration::from_secs_f64(bench.settings.unwind_seconds));

@@ -7,11 +7,11 @@
 use anyhow::Result;
 
 use crate::bench::{
-    jvm_phases::{spread_shown, Profiling},
+    jvm_phases::Profiling,
     jvm_share::{self, JvmShare, PERF_HZ},
     overhead::{calibrate, Workload},
     report::{Table, Target, Verdict},
-    stats::{percent, percent_signed, show, Spread},
+    stats::{percent, percent_signed, Spread},
     Bench,
 };
 
@@ -47,36 +47,17 @@ pub fn text(bench: &Bench, runs: &[(usize, JvmShare)]) -> (String, Option<Target
         "cost: added share + own",
         "JVMs",
     ]);
-    let points = |values: Vec<f64>| show(&values, 2, "%");
     for count in [1, STOKES] {
-        let jvms = kept(count);
-        let Some(spread) = cost(count) else {
-            continue;
+        let label = if count == 1 {
+            format!("one, {HZ} Hz")
+        } else {
+            format!("{count} side by side, {HZ} Hz each")
         };
-        table.row(vec![
-            if count == 1 {
-                format!("one, {HZ} Hz")
-            } else {
-                format!("{count} side by side, {HZ} Hz each")
-            },
-            points(
-                jvms.iter()
-                    .flat_map(|run| run.unprofiled)
-                    .map(|s| s * 100.0)
-                    .collect(),
-            ),
-            points(jvms.iter().map(|run| run.profiled * 100.0).collect()),
-            points(jvms.iter().map(|run| run.own * 100.0).collect()),
-            spread_shown(&spread),
-            jvms.len().to_string(),
-        ]);
+        if let Some(row) = jvm_share::row(label, &kept(count), None) {
+            table.row(row);
+        }
     }
-    let gaps: Vec<f64> = runs
-        .iter()
-        .filter(|(_, run)| !run.disturbed)
-        .map(|(_, run)| run.noise())
-        .collect();
-    let noise = Spread::of(&gaps).map_or(0.0, |spread| spread.median);
+    let noise = jvm_share::noise(runs.iter().map(|(_, run)| run));
     let body = format!(
         "### Stokes side by side on one JVM\n\nA fleet daemon and an incident's `record` on the \
          same JVM: per round a new JVM (`FixedWork -p`) profiled by one `stoke record -p JVM \

@@ -162,9 +162,6 @@ pub fn run(bench: &Bench) -> Result<Soak> {
         }
     }
 
-    if let Some(recording) = record {
-        records.push(java_samples(recording, jvm.as_ref())?);
-    }
     if let Some(jvm) = jvm.as_mut() {
         jvm.signal(libc::SIGKILL);
         jvm.wait(Duration::from_secs(30))?;
