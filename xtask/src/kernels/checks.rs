@@ -170,6 +170,22 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
                 detail,
             )
         }),
+        check(out, "container", |outputs| {
+            let id = std::fs::read_to_string(out.join("container.id")).unwrap_or_default();
+            let frame = format!("[container {}]", id.get(..12).unwrap_or("?"));
+            let (seventy, thirty, share) = split(outputs);
+            let hot = seventy + thirty;
+            let contained = outputs.total(|s| {
+                s.strip_prefix(&frame)
+                    .is_some_and(|rest| rest.starts_with(';'))
+                    && (s.contains("hot_seventy") || s.contains("hot_thirty"))
+            });
+            require(
+                hot >= 100 && (share - 70.0).abs() <= 5.0 && contained * 100 >= hot * 95,
+                "expected ≥ 100 samples at 70 ± 5 %, ≥ 95 % of them under the container's frame",
+                format!("{hot} hot samples, {share:.1}% in hot_seventy, {contained} under {frame}"),
+            )
+        }),
         check(out, "runqueue", |outputs| {
             let ns = outputs.total(|stack| stack.contains("main"));
             let seconds = ns as f64 / 1e9;

@@ -41,6 +41,29 @@ wait_ready rival.out
 check runqueue -p "$split" -e runqueue -d 3
 kill "$split" "$rival"
 
+# A container as runtimes make one: its own mount and pid namespaces, a
+# root of its own (the workload and its libraries copied in), a cgroup
+# named as docker names its scopes. Its id goes to container.id.
+id=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+echo "$id" > container.id
+root=$out/container
+mkdir -p "$root/work"
+cp "$work/fp_split" "$root/work/"
+for lib in $(ldd "$work/fp_split" | grep -o '/[^ ]*'); do
+	mkdir -p "$root$(dirname "$lib")"
+	cp -L "$lib" "$root$lib"
+done
+grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts || mount -t cgroup2 none /sys/fs/cgroup
+scope=/sys/fs/cgroup/system.slice/docker-$id.scope
+mkdir -p "$scope"
+sh -c "echo \$\$ > $scope/cgroup.procs &&
+	exec unshare --fork --pid --mount --kill-child chroot $root /work/fp_split 60" \
+	> container.out 2>&1 &
+contained=$!
+wait_ready container.out
+check container -a -d 4
+kill "$contained"
+
 "$work/read_loop" 60 "$out/read_loop.data" > read.out 2>&1 &
 reader=$!
 wait_ready read.out
