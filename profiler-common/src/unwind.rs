@@ -140,6 +140,18 @@ pub const MIN_UNWIND_PAGE_SHIFT: u32 = 8;
 /// The largest pages: at most 65,536 pages cover any table (`pc` is 32-bit).
 pub const MAX_UNWIND_PAGE_SHIFT: u32 = 16;
 
+/// Rows a page has at least, on average: so that the pages of every file
+/// take at most a quarter of the room of its rows, as the page map is
+/// sized ([`unwind_page_capacity`]).
+pub const ROWS_PER_PAGE: u32 = 4;
+
+/// Capacity of the `unwind_pages` map beside an `unwind_rows` map of
+/// `rows`: a file's pages are at most [`ROWS_PER_PAGE`] times fewer than
+/// its rows.
+pub const fn unwind_page_capacity(rows: u32) -> u32 {
+    rows / ROWS_PER_PAGE
+}
+
 /// Which of a file's rows begin in one page of its table: rows `first` up
 /// to `end` (indices among the file's rows). The last row before `first`
 /// covers the page's start.

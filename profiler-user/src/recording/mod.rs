@@ -37,7 +37,7 @@ use crate::{
         thread_timers::{fresh_cookie, trap_caught},
     },
     symbolize::{kernel_names::KernelNamer, names::AddressNames, Symbolizer},
-    unwind::loader::UnwindLoader,
+    unwind::loader::{UnwindLoader, UnwindMaps},
 };
 
 /// Longest wait between two drains of the ring buffer when nothing wakes
@@ -154,7 +154,9 @@ impl Recording {
         let unwinder = if args.frame_pointers || !sampler.unwinds_tables() {
             None
         } else {
-            Some(UnwindLoader::start(sampler.take_unwind_maps()?)?)
+            Some(UnwindLoader::start(UnwindMaps::take_from(
+                sampler.object_mut(),
+            )?)?)
         };
         let python_map = if args.no_python {
             None

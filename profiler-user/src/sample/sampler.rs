@@ -17,7 +17,10 @@ use aya::{
     },
     Btf, Ebpf, EbpfError, EbpfLoader,
 };
-use profiler_common::{bpf_names as names, Counter, SignalledJvm, COUNTER_COUNT, MAX_COUNTERS};
+use profiler_common::{
+    bpf_names as names, unwind::unwind_page_capacity, Counter, SignalledJvm, COUNTER_COUNT,
+    MAX_COUNTERS,
+};
 use tracing::debug;
 
 use super::{
@@ -27,11 +30,7 @@ use super::{
     thread_timers::{self, ThreadTimers, Trap},
     waiting::{self, WaitsInProgress},
 };
-use crate::{
-    event, heap,
-    model::OffCpuUserStacks,
-    unwind::loader::{page_capacity, UnwindMaps},
-};
+use crate::{event, heap, model::OffCpuUserStacks};
 
 /// What to sample.
 #[derive(Clone, Debug)]
@@ -204,7 +203,7 @@ impl Sampler {
             .map_max_entries(names::map::unwind_rows, config.unwind_rows.max(1))
             .map_max_entries(
                 names::map::unwind_pages,
-                page_capacity(config.unwind_rows).max(1),
+                unwind_page_capacity(config.unwind_rows).max(1),
             )
             .map_max_entries(names::map::unwind_processes, UNWIND_PROCESSES)
             .map_max_entries(
@@ -554,24 +553,9 @@ impl Sampler {
     }
 
     /// The loaded object, for the stages that take their programs and
-    /// maps from it (the kernel-name program).
+    /// maps from it (the unwind tables' maps, the kernel-name program).
     pub fn object_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
-    }
-
-    /// Hands over the unwind-table maps to whoever fills them.
-    pub fn take_unwind_maps(&mut self) -> Result<UnwindMaps> {
-        let mut take = |name: &str| {
-            self.ebpf
-                .take_map(name)
-                .with_context(|| format!("no {name} map"))
-        };
-        Ok(UnwindMaps {
-            rows: take(names::map::unwind_rows)?,
-            pages: take(names::map::unwind_pages)?,
-            processes: take(names::map::unwind_processes)?,
-            mappings: take(names::map::unwind_mappings)?,
-        })
     }
 
     /// Hands over the map of the CPython processes whose frames the

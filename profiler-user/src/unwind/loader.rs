@@ -29,7 +29,10 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use aya::{
+    maps::{HashMap as BpfHashMap, Map, MapData},
+    Ebpf,
+};
 use foldhash::{HashMap, HashMapExt, HashSet};
 use profiler_common::{
     bpf_names as names,
@@ -61,13 +64,7 @@ pub fn map_bytes(rows: usize) -> usize {
     rows * stride::<PackedRow>()
 }
 
-/// Capacity of the page-index map for a rows map of `rows`: a file's pages
-/// are at most a quarter of its rows ([`pages::page_index`]).
-pub fn page_capacity(rows: u32) -> u32 {
-    rows / pages::ROWS_PER_PAGE as u32
-}
-
-/// The BPF maps the loader fills.
+/// The BPF maps the loader fills, taken from the sampler's object.
 pub struct UnwindMaps {
     /// `unwind_rows`: every file's rows.
     pub rows: Map,
@@ -77,6 +74,23 @@ pub struct UnwindMaps {
     pub processes: Map,
     /// `unwind_mappings`: every process's mappings.
     pub mappings: Map,
+}
+
+impl UnwindMaps {
+    /// Takes the maps from the sampler's loaded `object`.
+    pub fn take_from(object: &mut Ebpf) -> Result<Self> {
+        let mut take = |name: &str| {
+            object
+                .take_map(name)
+                .with_context(|| format!("no {name} map"))
+        };
+        Ok(Self {
+            rows: take(names::map::unwind_rows)?,
+            pages: take(names::map::unwind_pages)?,
+            processes: take(names::map::unwind_processes)?,
+            mappings: take(names::map::unwind_mappings)?,
+        })
+    }
 }
 
 /// Whether a recording loads a table (one it could search, that has rows).

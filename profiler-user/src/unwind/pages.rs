@@ -5,13 +5,8 @@
 //! stack-delta pages do the same).
 
 use profiler_common::unwind::{
-    UnwindPage, UnwindRow, MAX_UNWIND_PAGE_SHIFT, MIN_UNWIND_PAGE_SHIFT,
+    UnwindPage, UnwindRow, MAX_UNWIND_PAGE_SHIFT, MIN_UNWIND_PAGE_SHIFT, ROWS_PER_PAGE,
 };
-
-/// Rows a page has at least, on average: so that the pages of every file
-/// take at most a quarter of the room of its rows, as the page map is
-/// sized ([`super::loader::page_capacity`]).
-pub const ROWS_PER_PAGE: usize = 4;
 
 /// A file's page index.
 #[derive(Debug, Default)]
@@ -28,7 +23,7 @@ pub struct PageIndex {
 /// whole, which takes no more steps than its few rows need).
 pub fn page_index(rows: &[UnwindRow]) -> Option<PageIndex> {
     let last = rows.last()?;
-    let most = rows.len() / ROWS_PER_PAGE;
+    let most = rows.len() / ROWS_PER_PAGE as usize;
     let (shift, count) = (MIN_UNWIND_PAGE_SHIFT..=MAX_UNWIND_PAGE_SHIFT)
         .map(|shift| (shift, (last.pc >> shift) as usize + 1))
         .find(|&(_, count)| count <= most)?;

@@ -5,7 +5,7 @@ use crate::{
     model::UnwindSummary,
     process::{maps::sleeping_child, ProcessRegistry},
     sample::sampler::{Sampler, SamplerConfig},
-    unwind::loader::UnwindLoader,
+    unwind::loader::{UnwindLoader, UnwindMaps},
 };
 
 /// Loads the image of process `first`, then, `first` having ended, that of
@@ -25,7 +25,7 @@ fn load_in_turn(rows: u32, first: u32, second: u32) -> UnwindSummary {
         counter_rate: crate::sample::counter_events::Rate::Period(1),
     })
     .unwrap();
-    let loader = UnwindLoader::start(sampler.take_unwind_maps().unwrap()).unwrap();
+    let loader = UnwindLoader::start(UnwindMaps::take_from(sampler.object_mut()).unwrap()).unwrap();
     let mut processes = ProcessRegistry::default();
     let image = processes.image_for(first, "first");
     loader.update(Vec::new(), std::iter::once(processes.image(image)));
