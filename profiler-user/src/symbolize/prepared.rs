@@ -4,8 +4,8 @@
 //! A big program sampled in every interval (a container host's dockerd,
 //! megabytes of symbols) has new addresses in most intervals, in functions
 //! not named before: copying and indexing it again each time would be most
-//! of what `stoke continuous` costs on such a host. A recording named once keeps nothing (budget 0): one file
-//! at a time takes memory.
+//! of what `stoke continuous` costs on such a host. A recording named once
+//! keeps nothing (budget 0): one file at a time takes memory.
 
 use std::collections::HashMap;
 

@@ -49,8 +49,14 @@ pub struct Usage {
     /// VmRSS, in bytes.
     pub rss: u64,
     /// RssAnon, in bytes: the heap; the rest of VmRSS is stoke's binary,
-    /// libraries and the BPF maps it maps.
+    /// libraries, the BPF maps it maps and its memfds.
     pub anon: u64,
+    /// The resident part of its mappings of BPF maps (the unwind tables'
+    /// maps, allocated whole, and the sample ring), in bytes.
+    pub bpf_maps: u64,
+    /// The resident part of its memfds (the sealed copies of the files it
+    /// names, the agents' memory), in bytes.
+    pub memfds: u64,
     /// utime + stime of all its threads, ended ones included.
     pub cpu: Duration,
 }
@@ -130,10 +136,13 @@ impl Daemon {
         let rss = self.process.status_bytes("VmRSS")?;
         let anon = self.process.status_bytes("RssAnon")?;
         let pid = u32::try_from(self.process.pid()).context("a child's pid")?;
+        let (bpf_maps, memfds) = mapped_rss(pid)?;
         Ok(Usage {
             at: self.started.elapsed(),
             rss,
             anon,
+            bpf_maps,
+            memfds,
             cpu: cpu_time(pid),
         })
     }
@@ -223,6 +232,31 @@ impl Delivery {
     }
 }
 
+/// The resident bytes of process `pid`'s mappings of BPF maps and of its
+/// memfds named `stoke-*`, from /proc/PID/smaps.
+fn mapped_rss(pid: u32) -> Result<(u64, u64)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+        .with_context(|| format!("reading /proc/{pid}/smaps"))?;
+    let (mut bpf_maps, mut memfds) = (0, 0);
+    let mut counted: Option<&mut u64> = None;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            counted = if line.contains("anon_inode:bpf-map") {
+                Some(&mut bpf_maps)
+            } else if line.contains("/memfd:stoke-") {
+                Some(&mut memfds)
+            } else {
+                None
+            };
+        } else if let (Some(kb), Some(sum)) = (line.strip_prefix("Rss:"), counted.as_deref_mut()) {
+            let kb: u64 = kb.trim().trim_end_matches("kB").trim().parse()?;
+            *sum += kb << 10;
+        }
+    }
+    Ok((bpf_maps, memfds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +290,36 @@ mod tests {
         );
         assert_eq!(Interval::parse(stopped), None);
         assert_eq!(Delivery::parse(interval), None);
+    }
+
+    #[test]
+    fn memfds_named_stoke_count_what_is_resident() {
+        // SAFETY: a NUL-terminated name; the descriptor is checked.
+        let fd = unsafe { libc::memfd_create(c"stoke-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        let size = 64 << 10;
+        // SAFETY: our own fresh descriptor, then a shared mapping of it.
+        let mapped = unsafe {
+            assert_eq!(libc::ftruncate(fd, size as libc::off_t), 0);
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        assert_ne!(mapped, libc::MAP_FAILED);
+        // SAFETY: the first 32 KiB of the mapping, written.
+        unsafe { std::ptr::write_bytes(mapped.cast::<u8>(), 1, 32 << 10) };
+        let (bpf_maps, memfds) = mapped_rss(std::process::id()).unwrap();
+        assert_eq!(bpf_maps, 0);
+        assert!((32 << 10..=64 << 10).contains(&memfds), "{memfds} bytes");
+        // SAFETY: the mapping and descriptor made above.
+        unsafe {
+            libc::munmap(mapped, size);
+            libc::close(fd);
+        }
     }
 }
