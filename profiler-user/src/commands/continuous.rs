@@ -27,9 +27,11 @@ use crate::{
 const FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Most bytes of file copies kept copied and indexed between intervals
-/// (see `symbolize::prepared`): room for a container host's runtime
-/// programs (dockerd, containerd, docker) and a JVM's libjvm.
-const PREPARED_FILES_BUDGET: u64 = 32 << 20;
+/// (see `symbolize::prepared`): room for the largest programs a container
+/// host samples in every interval (dockerd, a JVM's libjvm); the others
+/// are copied again when a function of theirs not named before is
+/// sampled, as the functions already named are kept without their copy.
+const PREPARED_FILES_BUDGET: u64 = 16 << 20;
 
 /// Runs until SIGINT or SIGTERM (or until every `-p` target exited),
 /// exporting a profile per service every interval; the last, partial
