@@ -31,7 +31,7 @@ const FLUSH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// host samples in every interval (dockerd, a JVM's libjvm); the others
 /// are copied again when a function of theirs not named before is
 /// sampled, as the functions already named are kept without their copy.
-const PREPARED_FILES_BUDGET: u64 = 16 << 20;
+const PREPARED_FILES_BUDGET: u64 = 24 << 20;
 
 /// Runs until SIGINT or SIGTERM (or until every `-p` target exited),
 /// exporting a profile per service every interval; the last, partial

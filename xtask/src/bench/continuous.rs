@@ -388,7 +388,7 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
             Target::judge(goal, measured, slope < SLOPE_TARGET_MB_PER_HOUR, || {
                 format!(
                     "at this rate RSS grows {:.0} MB a day (a fit over minutes, while the \
-                     copies of files kept indexed for naming fill their 32 MB: a longer \
+                     copies of files kept indexed for naming fill their budget: a longer \
                      --soak-minutes tells a leak from that and the allocator settling)",
                     slope * 24.0
                 )
