@@ -180,9 +180,12 @@ pub fn all(out: &Path) -> Vec<CheckResult> {
                     .is_some_and(|rest| rest.starts_with(';'))
                     && (s.contains("hot_seventy") || s.contains("hot_thirty"))
             });
+            // Whole-host sampling goes by the CPU's clock, which the
+            // workload shares with stoke's own start-up work in the guest:
+            // a coarser measure of its split than `-p`'s, hence ± 7.
             require(
-                hot >= 100 && (share - 70.0).abs() <= 5.0 && contained * 100 >= hot * 95,
-                "expected ≥ 100 samples at 70 ± 5 %, ≥ 95 % of them under the container's frame",
+                hot >= 100 && (share - 70.0).abs() <= 7.0 && contained * 100 >= hot * 95,
+                "expected ≥ 100 samples at 70 ± 7 %, ≥ 95 % of them under the container's frame",
                 format!("{hot} hot samples, {share:.1}% in hot_seventy, {contained} under {frame}"),
             )
         }),
