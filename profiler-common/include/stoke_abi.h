@@ -134,13 +134,6 @@
 #define STOKE_MAX_UNWIND_PAGE_SHIFT 16
 
 /**
- * Rows a page has at least, on average: so that the pages of every file
- * take at most a quarter of the room of its rows, as the page map is
- * sized ([`unwind_page_capacity`]).
- */
-#define STOKE_ROWS_PER_PAGE 4
-
-/**
  * Most executable mappings of one process the unwinder knows: far above
  * real processes (a browser, or a JVM or Python with many native
  * libraries, maps hundreds of files). A process past it has its mappings

@@ -60,8 +60,8 @@ impl FrameKind {
 /// A Python frame of a sample, named.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NamedFrame {
-    /// Its name with [`crate::interpreter::python::FRAME_SUFFIX`]: the function's qualified name, and
-    /// with lines `(file.py:LINE)`.
+    /// Its name: the function's qualified name, with lines `(file.py:LINE)`,
+    /// and the Python frame suffix `_[py]`.
     pub name: Arc<str>,
     /// The first frame its call of the interpreter ran.
     pub entry: bool,

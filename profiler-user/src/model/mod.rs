@@ -6,12 +6,12 @@
 //! the recording went ([`summary`]), each stage's counts in a type of its
 //! own here.
 
-pub mod comm;
-pub mod frame;
-pub mod merged;
-pub mod profile;
-pub mod sample;
-pub mod summary;
+mod comm;
+mod frame;
+mod merged;
+mod profile;
+mod sample;
+mod summary;
 
 pub use comm::Comm;
 pub use frame::{FrameKind, JavaStackFrame, NamedFrame};

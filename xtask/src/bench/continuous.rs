@@ -57,9 +57,6 @@ pub fn run(bench: &Bench) -> Result<Section> {
 struct Steady {
     rss_warm_mb: f64,
     rss_end_mb: f64,
-    anon_end_mb: f64,
-    bpf_maps_end_mb: f64,
-    memfds_end_mb: f64,
     rss_max_mb: f64,
     slope_mb_per_hour: Option<f64>,
     cpu_share: f64,
@@ -78,9 +75,6 @@ impl Steady {
         Some(Self {
             rss_warm_mb: megabytes(first.rss as f64),
             rss_end_mb: megabytes(last.rss as f64),
-            anon_end_mb: megabytes(last.anon as f64),
-            bpf_maps_end_mb: megabytes(last.bpf_maps as f64),
-            memfds_end_mb: megabytes(last.memfds as f64),
             rss_max_mb: megabytes(steady.iter().map(|u| u.rss).max()? as f64),
             slope_mb_per_hour: stats::slope(&points),
             cpu_share: (last.cpu - first.cpu).as_secs_f64() / wall.max(1e-3),
@@ -185,21 +179,19 @@ fn soak_text(soak: &Soak) -> String {
             percent(steady.cpu_share),
         );
     }
+    let resident = &soak.resident;
+    row(
+        "RSS at the end: heap; BPF maps mapped; memfds (file copies, agents); the rest \
+         (binary, libraries)",
+        format!(
+            "{:.1} MB; {:.1} MB; {:.1} MB; {:.1} MB",
+            megabytes(resident.heap as f64),
+            megabytes(resident.bpf_maps as f64),
+            megabytes(resident.memfds as f64),
+            megabytes(resident.rest() as f64)
+        ),
+    );
     if let Some(last) = soak.usage.last() {
-        let rest = last
-            .rss
-            .saturating_sub(last.anon + last.bpf_maps + last.memfds);
-        row(
-            "RSS at the end: heap; BPF maps mapped; memfds (file copies, agents); the rest \
-             (binary, libraries)",
-            format!(
-                "{:.1} MB; {:.1} MB; {:.1} MB; {:.1} MB",
-                megabytes(last.anon as f64),
-                megabytes(last.bpf_maps as f64),
-                megabytes(last.memfds as f64),
-                megabytes(rest as f64)
-            ),
-        );
         row(
             "CPU over the whole soak, % of one core",
             percent(last.cpu.as_secs_f64() / last.at.as_secs_f64().max(1e-3)),
@@ -439,13 +431,10 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
                      ring), its memfds {:.1} MB (the sealed copies of the files it names, \
                      the agent's memory), the rest {:.1} MB (the binary and libraries)",
                     steady.rss_max_mb - RSS_TARGET_MB,
-                    steady.anon_end_mb,
-                    steady.bpf_maps_end_mb,
-                    steady.memfds_end_mb,
-                    steady.rss_end_mb
-                        - steady.anon_end_mb
-                        - steady.bpf_maps_end_mb
-                        - steady.memfds_end_mb
+                    megabytes(soak.resident.heap as f64),
+                    megabytes(soak.resident.bpf_maps as f64),
+                    megabytes(soak.resident.memfds as f64),
+                    megabytes(soak.resident.rest() as f64)
                 )
             }),
         ));

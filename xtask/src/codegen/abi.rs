@@ -36,8 +36,9 @@ const TYPES: &[(&str, &str)] = &[
     ("PythonLayout", "stoke_python_layout"),
 ];
 
-/// What C does not need: a Rust-only size, the unwinder's root names.
-const LEFT_OUT: &[&str] = &["RECORD_HEADER_SIZE", "ROOT_FUNCTIONS"];
+/// What C does not need: a Rust-only size, the unwinder's root names, the
+/// page map's sizing ratio.
+const LEFT_OUT: &[&str] = &["RECORD_HEADER_SIZE", "ROOT_FUNCTIONS", "ROWS_PER_PAGE"];
 
 const HEADER: &str = "\
 /* The binary interface between Stoke's BPF sampler and its userspace.

@@ -48,17 +48,32 @@ pub struct Usage {
     pub at: Duration,
     /// VmRSS, in bytes.
     pub rss: u64,
-    /// RssAnon, in bytes: the heap; the rest of VmRSS is stoke's binary,
-    /// libraries, the BPF maps it maps and its memfds.
-    pub anon: u64,
-    /// The resident part of its mappings of BPF maps (the unwind tables'
-    /// maps, allocated whole, and the sample ring), in bytes.
-    pub bpf_maps: u64,
-    /// The resident part of its memfds (the sealed copies of the files it
-    /// names, the agents' memory), in bytes.
-    pub memfds: u64,
     /// utime + stime of all its threads, ended ones included.
     pub cpu: Duration,
+}
+
+/// What stoke's resident memory holds at one moment, in bytes, from
+/// /proc/PID/status and /proc/PID/smaps.
+#[derive(Debug, Clone, Copy)]
+pub struct Resident {
+    /// VmRSS.
+    pub rss: u64,
+    /// RssAnon: the heap.
+    pub heap: u64,
+    /// The resident part of its mappings of BPF maps (the unwind tables'
+    /// maps, allocated whole, and the sample ring).
+    pub bpf_maps: u64,
+    /// The resident part of its memfds (the sealed copies of the files it
+    /// names, the agents' memory).
+    pub memfds: u64,
+}
+
+impl Resident {
+    /// The rest of VmRSS: stoke's binary and libraries.
+    pub fn rest(&self) -> u64 {
+        self.rss
+            .saturating_sub(self.heap + self.bpf_maps + self.memfds)
+    }
 }
 
 /// One interval as stoke logs it: `interval: 197 samples (0 lost; 0
@@ -133,17 +148,24 @@ impl Daemon {
 
     /// Its RSS and CPU time now.
     pub fn usage(&self) -> Result<Usage> {
-        let rss = self.process.status_bytes("VmRSS")?;
-        let anon = self.process.status_bytes("RssAnon")?;
         let pid = u32::try_from(self.process.pid()).context("a child's pid")?;
-        let (bpf_maps, memfds) = mapped_rss(pid)?;
         Ok(Usage {
             at: self.started.elapsed(),
-            rss,
-            anon,
+            rss: self.process.status_bytes("VmRSS")?,
+            cpu: cpu_time(pid),
+        })
+    }
+
+    /// What its resident memory holds now: smaps, read once, as reading it
+    /// walks stoke's page tables under its memory map's lock.
+    pub fn resident(&self) -> Result<Resident> {
+        let pid = u32::try_from(self.process.pid()).context("a child's pid")?;
+        let (bpf_maps, memfds) = mapped_rss(pid)?;
+        Ok(Resident {
+            rss: self.process.status_bytes("VmRSS")?,
+            heap: self.process.status_bytes("RssAnon")?,
             bpf_maps,
             memfds,
-            cpu: cpu_time(pid),
         })
     }
 

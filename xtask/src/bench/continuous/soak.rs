@@ -15,7 +15,7 @@ use anyhow::{ensure, Context, Result};
 
 use super::{
     containers::{self, Churned, ContainerChurn},
-    daemon::{self, Daemon, Usage},
+    daemon::{self, Daemon, Resident, Usage},
 };
 use crate::bench::{
     build::java_command,
@@ -49,6 +49,8 @@ pub struct Soak {
     pub warm_up: Duration,
     /// Stoke's RSS and CPU, every [`SAMPLE_EVERY`] from its start.
     pub usage: Vec<Usage>,
+    /// What its resident memory held at the end.
+    pub resident: Resident,
     /// The 1-minute load average at each reading.
     pub loads: Vec<f64>,
     pub stopped: daemon::Stopped,
@@ -170,6 +172,7 @@ pub fn run(bench: &Bench) -> Result<Soak> {
     ensure!(exit.success(), "spawner failed: {}", exit.describe());
     let exec_rate = spawner.printed::<f64>("spawned")? / spawner.printed::<f64>("seconds")?;
     let containers = churn.map(ContainerChurn::stop);
+    let resident = daemon.resident()?;
     let output_dir = daemon.output_dir.clone();
     let stopped = daemon.stop()?;
     let (service_dirs, most_files) = files_left(&output_dir)?;
@@ -177,6 +180,7 @@ pub fn run(bench: &Bench) -> Result<Soak> {
         length,
         warm_up,
         usage,
+        resident,
         loads,
         stopped,
         exec_rate,
