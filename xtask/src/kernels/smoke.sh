@@ -61,7 +61,7 @@ sh -c "echo \$\$ > $scope/cgroup.procs &&
 	> container.out 2>&1 &
 contained=$!
 wait_ready container.out
-check container -a -d 6
+check container -a -F 199 -d 6
 kill "$contained"
 
 "$work/read_loop" 60 "$out/read_loop.data" > read.out 2>&1 &
