@@ -45,7 +45,9 @@ pub use java::{
     JavaWorkload, Jdk, JDKS, JDK_11, JDK_17, TEMURIN_25,
 };
 pub use json::{read_json, JavaReport, JsonProfile};
-pub use paths::{crate_dir, stoke_bin, tool_path, workloads_dir, workspace_root, PYTHON_PATH};
+pub use paths::{
+    crate_dir, stoke_bin, tool_path, workloads_dir, workspace_root, PYTHON_3_13_ROOT, PYTHON_PATH,
+};
 pub use receiver::{Receiver, Request};
 pub use running::{Line, Running};
 pub use source_lines::{count_in_bodies, frame_location, function_lines, line_of, Located};

@@ -51,6 +51,10 @@ pub fn stoke_bin() -> PathBuf {
 /// (`PYTHONPATH` for the scripts of `tests/tools/`).
 pub const PYTHON_PATH: &str = "/opt/stoke-python";
 
+/// Where `cargo xtask setup` puts a root holding Debian trixie's CPython
+/// 3.13 (`usr/bin/python3.13`) and the C library it links.
+pub const PYTHON_3_13_ROOT: &str = "/opt/stoke-python3.13";
+
 /// The path of `tests/tools/<name>`.
 pub fn tool_path(name: &str) -> PathBuf {
     crate_dir().join("tools").join(name)

@@ -4,7 +4,8 @@
 //! py-spy's, with every call of the interpreter in its place (the C of
 //! `sum(map(...))` between `main` and `step`). Debian's python3.11 (a
 //! static interpreter), pyenv's builds (libpython) of every version
-//! read, and Python in a container; `--lines` names the lines.
+//! read, Debian trixie's 3.13 in a root of its own with `-X perf`
+//! trampolines, and Python in a container; `--lines` names the lines.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,7 +14,7 @@ use std::time::Duration;
 use stoke_tests::docker::{ensure_daemon, Container, Engine, Image, Rootfs};
 use stoke_tests::{
     args, read_folded, record_args, require_root, samples_where, total_samples, workloads_dir,
-    Running, Stack, Stoke, TempDir, PYTHON_PATH,
+    Running, Stack, Stoke, TempDir, PYTHON_3_13_ROOT, PYTHON_PATH,
 };
 
 const DEBIAN_PYTHON: &str = "/usr/bin/python3.11";
@@ -182,6 +183,40 @@ fn every_pyenv_version_read_splits_as_py_spy_sees_it() {
         tested.push(version);
     }
     println!("tested {tested:?}");
+}
+
+/// CPython 3.12 and newer with `-X perf` call each Python function through
+/// a trampoline of their own making, in anonymous memory, with no frame
+/// pointer and no unwind tables, and name it in /tmp/perf-PID.map: the
+/// walk goes through every trampoline to the interpreter's `main`, and the
+/// trampolines' names (`py::hot_a:<string>`), which the Python frames
+/// repeat, are left out.
+#[test]
+fn python_3_13_with_perf_trampolines_splits_as_py_spy_sees_it() {
+    require_root();
+    let dir = TempDir::new("python-perf");
+    let source = std::fs::read_to_string(script()).unwrap();
+    let mut command = Command::new("chroot");
+    command
+        .arg(PYTHON_3_13_ROOT)
+        .args(["/usr/bin/python3.13", "-X", "perf", "-c", &source, "30"]);
+    let running = Running::start(command, "split.py", "python3.13");
+    let map = Path::new(PYTHON_3_13_ROOT).join(format!("tmp/perf-{}.map", running.pid()));
+    let (stacks, spy) = record_both(&dir, "perf", running.pid(), &[]);
+    drop(running);
+    let _ = std::fs::remove_file(&map);
+    let hot = samples_where(&stacks, |s| has(s, "hot_a_[py]") || has(s, "hot_b_[py]"));
+    let from_main = samples_where(&stacks, |s| {
+        (has(s, "hot_a_[py]") || has(s, "hot_b_[py]")) && has(s, "Py_RunMain")
+    });
+    let trampolines = samples_where(&stacks, |s| has(s, "py::"));
+    println!("{from_main} of {hot} hot samples from Py_RunMain, {trampolines} with trampolines");
+    assert!(
+        from_main * 100 >= hot * 95,
+        "{from_main} of {hot} hot samples reach Py_RunMain"
+    );
+    assert_eq!(trampolines, 0, "trampolines named in {trampolines} samples");
+    assert_split("3.13 -X perf", &split_of(&stacks), spy);
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod codegen;
 mod fuzz;
 mod jdk11;
 mod kernels;
+mod python313;
 
 use std::{
     path::{Path, PathBuf},
@@ -160,6 +161,7 @@ fn setup() -> Result<()> {
         .args(PYTHON_PACKAGES)
         .env("PIP_ROOT_USER_ACTION", "ignore"))?;
     kernels::install_virtme()?;
+    python313::install()?;
     // From bullseye, whose source the kernels' added.
     jdk11::install()
 }

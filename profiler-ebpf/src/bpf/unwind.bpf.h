@@ -420,6 +420,28 @@ static __always_inline bool frame_pointer_step(struct stoke_unwind_state *state)
 	return return_address != 0;
 }
 
+/* The bytes around a return address into CPython's perf trampoline (3.12
+ * and newer, `-X perf`), little-endian from two bytes before it: `call
+ * *%rcx`, then `add $8,%rsp; ret`. The trampoline, `sub $8,%rsp` before
+ * the call, lies in anonymous memory and sets no frame pointer. */
+#define PYTHON_TRAMPOLINE_CODE 0x00c308c48348d1ffULL
+#define PYTHON_TRAMPOLINE_MASK 0x00ffffffffffffffULL
+
+/* Returns from CPython's perf trampoline at return address `pc`: its
+ * frame is 16 bytes, the return address on top. */
+static __always_inline bool python_trampoline_step(struct stoke_unwind_state *state, __u64 pc)
+{
+	__u64 code = 0, return_address;
+
+	if (bpf_probe_read_user(&code, sizeof(code), (void *)(pc - 2)) ||
+	    (code & PYTHON_TRAMPOLINE_MASK) != PYTHON_TRAMPOLINE_CODE ||
+	    !read_user(state, &return_address, state->sp + 8))
+		return false;
+	state->sp += 16;
+	state->pc = return_address;
+	return return_address != 0;
+}
+
 static __always_inline long stop_with(struct stoke_unwind_state *state, __u32 reason)
 {
 	state->stop = reason;
@@ -482,6 +504,7 @@ static __always_inline long unwind_frame(struct unwind_walk *walk, bool legacy)
 	__u64 pc, cfa, return_address, bp;
 	__s64 cfa_offset, rbp_offset;
 	__u32 slot, rule, kind;
+	bool returned;
 
 	if (state->count >= STOKE_MAX_FRAMES)
 		return stop_with(state, STOKE_STOP_DEPTH);
@@ -493,15 +516,19 @@ static __always_inline long unwind_frame(struct unwind_walk *walk, bool legacy)
 
 	/* A return address points after its call, maybe past the caller's
 	 * end: look up the call itself. */
-	pc = state->exact ? state->pc : state->pc - 1;
+	returned = !state->exact;
+	pc = returned ? state->pc - 1 : state->pc;
 	state->exact = 0;
 	/* The previous frame's mapping is in the map value, which the
 	 * verifier does not track: it finds the same stack at the end of every
 	 * path through a frame, and walks the next frame once. */
 	mapping = find_mapping(walk->process, pc, &state->last_mapping, legacy);
 	if (!mapping) {
-		/* Code outside any file: a JIT's, whose runtime may keep frame
-		 * pointers (V8 does; a JVM's code cache never gets here). */
+		/* Code outside any file: CPython's perf trampoline, or a JIT's,
+		 * whose runtime may keep frame pointers (V8 does; a JVM's code
+		 * cache never gets here). */
+		if (returned && python_trampoline_step(state, state->pc))
+			return 0;
 		if (!frame_pointer_step(state))
 			return stop_with(state, STOKE_STOP_UNKNOWN_CODE);
 		return 0;

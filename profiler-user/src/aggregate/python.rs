@@ -5,11 +5,16 @@
 //! calls (C functions calling back into Python, C extensions) stay where
 //! they are. Groups past the outermost call (its native frames not
 //! unwound) go above it; with no call in the native stack, every group
-//! goes above the native frames.
+//! goes above the native frames. CPython's perf trampolines (`-X perf`),
+//! which the Python frames name again, are left out.
 
 use std::sync::Arc;
 
-use crate::{interpreter::python::EVAL_FUNCTION, model::NamedFrame, symbolize::Frames};
+use crate::{
+    interpreter::python::{EVAL_FUNCTION, TRAMPOLINE_PREFIX},
+    model::NamedFrame,
+    symbolize::Frames,
+};
 
 /// One stack's merge, as its native frames are named, outermost first.
 pub struct PythonMerge<'a> {
@@ -23,6 +28,10 @@ pub struct PythonMerge<'a> {
 
 fn is_call(named: &Frames) -> bool {
     named.iter().any(|name| &**name == EVAL_FUNCTION)
+}
+
+fn is_trampoline(named: &Frames) -> bool {
+    named.iter().any(|name| name.starts_with(TRAMPOLINE_PREFIX))
 }
 
 fn outermost_first(group: &[NamedFrame]) -> impl Iterator<Item = Arc<str>> + '_ {
@@ -63,8 +72,12 @@ impl<'a> PythonMerge<'a> {
 
     /// The Python frames in place of the native frame named `named`, the
     /// next one outermost first, if it is a call of the interpreter that
-    /// ran some.
+    /// ran some; none in place of a perf trampoline when there are Python
+    /// frames.
     pub fn at(&mut self, named: &Frames) -> Option<Vec<Arc<str>>> {
+        if !self.groups.is_empty() && is_trampoline(named) {
+            return Some(Vec::new());
+        }
         if self.calls == 0 || !is_call(named) {
             return None;
         }
@@ -103,6 +116,7 @@ mod tests {
             .map(|(index, &address)| {
                 let name = match call_site(index, address) {
                     1 => EVAL_FUNCTION.to_owned(),
+                    3 => format!("{TRAMPOLINE_PREFIX}f:/f.py"),
                     other => format!("c{other}"),
                 };
                 Arc::from([Arc::from(name)])
@@ -139,6 +153,21 @@ mod tests {
         assert_eq!(merged(&[7, 2], &python), ["outer", "inner", "c7"]);
         // No call unwound: every frame above the native ones.
         assert_eq!(merged(&[7, 9], &python), ["outer", "inner", "c8", "c7"]);
+    }
+
+    #[test]
+    fn perf_trampolines_go_where_python_frames_name_them() {
+        // c8 -> trampoline -> eval(outer) -> trampoline -> eval(inner)
+        let python = [frame("inner", true), frame("outer", true)];
+        assert_eq!(
+            merged(&[7, 2, 4, 2, 4, 9], &python),
+            ["c8", "outer", "inner", "c7"]
+        );
+        // Without Python frames they keep their name.
+        assert_eq!(
+            merged(&[7, 2, 4], &[]),
+            ["py::f:/f.py", EVAL_FUNCTION, "c7"]
+        );
     }
 
     #[test]

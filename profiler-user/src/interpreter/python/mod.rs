@@ -30,6 +30,10 @@ use crate::{
 /// The function in whose C frames CPython runs Python frames.
 pub const EVAL_FUNCTION: &str = "_PyEval_EvalFrameDefault";
 
+/// How CPython's perf map (`-X perf`, 3.12 and newer) names the trampoline
+/// each Python function's calls go through: `py::QUALNAME:FILE`.
+pub const TRAMPOLINE_PREFIX: &str = "py::";
+
 /// The suffix of a Python frame's name (as `_[k]` is a kernel frame's).
 pub const FRAME_SUFFIX: &str = "_[py]";
 
