@@ -13,6 +13,7 @@
 mod aggregate;
 mod cli;
 mod commands;
+mod duration;
 mod elf;
 mod event;
 mod export;
@@ -24,6 +25,7 @@ mod model;
 mod module_table;
 mod preflight;
 mod process;
+mod procfs;
 mod progress;
 mod read;
 mod recording;

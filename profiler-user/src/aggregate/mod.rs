@@ -23,7 +23,8 @@ use crate::{
         NamedFrame, Profile, RecordingSummary, StackQuality,
     },
     module_table::ModuleTable,
-    process::{identity::host_name, procfs, ProcessImage, ProcessRegistry},
+    process::{identity::host_name, ProcessImage, ProcessRegistry},
+    procfs,
     symbolize::names::{call_site, AddressNames, StackAddresses},
 };
 

@@ -66,7 +66,7 @@ pub struct ExportArgs {
     /// container removed): once its newest file is older, its directory
     /// is removed, if it holds only stoke's profiles. Seconds, or a number
     /// and s, m, h or d.
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::parse_duration, default_value = "24h")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse, default_value = "24h")]
     pub retention: Duration,
 
     /// Batches (intervals) held per destination while it cannot take them:

@@ -17,8 +17,8 @@ use crate::{
     process::{
         cgroup::{self, Runtime},
         maps::{Entries, MapsEntry},
-        procfs::{innermost_ns_id, MAX_STATUS},
     },
+    procfs::{innermost_ns_id, MAX_STATUS},
 };
 
 const STATUS_FIELDS: [&str; 8] = [

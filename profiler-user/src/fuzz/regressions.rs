@@ -5,10 +5,8 @@
 use super::harness;
 use crate::{
     jvm::attach::target::ProcStatus,
-    process::{
-        maps::{Entries, MappedPage, MapsPath},
-        procfs::innermost_ns_id,
-    },
+    process::maps::{Entries, MappedPage, MapsPath},
+    procfs::innermost_ns_id,
 };
 
 /// A reproducer's bytes.
@@ -176,7 +174,7 @@ fn a_process_named_in_latin1_has_an_age() {
     std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
     let mut child = std::process::Command::new(&link).arg("5").spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let age = crate::process::procfs::age(child.id());
+    let age = crate::procfs::age(child.id());
     child.kill().unwrap();
     child.wait().unwrap();
     std::fs::remove_file(&link).unwrap();

@@ -3,7 +3,7 @@
 //! frames: a JVM is found through its samples, and its agent loaded or
 //! found, before its threads are signalled for their Java stacks.
 
-use crate::{model::JavaSummary, process::procfs, sample::monotonic_ns};
+use crate::{model::JavaSummary, procfs, sample::monotonic_ns};
 use foldhash::HashSet;
 
 /// The reasons the summary gives for JVM samples never signalled.

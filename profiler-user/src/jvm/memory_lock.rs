@@ -16,7 +16,7 @@ use std::{
 
 use profiler_common::jvm::{CONSUMER_LOCKS, MAX_CONSUMERS};
 
-use crate::process::procfs;
+use crate::procfs;
 
 /// How long a lock held by another process is tried for.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(300);

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::process::procfs;
+use crate::procfs;
 
 /// At most this many processes are looked at: on a host with more, the
 /// others are found through their samples, as ever.

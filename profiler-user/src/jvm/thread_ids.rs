@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::process::procfs::{innermost_ns_id, thread_ids};
+use crate::procfs::{innermost_ns_id, thread_ids};
 use foldhash::{HashMap, HashMapExt};
 
 /// How often, at most, a JVM's threads are listed anew to find an id the

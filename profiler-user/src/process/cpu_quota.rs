@@ -10,10 +10,8 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use super::{
-    cgroup::{self, MAX_CGROUP_FILE},
-    procfs,
-};
+use super::cgroup::{self, MAX_CGROUP_FILE};
+use crate::procfs;
 
 /// Where cgroup hierarchies are mounted.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";

@@ -7,10 +7,9 @@ use std::sync::{Arc, OnceLock};
 
 use super::{
     cgroup::{self, Runtime, MAX_CGROUP_FILE},
-    procfs::read_bounded,
     runtime_metadata::{self, ContainerMetadata},
 };
-use crate::rootfs::Root;
+use crate::{procfs::read_bounded, rootfs::Root};
 use foldhash::HashMap;
 
 /// Most cgroups remembered: beyond it the cache starts again, so that a

@@ -4,7 +4,7 @@
 //! its mappings through one bounded reader of `/proc/PID/maps` ([`maps`],
 //! which asks the kernel for the executable ones alone where it can:
 //! [`maps_query`]),
-//! small /proc files through another ([`procfs`]), held by a pidfd where
+//! small /proc files through another ([`crate::procfs`]), held by a pidfd where
 //! it must not be mistaken for another ([`pidfd`]), its container or
 //! service ([`identity`]) from its cgroup ([`cgroup`]; its CPU quota's
 //! throttling for reports: [`cpu_quota`]) and the container
@@ -22,7 +22,6 @@ pub mod maps;
 mod maps_query;
 pub mod memory;
 pub mod pidfd;
-pub mod procfs;
 pub mod registry;
 mod reread;
 pub mod runtime_metadata;

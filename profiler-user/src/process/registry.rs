@@ -24,9 +24,9 @@ use super::{
     identity::Identities,
     image::{base_name, FileOrigin, FileVersion, MappedFile, Mapping, MappingTarget, ProcessImage},
     maps::{self, MapsPath},
-    procfs,
     reread::{same_mappings, Rereads},
 };
+use crate::procfs;
 use foldhash::HashMap;
 
 use crate::{

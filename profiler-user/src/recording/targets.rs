@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use crate::process::{pidfd, procfs};
+use crate::{process::pidfd, procfs};
 
 /// The processes a `-p` recording samples.
 pub struct Targets {

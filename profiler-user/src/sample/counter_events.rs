@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     event::{Counter, Event, Probe, ProbeTarget},
-    process::procfs,
+    procfs,
 };
 
 /// The sampler's program for kprobes and uprobes, loaded when a

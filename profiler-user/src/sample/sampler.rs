@@ -175,7 +175,7 @@ impl Sampler {
         if legacy && offcpu {
             bail!(
 "off-CPU, wall-clock and run-queue time (and Java locks) need Linux 5.17 or newer (bpf_loop and task storage); this kernel is {}",
-                crate::process::procfs::kernel_release().unwrap_or_default()
+                crate::procfs::kernel_release().unwrap_or_default()
             );
         }
         check_counters(&config.counters, &cpus)?;
@@ -483,7 +483,7 @@ impl Sampler {
     /// What this kernel keeps the recording from, said in the summary:
     /// every limit, joined.
     pub fn kernel_limits(&self) -> Option<String> {
-        let release = crate::process::procfs::kernel_release().unwrap_or_default();
+        let release = crate::procfs::kernel_release().unwrap_or_default();
         let refused = self.no_tables.as_ref().map(|error| {
             format!("user stacks by frame pointers only: this kernel ({release}) refused the unwind-table walker ({error})")
         });

@@ -17,7 +17,7 @@ use super::{
     sampler::is_permission_denied,
     thread_event::{self, Attach, OpenError, OpenEvent, ThreadEvent},
 };
-use crate::process::procfs::thread_ids;
+use crate::procfs::thread_ids;
 
 /// Most events per target, one per thread it had when it was first
 /// looked at (the threads started later inherit theirs): past it a

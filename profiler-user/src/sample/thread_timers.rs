@@ -18,7 +18,7 @@ use aya::{
 use profiler_common::bpf_names as names;
 
 use super::thread_event::{self, Attach, OpenEvent, ThreadEvent};
-use crate::process::procfs;
+use crate::procfs;
 
 /// Whether this kernel runs a perf event's BPF program before its
 /// `sigtrap` (so that the program's 0 sends no signal) and cancels a

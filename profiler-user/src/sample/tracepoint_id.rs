@@ -5,7 +5,7 @@
 
 use std::{ffi::CString, io, path::Path, thread};
 
-use crate::process::procfs;
+use crate::procfs;
 
 /// Where tracefs is mounted, when it is.
 const MOUNTED: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];

@@ -17,7 +17,7 @@ use std::{
 
 use foldhash::HashMap;
 
-use crate::{process::procfs, rootfs::Root};
+use crate::{procfs, rootfs::Root};
 
 /// The most bytes of one process's map read: a runaway JIT's is cut there.
 const MAX_MAP_BYTES: u64 = 32 << 20;

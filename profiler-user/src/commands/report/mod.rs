@@ -21,8 +21,8 @@ use crate::{
     process::{
         cpu_quota::{self, Throttling},
         identity::host_name,
-        procfs,
     },
+    procfs,
     recording::{announce, check_sampling, raise_open_file_limit, stop_on_signals, Recording},
     write::{write_profile, Format, OutputFile},
 };

@@ -335,7 +335,7 @@ pub(super) mod tests {
     use std::{path::Path, sync::Mutex};
 
     use super::*;
-    use crate::process::procfs;
+    use crate::procfs;
 
     /// Held by the tests that use this process's socket name.
     pub(crate) static OWN_SOCKET: Mutex<()> = Mutex::new(());

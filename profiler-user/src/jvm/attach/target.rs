@@ -18,8 +18,9 @@ use super::{
 use crate::{
     process::{
         maps::{self as proc_maps, MapsEntry},
-        pidfd, procfs,
+        pidfd,
     },
+    procfs,
     rootfs::openat2,
 };
 

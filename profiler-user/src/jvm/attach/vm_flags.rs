@@ -3,7 +3,7 @@
 //! environment give them, and the signals it handles.
 
 use super::AttachError;
-use crate::process::procfs;
+use crate::procfs;
 
 /// SIGQUIT's bit in the `SigCgt:` mask of `/proc/PID/status`.
 pub(super) const SIGQUIT_MASK: u64 = procfs::signal_bit(libc::SIGQUIT);
