@@ -403,14 +403,10 @@ fn targets(bench: &Bench, soak: &Soak, thousand: &Thousand) -> Vec<Target> {
                     "{:.2} points over: each process sampled for the first time wakes \
                      stoke (the ring forces it, so that its memory map is read before it \
                      ends) and has its memory map read: the first touch of /proc/PID, \
-                     which creates its entries, is most of it (its cgroup is read once per \
-                     membership since 2026-11-26); each interval names the addresses new \
-                     in it, in files kept indexed from one interval to the next \
-                     (symbolize/prepared.rs). perf on stoke in a soak (2026-11-26, before \
-                     that change): 39% registering new processes (opening /proc/PID/maps \
-                     10%, PROCMAP_QUERY 8%, reading /proc/PID/cgroup 14%), 11% encoding \
-                     pprof profiles (5% setting up a gzip stream each, since reused), 18% \
-                     waking up and polling the ring",
+                     which creates its entries, is most of it; each interval names the \
+                     addresses new in it, in files kept indexed from one interval to the \
+                     next (symbolize/prepared.rs), and encodes its pprof profiles; \
+                     `perf record -p` on stoke in a soak says which weighs most",
                     (steady.cpu_share - CPU_TARGET) * 100.0
                 )
             }),

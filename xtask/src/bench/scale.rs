@@ -409,15 +409,11 @@ fn targets(bench: &Bench, runs: &[Run]) -> Vec<Target> {
             || {
                 format!(
                     "{EXEC_RATE} new processes a second: stoke reads the memory map of each \
-                     one it samples and builds unwind tables for files it has not seen, and \
-                     the samples spread over more distinct stacks. perf on stoke in this \
-                     scene (2026-11-26, after the cgroup read went to once per membership \
-                     and the age to the sample): 44% registering new processes (opening \
-                     /proc/PID/maps 22%, most of it the kernel creating the new pid's /proc \
-                     inodes; PROCMAP_QUERY 15%), 13% loading their mappings into the \
-                     unwinder's maps, 5% second looks for JVMs at the synthetic host's young \
-                     processes (which read nothing since: the image, read again when a \
-                     process runs code it mapped later, says), 15% waking and polling"
+                     one it samples (opening /proc/PID/maps has the kernel create the new \
+                     pid's /proc entries), loads its mappings into the unwinder's maps and \
+                     builds unwind tables for files it has not seen, and the samples spread \
+                     over more distinct stacks; `perf record -p` on stoke in this scene \
+                     says which weighs most"
                 )
             },
         )
