@@ -204,9 +204,11 @@ fn allocations_on(jdk: Jdk) {
         "{label}: only {} of {total} bytes in the workload's two methods with their classes",
         seventy + thirty
     );
+    // The JVM's sampler picks some 3,000 allocations in the recording: the
+    // share's standard deviation is then near 0.85 points.
     assert!(
-        (67.0..=73.0).contains(&share),
-        "{label}: {share:.2}% of the bytes in {SEVENTY}, not 70 ± 3"
+        (66.0..=74.0).contains(&share),
+        "{label}: {share:.2}% of the bytes in {SEVENTY}, not 70 ± 4"
     );
     // What the JVM says it allocated while stoke ran: the estimate (from
     // the attach on) is most of it, and never more.
