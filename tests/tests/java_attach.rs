@@ -222,6 +222,8 @@ fn refuses_a_jvm_that_disabled_attach(jdk: Jdk) {
     // What another user's process with this pid left at the socket name
     // does not change the answer.
     let leftover = jvm.socket_path();
+    // A killed JVM that had this pid before may have left its socket.
+    let _ = fs::remove_file(&leftover);
     fs::write(&leftover, b"").unwrap();
     files.add(leftover.clone());
     std::os::unix::fs::chown(&leftover, Some(NOBODY), Some(NOBODY)).unwrap();
