@@ -328,7 +328,7 @@ impl Aggregator {
             frames.extend(python.before_native());
             modules.resize(frames.len(), None);
             for (&address, named) in user.iter().zip(&named).rev() {
-                match python.at(named) {
+                match python.at(named, || !image.is_file_code(address)) {
                     Some(python_frames) => frames.extend(python_frames),
                     None => frames.extend(named.iter().cloned()),
                 }

@@ -72,10 +72,14 @@ impl<'a> PythonMerge<'a> {
 
     /// The Python frames in place of the native frame named `named`, the
     /// next one outermost first, if it is a call of the interpreter that
-    /// ran some; none in place of a perf trampoline when there are Python
-    /// frames.
-    pub fn at(&mut self, named: &Frames) -> Option<Vec<Arc<str>>> {
-        if !self.groups.is_empty() && is_trampoline(named) {
+    /// ran some; none in place of a perf trampoline (a perf map's name for
+    /// code in no file: `in_jit_code` tells) when there are Python frames.
+    pub fn at(
+        &mut self,
+        named: &Frames,
+        in_jit_code: impl FnOnce() -> bool,
+    ) -> Option<Vec<Arc<str>>> {
+        if !self.groups.is_empty() && is_trampoline(named) && in_jit_code() {
             return Some(Vec::new());
         }
         if self.calls == 0 || !is_call(named) {
@@ -108,7 +112,8 @@ mod tests {
     }
 
     /// Folds native `user` (innermost first, return addresses: the call
-    /// at address 1 is the interpreter's, others `cN`) with `python`.
+    /// at address 1 is the interpreter's, 3 a perf trampoline's, 5 a file's
+    /// function in a C++ namespace `py`, others `cN`) with `python`.
     fn merged(user: &[u64], python: &[NamedFrame]) -> Vec<String> {
         let named: Vec<Frames> = user
             .iter()
@@ -117,6 +122,7 @@ mod tests {
                 let name = match call_site(index, address) {
                     1 => EVAL_FUNCTION.to_owned(),
                     3 => format!("{TRAMPOLINE_PREFIX}f:/f.py"),
+                    5 => format!("{TRAMPOLINE_PREFIX}native"),
                     other => format!("c{other}"),
                 };
                 Arc::from([Arc::from(name)])
@@ -124,8 +130,8 @@ mod tests {
             .collect();
         let mut merge = PythonMerge::new(python, &named);
         let mut frames = merge.before_native();
-        for named in named.iter().rev() {
-            match merge.at(named) {
+        for (named, &address) in named.iter().zip(user).rev() {
+            match merge.at(named, || address == 4) {
                 Some(python) => frames.extend(python),
                 None => frames.extend(named.iter().cloned()),
             }
@@ -162,6 +168,11 @@ mod tests {
         assert_eq!(
             merged(&[7, 2, 4, 2, 4, 9], &python),
             ["c8", "outer", "inner", "c7"]
+        );
+        // A file's function of that name is no trampoline.
+        assert_eq!(
+            merged(&[7, 2, 6, 2, 9], &python),
+            ["c8", "outer", "py::native", "inner", "c7"]
         );
         // Without Python frames they keep their name.
         assert_eq!(
