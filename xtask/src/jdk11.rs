@@ -3,7 +3,7 @@
 //! bullseye's libraries into the system) and extracted under
 //! [`ROOT`], where the JDK's home is `stoke_tests::JDK_11.home`.
 
-use std::{os::unix::fs::PermissionsExt, path::Path, process::Command};
+use std::{path::Path, process::Command};
 
 use anyhow::{Context, Result};
 
@@ -21,19 +21,7 @@ pub fn install() -> Result<()> {
     if java.exists() {
         return Ok(());
     }
-    let download = tempfile::tempdir()?;
-    // apt downloads as its own user, `_apt`, where it may.
-    std::fs::set_permissions(download.path(), std::fs::Permissions::from_mode(0o755))?;
-    run(Command::new("apt-get")
-        .args(["download", "-q"])
-        .args(PACKAGES)
-        .current_dir(download.path()))?;
-    for entry in std::fs::read_dir(download.path())? {
-        run(Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(entry?.path())
-            .arg(ROOT))?;
-    }
+    crate::debs::extract(&|| Command::new("apt-get"), &PACKAGES, Path::new(ROOT))?;
     keep_links_inside(Path::new(ROOT), Path::new(ROOT))?;
     run(Command::new(&java).arg("-version"))
 }

@@ -154,27 +154,14 @@ fn fetch(kernel: &Kernel) -> Result<PathBuf> {
     if image.is_file() {
         return Ok(image);
     }
-    let cache = cache_dir();
-    std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
-    run(Command::new("apt-get")
-        .args(["download", "-q", &format!("{package}={version}")])
-        .current_dir(&cache))?;
-    let deb = std::fs::read_dir(&cache)?
-        .flatten()
-        .map(|entry| entry.path())
-        .find(|path| {
-            path.file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| {
-                    name.starts_with(&format!("{package}_")) && name.ends_with(".deb")
-                })
-        })
-        .with_context(|| format!("apt-get download left no {package} package"))?;
-    let partial = cache.join(format!("{package}.partial"));
+    let partial = cache_dir().join(format!("{package}.partial"));
     let _ = std::fs::remove_dir_all(&partial);
-    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+    crate::debs::extract(
+        &|| Command::new("apt-get"),
+        &[&format!("{package}={version}")],
+        &partial,
+    )?;
     std::fs::rename(&partial, &dir)?;
-    std::fs::remove_file(&deb)?;
     Ok(image)
 }
 

@@ -2,6 +2,7 @@
 
 mod bench;
 mod codegen;
+mod debs;
 mod fuzz;
 mod jdk11;
 mod kernels;

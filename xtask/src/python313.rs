@@ -49,24 +49,17 @@ pub fn install() -> Result<()> {
         format!("Dir::State::Lists={}", apt.path().join("lists").display()),
         format!("Dir::Cache={}", apt.path().join("cache").display()),
     ];
-    let apt_get = |args: &[&str]| {
+    let apt_get = || {
         let mut command = Command::new("apt-get");
         for option in &options {
             command.arg("-o").arg(option);
         }
-        command.args(args).current_dir(apt.path());
         command
     };
-    run(&mut apt_get(&["update", "-q"]))?;
-    run(apt_get(&["download", "-q"]).args(PACKAGES))?;
+    run(apt_get().args(["update", "-q"]))?;
     let partial = PathBuf::from(format!("{}.partial", root.display()));
     let _ = std::fs::remove_dir_all(&partial);
-    for entry in std::fs::read_dir(apt.path())? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|extension| extension == "deb") {
-            run(Command::new("dpkg-deb").arg("-x").arg(&path).arg(&partial))?;
-        }
-    }
+    crate::debs::extract(&apt_get, &PACKAGES, &partial)?;
     // A merged /usr, as trixie's base files make it: the interpreter
     // names its loader /lib64/ld-linux-x86-64.so.2.
     for (link, target) in [("lib", "usr/lib"), ("lib64", "usr/lib64")] {
