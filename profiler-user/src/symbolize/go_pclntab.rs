@@ -6,7 +6,7 @@
 //! The section is read bounded (as unwind tables are), and every offset in
 //! it is checked: it is the sampled program's, hostile input.
 
-use std::{ops::Range, path::Path, time::Instant};
+use std::{path::Path, time::Instant};
 
 use object::ReadCache;
 
@@ -26,17 +26,17 @@ const GO_1_20: u32 = 0xffff_fff1;
 /// The longest function name taken.
 const MAX_NAME: usize = 4096;
 
-/// A Go program's function table.
+/// A Go program's function table, kept compact: each function's entry and
+/// name, and the table of names; the rest of the section (line and stack
+/// tables, most of its size) is dropped once read.
 pub struct GoTable {
-    section: Vec<u8>,
     segments: Vec<LoadSegment>,
-    /// Where the names and the function table start in `section`.
-    names: usize,
-    functions: usize,
-    count: usize,
-    /// Go 1.18+: entries are 32-bit offsets from `text`; before, addresses.
-    relative: bool,
-    text: u64,
+    /// Entry addresses, sorted in a valid table.
+    entries: Vec<u64>,
+    /// Each function's name, as an offset into `names`.
+    name_offsets: Vec<u32>,
+    /// The section's table of names, NUL-terminated.
+    names: Vec<u8>,
 }
 
 impl GoTable {
@@ -49,102 +49,82 @@ impl GoTable {
         let segments = elf.load_segments().ok()?;
         let sections = elf.sections().ok()?;
         let section = match sections.contents(".gopclntab").ok()? {
-            SectionContents::Stored(bytes) => bytes.to_vec(),
-            SectionContents::Decompressed(bytes) => bytes,
+            SectionContents::Stored(bytes) => std::borrow::Cow::Borrowed(bytes),
+            SectionContents::Decompressed(bytes) => std::borrow::Cow::Owned(bytes),
             SectionContents::Missing => return None,
         };
         let text = sections.address(".text").unwrap_or(0);
-        Self::parse(section, segments, text)
+        Self::parse(&section, segments, text)
     }
 
-    fn parse(section: Vec<u8>, segments: Vec<LoadSegment>, text: u64) -> Option<Self> {
+    fn parse(section: &[u8], segments: Vec<LoadSegment>, text: u64) -> Option<Self> {
         let magic = u32::from_le_bytes(section.get(..4)?.try_into().ok()?);
         // 64-bit pointers only.
         if section.get(7) != Some(&8) {
             return None;
         }
-        let word = |index: usize| read_u64(&section, 8 + 8 * index);
-        let (count, text, names, functions, relative) = match magic {
-            GO_1_16 => (word(0)?, text, word(2)?, word(6)?, false),
+        let word = |index: usize| read_u64(section, 8 + 8 * index);
+        // The names run from their offset to the next table's (the
+        // compilation units').
+        let (count, text, names, names_end, functions, relative) = match magic {
+            GO_1_16 => (word(0)?, text, word(2)?, word(3)?, word(6)?, false),
             GO_1_18 | GO_1_20 => {
                 let start = word(2)?;
                 let start = if start == 0 { text } else { start };
-                (word(0)?, start, word(3)?, word(7)?, true)
+                (word(0)?, start, word(3)?, word(4)?, word(7)?, true)
             }
             _ => return None,
         };
         let entry_size: u64 = if relative { 8 } else { 16 };
         let end = functions.checked_add(count.checked_mul(entry_size)?)?;
-        if end > section.len() as u64 || names > section.len() as u64 {
+        if end > section.len() as u64 || names > names_end || names_end > section.len() as u64 {
             return None;
         }
+        let (count, functions) = (
+            usize::try_from(count).ok()?,
+            usize::try_from(functions).ok()?,
+        );
+        let mut entries = Vec::with_capacity(count);
+        let mut name_offsets = Vec::with_capacity(count);
+        for index in 0..count {
+            // An entry and the offset of its function's record; the record
+            // starts with the entry (32 bits from `text` since 1.18), then
+            // the name's offset.
+            let (entry, record) = if relative {
+                let at = functions + 8 * index;
+                let entry = text.checked_add(u64::from(read_u32(section, at)?))?;
+                (entry, u64::from(read_u32(section, at + 4)?))
+            } else {
+                let at = functions + 16 * index;
+                (read_u64(section, at)?, read_u64(section, at + 8)?)
+            };
+            let name_field = usize::try_from(record)
+                .ok()?
+                .checked_add(functions)?
+                .checked_add(if relative { 4 } else { 8 })?;
+            entries.push(entry);
+            name_offsets.push(read_u32(section, name_field)?);
+        }
         Some(Self {
-            count: usize::try_from(count).ok()?,
-            names: usize::try_from(names).ok()?,
-            functions: usize::try_from(functions).ok()?,
-            relative,
-            text,
-            section,
             segments,
+            entries,
+            name_offsets,
+            names: section[names as usize..names_end as usize].to_vec(),
         })
     }
 
     /// The name of the function holding the code at file offset `offset`.
     pub fn name(&self, offset: u64) -> Option<String> {
         let pc = vaddr_of_offset(&self.segments, offset)?;
-        let index = self.function_index(pc)?;
-        let function_offset = self.function_offset(index)?;
-        let function = self.functions.checked_add(function_offset)?;
-        let name_field = function.checked_add(if self.relative { 4 } else { 8 })?;
-        let name_offset = read_u32(&self.section, name_field)? as usize;
-        let start = self.names.checked_add(name_offset)?;
-        let bytes = self.section.get(start..)?;
+        let index = self
+            .entries
+            .partition_point(|&entry| entry <= pc)
+            .checked_sub(1)?;
+        let start = *self.name_offsets.get(index)? as usize;
+        let bytes = self.names.get(start..)?;
         let end = bytes.iter().take(MAX_NAME).position(|&byte| byte == 0)?;
         let name = String::from_utf8_lossy(&bytes[..end]).into_owned();
         (!name.is_empty()).then_some(name)
-    }
-
-    /// The index of the last function whose entry is at or before `pc`,
-    /// if `pc` is before the table's end.
-    fn function_index(&self, pc: u64) -> Option<usize> {
-        let mut range: Range<usize> = 0..self.count;
-        while range.len() > 1 {
-            let middle = range.start + range.len() / 2;
-            if self.entry(middle)? <= pc {
-                range.start = middle;
-            } else {
-                range.end = middle;
-            }
-        }
-        (range.len() == 1 && self.entry(range.start)? <= pc).then_some(range.start)
-    }
-
-    fn entry(&self, index: usize) -> Option<u64> {
-        if self.relative {
-            let at = self.functions.checked_add(index.checked_mul(8)?)?;
-            self.text
-                .checked_add(u64::from(read_u32(&self.section, at)?))
-        } else {
-            read_u64(
-                &self.section,
-                self.functions.checked_add(index.checked_mul(16)?)?,
-            )
-        }
-    }
-
-    fn function_offset(&self, index: usize) -> Option<usize> {
-        let offset = if self.relative {
-            let at = self
-                .functions
-                .checked_add(index.checked_mul(8)?.checked_add(4)?)?;
-            u64::from(read_u32(&self.section, at)?)
-        } else {
-            let at = self
-                .functions
-                .checked_add(index.checked_mul(16)?.checked_add(8)?)?;
-            read_u64(&self.section, at)?
-        };
-        usize::try_from(offset).ok()
     }
 }
 
@@ -164,8 +144,18 @@ fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
 mod tests {
     use super::*;
 
-    /// A Go 1.20 table of `functions` (entry offset from `text`, name).
-    fn table(functions: &[(u32, &str)], text: u64) -> GoTable {
+    fn segments() -> Vec<LoadSegment> {
+        vec![LoadSegment {
+            offset: 0x1000,
+            file_size: 0x10000,
+            vaddr: 0x401000,
+            mem_size: 0x10000,
+            executable: true,
+        }]
+    }
+
+    /// A Go 1.20 section of `functions` (entry offset from `text`, name).
+    fn section(functions: &[(u32, &str)], text: u64) -> Vec<u8> {
         let header = 8 + 8 * 8;
         let mut names = Vec::new();
         let mut name_offsets = Vec::new();
@@ -185,7 +175,7 @@ mod tests {
             0,
             text,
             names_at as u64,
-            0,
+            table_at as u64,
             0,
             0,
             table_at as u64,
@@ -202,19 +192,12 @@ mod tests {
             section.extend_from_slice(&entry.to_le_bytes());
             section.extend_from_slice(&name_offsets[index].to_le_bytes());
         }
-        let segments = vec![LoadSegment {
-            offset: 0x1000,
-            file_size: 0x10000,
-            vaddr: 0x401000,
-            mem_size: 0x10000,
-            executable: true,
-        }];
-        GoTable::parse(section, segments, 0).unwrap()
+        section
     }
 
     #[test]
     fn offsets_are_named_by_the_function_they_are_in() {
-        let table = table(
+        let section = section(
             &[
                 (0, "runtime.main"),
                 (0x100, "main.main"),
@@ -222,6 +205,7 @@ mod tests {
             ],
             0x401000,
         );
+        let table = GoTable::parse(&section, segments(), 0).unwrap();
         assert_eq!(table.name(0x1000).as_deref(), Some("runtime.main"));
         assert_eq!(table.name(0x1150).as_deref(), Some("main.main"));
         assert_eq!(table.name(0x1190).as_deref(), Some("main.hotA"));
@@ -230,15 +214,21 @@ mod tests {
 
     #[test]
     fn damaged_tables_name_nothing_and_never_panic() {
-        let good = table(&[(0, "runtime.main"), (0x100, "main.main")], 0x401000);
-        for cut in [0, 4, 8, 40, good.section.len() - 3] {
-            let section = good.section[..cut].to_vec();
-            if let Some(table) = GoTable::parse(section, good.segments.clone(), 0) {
+        let good = section(&[(0, "runtime.main"), (0x100, "main.main")], 0x401000);
+        for cut in [0, 4, 8, 40, good.len() - 3] {
+            if let Some(table) = GoTable::parse(&good[..cut], segments(), 0) {
                 let _ = table.name(0x1150);
             }
         }
-        let mut section = good.section.clone();
-        section[0] = 0;
-        assert!(GoTable::parse(section, good.segments.clone(), 0).is_none());
+        let mut bad = good.clone();
+        bad[0] = 0;
+        assert!(GoTable::parse(&bad, segments(), 0).is_none());
+        // A name's offset past the names: no name.
+        let mut far = good;
+        let last = far.len() - 4;
+        far[last..].copy_from_slice(&u32::MAX.to_le_bytes());
+        let table = GoTable::parse(&far, segments(), 0).unwrap();
+        assert_eq!(table.name(0x1150), None);
+        assert_eq!(table.name(0x1000).as_deref(), Some("runtime.main"));
     }
 }

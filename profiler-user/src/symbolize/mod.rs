@@ -77,8 +77,9 @@ pub struct Symbolizer {
     go_tables: RefCell<HashMap<FileVersion, Option<Arc<GoTable>>>>,
 }
 
-/// Most Go function tables kept at once (each is its program's
-/// `.gopclntab`, a few MB): beyond, they are read again when needed.
+/// Most Go function tables kept at once (each its program's functions'
+/// entries and names, up to a few MB): beyond, they are read again when
+/// needed.
 const MAX_GO_TABLES: usize = 32;
 
 impl Symbolizer {
