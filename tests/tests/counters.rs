@@ -216,14 +216,18 @@ fn user_probe_calls(name: &str, extra: &[&str]) {
     let (seven, three) = (calls_from("fault_seven"), calls_from("fault_three"));
     let made = rounds(&mut running);
     println!("{seven} calls from fault_seven, {three} from fault_three, of {total}; {made} rounds in 4 s");
-    // One call of each a round: equal counts, every call of 2 s of the 4.
+    // One call of each a round: equal counts.
     assert!(
         seven.abs_diff(three) * 100 <= seven.max(three) && seven + three >= total * 99 / 100,
         "{seven} calls from fault_seven, {three} from fault_three, of {total}: each caller's calls expected once a round\n{}",
         describe(mine.iter().copied(), 10)
     );
+    // The calls of 2 s of the 4: at most three quarters of the rounds,
+    // and at least a tenth, as each probed call (a trap, a stack walked
+    // by tables) costs more than an unprobed round (~12 us) takes, so
+    // rounds run 3-5 times slower while probed.
     assert!(
-        seven * 4 >= made && seven * 4 <= made * 3,
+        seven * 10 >= made && seven * 4 <= made * 3,
         "{seven} calls in 2 s of the {made} rounds of 4 s"
     );
     assert!(
