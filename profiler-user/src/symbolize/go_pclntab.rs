@@ -26,6 +26,10 @@ const GO_1_20: u32 = 0xffff_fff1;
 /// The longest function name taken.
 const MAX_NAME: usize = 4096;
 
+/// The name offset of a function whose record is damaged: past any names
+/// table read (a section is read bounded, far below 4 GiB).
+const NO_NAME: u32 = u32::MAX;
+
 /// A Go program's function table, kept compact: each function's entry and
 /// name, and the table of names; the rest of the section (line and stack
 /// tables, most of its size) is dropped once read.
@@ -98,12 +102,19 @@ impl GoTable {
                 let at = functions + 16 * index;
                 (read_u64(section, at)?, read_u64(section, at + 8)?)
             };
-            let name_field = usize::try_from(record)
-                .ok()?
-                .checked_add(functions)?
-                .checked_add(if relative { 4 } else { 8 })?;
+            // A record outside the section names nothing; the others
+            // still name their functions.
+            let name_offset = usize::try_from(record)
+                .ok()
+                .and_then(|record| {
+                    record
+                        .checked_add(functions)?
+                        .checked_add(if relative { 4 } else { 8 })
+                })
+                .and_then(|name_field| read_u32(section, name_field))
+                .unwrap_or(NO_NAME);
             entries.push(entry);
-            name_offsets.push(read_u32(section, name_field)?);
+            name_offsets.push(name_offset);
         }
         Some(Self {
             segments,
@@ -230,5 +241,26 @@ mod tests {
         let table = GoTable::parse(&far, segments(), 0).unwrap();
         assert_eq!(table.name(0x1150), None);
         assert_eq!(table.name(0x1000).as_deref(), Some("runtime.main"));
+    }
+
+    #[test]
+    fn a_record_outside_the_section_leaves_only_its_function_unnamed() {
+        let mut section = section(
+            &[
+                (0, "runtime.main"),
+                (0x100, "main.main"),
+                (0x180, "main.hotA"),
+            ],
+            0x401000,
+        );
+        // The second function's record offset, in the function table
+        // (after the 72-byte header and the names).
+        let names = "runtime.main\0main.main\0main.hotA\0".len();
+        let at = 72 + names + 8 + 4;
+        section[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let table = GoTable::parse(&section, segments(), 0).unwrap();
+        assert_eq!(table.name(0x1000).as_deref(), Some("runtime.main"));
+        assert_eq!(table.name(0x1150), None);
+        assert_eq!(table.name(0x1190).as_deref(), Some("main.hotA"));
     }
 }
