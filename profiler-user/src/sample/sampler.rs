@@ -30,7 +30,7 @@ use super::{
     thread_timers::{self, ThreadTimers, Trap},
     waiting::{self, WaitsInProgress},
 };
-use crate::{event, heap, model::OffCpuUserStacks};
+use crate::{event, heap, model::OffCpuUserStacks, procfs::thread_ids};
 
 /// What to sample.
 #[derive(Clone, Debug)]
@@ -102,8 +102,8 @@ pub struct Sampler {
     /// JVM threads sampled by events of their own, every `period_ns`.
     timers: ThreadTimers,
     period_ns: u64,
-    /// With `-p`: the targets, sampled by events on their threads, not the
-    /// CPUs'.
+    /// With `-p` of targets with few threads: the targets, sampled by
+    /// events on their threads, not the CPUs'.
     targets: Option<TargetEvents>,
     /// CPU samples started.
     sampling_cpu: bool,
@@ -128,6 +128,29 @@ const UNWIND_PROCESSES: u32 = 16384;
 /// mapped into stoke): a process maps a dozen files, a JVM a hundred.
 const UNWIND_MAPPINGS: u32 = 1 << 16;
 
+/// Most threads the `-p` targets have together for events on their
+/// threads to sample them. Each such event times its own thread's CPU
+/// time, which a thread that runs in bursts shorter than the period
+/// seldom fills: a process of thousands of such threads (a thread per
+/// connection) gets a fraction of its samples. Past this count the CPUs'
+/// events sample the targets, in proportion to their CPU time however it
+/// is spread, and cost fewer descriptors than an event a thread.
+const MAX_THREAD_EVENTS: usize = 256;
+
+/// Whether processes `pids` have at most [`MAX_THREAD_EVENTS`] threads
+/// together.
+fn few_threads(pids: &[u32]) -> bool {
+    let mut threads = 0;
+    for &pid in pids {
+        threads += thread_ids(pid, MAX_THREAD_EVENTS + 1).len();
+        if threads > MAX_THREAD_EVENTS {
+            debug!("the targets have more than {MAX_THREAD_EVENTS} threads: the CPUs' events sample them");
+            return false;
+        }
+    }
+    true
+}
+
 /// Totals of the sampler's per-CPU counters.
 pub type CounterTotals = [u64; COUNTER_COUNT as usize];
 
@@ -147,8 +170,9 @@ impl Sampler {
         // free for the samples taken while it drains.
         let wakeup_bytes = u64::from(ring_bytes / 4 * 3);
         let filter_tgids = u8::from(config.pids.is_some());
-        // With `-p`, events on the targets' threads are the only ones.
-        let thread_events = filter_tgids;
+        // With `-p`, events on the targets' threads are the only ones,
+        // unless the targets have too many threads for them.
+        let thread_events = u8::from(config.pids.as_deref().is_some_and(few_threads));
         let include_idle = u8::from(config.include_idle);
         let cpu_java_stacks = u8::from(config.cpu_java_stacks);
         let target_count = config.pids.as_ref().map_or(1, |pids| pids.len().max(1));
@@ -355,6 +379,7 @@ impl Sampler {
             targets: config
                 .pids
                 .clone()
+                .filter(|_| thread_events != 0)
                 .map(|pids| TargetEvents::new(pids, period_ns, sigtrap_kernel)),
             sampling_cpu: false,
             sigtrap_kernel,
