@@ -302,12 +302,23 @@ fn timer_line(shares: &[JvmShare]) -> String {
 /// A JVM through its three phases, profiled by `family` (stoke: one
 /// recording).
 fn one_jvm(bench: &Bench, family: Family, units: u64, what: Profiling) -> Result<JvmShare> {
-    jvm_with(bench, family, units, what, 1)
+    jvm_with(
+        bench,
+        family,
+        units,
+        what,
+        Stokes {
+            count: 1,
+            traced: true,
+        },
+    )
 }
 
 /// Every round, a JVM profiled by one stoke and one profiled by `stokes`
 /// side by side (each `stoke record -p` at `what`'s rate), through their
-/// three phases, in rotated order; the second's timer is not traced.
+/// three phases, in rotated order. Neither's timer is traced: a traced
+/// phase before the last one would be the one JVM's alone, and it changes
+/// the last phase's share; both JVMs go through the same phases.
 pub fn side_by_side(
     bench: &Bench,
     units: u64,
@@ -324,7 +335,11 @@ pub fn side_by_side(
             };
             let label = format!("{what:?} by perf, round {}: {who}", round + 1);
             let measured = bench.measure(&label, || {
-                jvm_with(bench, Family::Stoke, units, what, count)
+                let stokes = Stokes {
+                    count,
+                    traced: false,
+                };
+                jvm_with(bench, Family::Stoke, units, what, stokes)
             })?;
             let run = JvmShare {
                 round,
@@ -344,14 +359,20 @@ pub fn side_by_side(
     Ok(runs)
 }
 
-/// A JVM through its three phases, profiled by `family` (stoke: `stokes`
-/// recordings side by side, the timer traced for one alone).
+/// How many stoke recordings profile a JVM side by side, and whether the
+/// timer of one alone is traced.
+struct Stokes {
+    count: usize,
+    traced: bool,
+}
+
+/// A JVM through its three phases, profiled by `family` (stoke: `stokes`).
 fn jvm_with(
     bench: &Bench,
     family: Family,
     units: u64,
     what: Profiling,
-    stokes: usize,
+    stokes: Stokes,
 ) -> Result<JvmShare> {
     let mut jvm = spawn_fixed_work(bench, units)?;
     let pid = u32::try_from(jvm.pid()).context("pid out of range")?;
@@ -362,12 +383,12 @@ fn jvm_with(
                 bpf_stats: true,
                 ..stoke_options(what, pid)
             };
-            let recordings = (0..stokes)
+            let recordings = (0..stokes.count)
                 .map(|index| Recording::start(bench, &options, &format!("jvm-share-{index}")))
                 .collect::<Result<Vec<_>>>()?;
             let measured = sampled_phase(bench, &mut jvm, &recordings)?;
             let timer = match recordings.as_slice() {
-                [recording] => traced(bench, &mut jvm, Some(recording), what)?,
+                [recording] if stokes.traced => traced(bench, &mut jvm, Some(recording), what)?,
                 _ => None,
             };
             for recording in recordings {
